@@ -51,5 +51,19 @@ def str2bool(s):
         return True
     if v in ("0", "false", "f", "no", "n"):
         return False
-    import argparse
     raise argparse.ArgumentTypeError(f"expected true/false/1/0, got {s!r}")
+
+
+import argparse  # noqa: E402
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error (usage is one `--help` away) and exit code 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
