@@ -1,0 +1,508 @@
+"""Tensor Timing Profiler (paper Sec. 5): per-tensor backward times from a real TensorFlow trace.
+
+The paper's time model (eq. 3) needs, for every trainable tensor k ordered from the output back:
+  t_dw[k]  time of the work only tensor k's training needs (its weight gradient and update), and
+  t_dy[k]  time of the error-gradient work that becomes necessary once anything at or below k trains,
+so that a selection whose deepest tensor is d costs  T_fp + sum_sel t_dw + sum_{j<=d} t_dy[j].
+
+Attribution is generic, with no per-model code: we trace the very training step that training
+runs, and for every op of that graph compute, by dataflow, the set S of tensors whose gradient
+(or update) needs it.  |S| = 1: the op is t_dw of that tensor.  |S| > 1: the op runs as soon as
+any tensor in S trains, i.e. once the deepest selected tensor reaches the output-most member of
+S, so it is t_dy of that member.  When S is a suffix of the output-back order (a chain) this is
+exact; on branches it is the paper's prefix approximation.  Op times come from the .xplane.pb
+that tf.profiler writes, read with TensorFlow's bundled protobuf (the profile plugin's tables
+stop at 500 rows).
+"""
+import common  # noqa: F401
+
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from common import UserError
+
+TABLE_VERSION = 1
+PROFILE_DIR = "profiles"
+REQUIRED_KEYS = ("model", "input_size", "batch_size", "num_classes", "t_fp_ms", "t_bp_ms",
+                 "t_full_ms", "coverage", "unattributed", "tensors")
+
+# Call ops wrap other traced ops; counting them too would count their contents twice.
+_CALL_OP_TYPES = {"PartitionedCall", "StatefulPartitionedCall", "While", "If", "StatelessIf",
+                  "StatelessWhile", "Case"}
+_OP_EVENT = re.compile(r"^([^\s:]+):([A-Za-z0-9_]+)$")
+
+
+def default_table_path(model_name, input_size, batch_size, num_classes, folder=PROFILE_DIR):
+    """Where the profiler writes, and training looks for, a model configuration's table."""
+    stem = os.path.splitext(os.path.basename(str(model_name)))[0]
+    return os.path.join(folder, f"{stem}_i{input_size}_b{batch_size}_c{num_classes}.json")
+
+
+# --------------------------------------------------------------------------- graph dataflow
+class GraphInfo:
+    """Per-op classification of a traced training step.
+
+    kind[name] is 'forward' (an ancestor of the loss), 'backward' (an ancestor of some weight
+    gradient), 'update' (fed by a gradient or by a trainable variable outside the forward pass:
+    the optimizer's work) or 'other'; mask[name] is the bit set S of trainable-tensor indices
+    (model.trainable_weights order) that need the op.
+    """
+
+    def __init__(self, graph, loss, grads, variables):
+        ops = graph.get_operations()  # creation order, which is topological for these graphs
+        self.ops = {op.name: op for op in ops}
+        self.n = len(variables)
+        forward = set()
+        stack = [loss.op]
+        while stack:
+            op = stack.pop()
+            if op.name in forward:
+                continue
+            forward.add(op.name)
+            stack.extend(t.op for t in op.inputs)
+        self.forward = forward
+
+        anc = defaultdict(int)
+        for k, g in enumerate(grads):
+            if g is not None:
+                anc[g.op.name] |= 1 << k
+        for op in reversed(ops):
+            m = anc.get(op.name, 0)
+            if m:
+                for t in op.inputs:
+                    anc[t.op.name] |= m
+
+        handle_bits = defaultdict(int)
+        by_id = {id(v.handle): k for k, v in enumerate(variables)}
+        for external, internal in graph.captures:
+            k = by_id.get(id(external))
+            if k is not None:
+                handle_bits[internal.op.name] |= 1 << k
+        seed = defaultdict(int, handle_bits)
+        for k, g in enumerate(grads):
+            if g is not None:
+                seed[g.op.name] |= 1 << k
+        desc = {}
+        for op in ops:
+            m = seed.get(op.name, 0)
+            for t in op.inputs:
+                src = t.op.name
+                # Forward ops pass on only their own seed (a variable handle): everything
+                # downstream of the activations would otherwise look like every tensor's update.
+                m |= seed.get(src, 0) if src in forward else desc.get(src, 0)
+            desc[op.name] = m
+
+        self.kind, self.mask = {}, {}
+        for op in ops:
+            name = op.name
+            if name in forward:
+                self.kind[name], self.mask[name] = "forward", 0
+            elif anc.get(name, 0):
+                self.kind[name], self.mask[name] = "backward", anc[name]
+            elif desc.get(name, 0):
+                self.kind[name], self.mask[name] = "update", desc[name]
+            else:
+                self.kind[name], self.mask[name] = "other", 0
+
+        # Backprop order: tape.gradient creates output-side gradients first, so the creation
+        # position of each tensor's gradient op ranks tensors from the output back (rank 0).
+        position = {op.name: i for i, op in enumerate(ops)}
+        key = [(position[g.op.name] if g is not None else len(ops), -k) for k, g in enumerate(grads)]
+        order = sorted(range(self.n), key=lambda k: key[k])
+        self.rank = [0] * self.n
+        for r, k in enumerate(order):
+            self.rank[k] = r
+
+        self._scopes = None
+
+    def lookup(self, name):
+        """(kind, mask) of a traced op name; grappler-made names fall back to their name scope."""
+        if name in self.kind:
+            return self.kind[name], self.mask[name]
+        if self._scopes is None:
+            self._scopes = defaultdict(list)
+            for op_name in self.kind:
+                parts = op_name.split("/")
+                for cut in range(1, len(parts)):
+                    self._scopes["/".join(parts[:cut])].append(op_name)
+        parts = name.split("/")
+        for cut in range(len(parts) - 1, 0, -1):
+            members = self._scopes.get("/".join(parts[:cut]))
+            if members:
+                kinds = [self.kind[m] for m in members]
+                if all(k == "forward" for k in kinds):
+                    return "forward", 0
+                mask = 0
+                for m in members:
+                    if self.kind[m] in ("backward", "update"):
+                        mask |= self.mask[m]
+                return ("backward", mask) if mask else ("other", 0)
+        return None, 0
+
+    def fused_cover(self, name, kernel_type):
+        """Extra tensors a fused kernel computes the gradient of (oneDNN's ...WithBias kernels
+        fold the BiasAddGrad that reads the same output gradient into the filter gradient)."""
+        op = self.ops.get(name)
+        if op is None or not kernel_type.endswith("WithBias"):
+            return 0
+        inputs = {t.name for t in op.inputs}
+        cover = 0
+        for t in op.inputs:
+            for consumer in t.consumers():
+                if consumer.type == "BiasAddGrad" and consumer.inputs[0].name in inputs:
+                    cover |= self.mask.get(consumer.name, 0)
+        return cover
+
+    def dw_flops(self, variables, batch_size):
+        """Rough FLOPs of each tensor's exclusive gradient work: 2 x |w| x positions summed over,
+        taken from the static shapes of the inputs of its exclusive backward ops."""
+        positions = [0] * self.n
+        for name, kind in self.kind.items():
+            m = self.mask[name]
+            if kind != "backward" or m & (m - 1):
+                continue
+            k = m.bit_length() - 1
+            for t in self.ops[name].inputs:
+                shape = t.shape
+                if shape.rank and shape.rank >= 2 and shape.is_fully_defined():
+                    dims = shape.as_list()
+                    positions[k] = max(positions[k], int(np.prod(dims[:-1])))
+        return [2.0 * int(np.prod(v.shape)) * (positions[k] or batch_size)
+                for k, v in enumerate(variables)]
+
+
+# --------------------------------------------------------------------------- trace reading
+def find_xplane(logdir):
+    """The newest .xplane.pb under a tf.profiler log directory."""
+    files = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True),
+                   key=os.path.getmtime)
+    if not files:
+        raise RuntimeError(f"tf.profiler wrote no .xplane.pb under {logdir}")
+    return files[-1]
+
+
+def read_op_times(xplane_path):
+    """Total time (ms) and kernel type of every TensorFlow op in a trace, by op (node) name.
+
+    Host ops are executor events named 'node:KernelType'.  Ops that ran on an accelerator are
+    timed by the kernels that carry their name in the 'tf_op' stat of the device planes, which
+    replace the host-side launch time.
+    """
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(xplane_path, "rb") as f:
+        space.ParseFromString(f.read())
+    host = defaultdict(float)
+    device = defaultdict(float)
+    kernel_type = {}
+    for plane in space.planes:
+        is_device = plane.name.startswith("/device:") and not plane.name.startswith("/device:CPU")
+        if not (is_device or plane.name.startswith("/host:")):
+            continue
+        stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                md = plane.event_metadata[ev.metadata_id]
+                if is_device:
+                    tf_op = None
+                    for s in list(ev.stats) + list(md.stats):
+                        if stat_names.get(s.metadata_id) == "tf_op":
+                            tf_op = s.str_value or (plane.stat_metadata[s.ref_value].name
+                                                    if s.ref_value else None)
+                            break
+                    m = _OP_EVENT.match(tf_op or "")
+                    if m:
+                        device[m.group(1)] += ev.duration_ps / 1e9
+                        kernel_type.setdefault(m.group(1), m.group(2))
+                    continue
+                m = _OP_EVENT.match(md.name)
+                if not m or m.group(2) in _CALL_OP_TYPES:
+                    continue
+                host[m.group(1)] += ev.duration_ps / 1e9
+                kernel_type.setdefault(m.group(1), m.group(2))
+    times = dict(host)
+    times.update(device)
+    return times, kernel_type
+
+
+# --------------------------------------------------------------------------- attribution
+def attribute(info, op_times, kernel_type, num_steps):
+    """Turn per-op trace times into per-tensor (t_dw, t_dy) in ms per step (see module doc)."""
+    n = info.n
+    t_dw = [0.0] * n
+    t_dy = [0.0] * n
+    covered = 0
+    fwd_ms = attributed_ms = 0.0
+    unattributed = defaultdict(float)
+    by_rank = sorted(range(n), key=lambda k: info.rank[k])
+    for name, total in op_times.items():
+        ms = total / num_steps
+        kind, mask = info.lookup(name)
+        if kind == "forward":
+            fwd_ms += ms
+            continue
+        if kind not in ("backward", "update") or not mask:
+            unattributed[name] += ms
+            continue
+        attributed_ms += ms
+        covered |= mask | info.fused_cover(name, kernel_type.get(name, ""))
+        if mask & (mask - 1) == 0:
+            t_dw[mask.bit_length() - 1] += ms
+        else:
+            members = [k for k in by_rank if mask >> k & 1]
+            t_dy[members[0]] += ms
+    unatt_ms = sum(unattributed.values())
+    total_bp = attributed_ms + unatt_ms
+    return {
+        "t_dw": t_dw, "t_dy": t_dy,
+        "covered": [bool(covered >> k & 1) for k in range(n)],
+        "t_fp_ops_ms": fwd_ms, "t_bp_ops_ms": total_bp,
+        "coverage": attributed_ms / total_bp if total_bp > 0 else 1.0,
+        "unattributed": sorted(({"name": k, "ms": v} for k, v in unattributed.items()),
+                               key=lambda d: -d["ms"]),
+    }
+
+
+# --------------------------------------------------------------------------- profiling run
+def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
+                  warmup=2, trace_dir=None, seed=0, progress=True):
+    """Profile full training steps of `model` and return the timing table (a JSON-able dict).
+
+    Runs `warmup` steps, then times forward-only and full training steps interleaved
+    (median wall time: t_fp, t_full; t_bp = t_full - t_fp, measured, not the 2 x forward rule),
+    then traces `num_iterations` full steps under tf.profiler and attributes their ops.
+    The model's weights are restored afterwards.
+    """
+    import tensorflow as tf
+    import tf_keras as keras
+    from tqdm import tqdm
+
+    import engine
+
+    if num_iterations < 1:
+        raise UserError("--num_iterations must be at least 1")
+    wall0 = time.perf_counter()
+    variables = list(model.trainable_weights)
+    if not variables:
+        raise UserError("the model has no trainable weights to profile")
+    saved = model.get_weights()
+    optimizer = keras.optimizers.SGD(1e-4, momentum=0.9, weight_decay=5e-4)
+    optimizer.build(variables)
+    loss_fn = engine.make_loss()
+    capture = {}
+    step = engine.make_train_step(model, optimizer, loss_fn, variables, capture=capture)
+    forward = engine.make_forward_step(model, loss_fn)
+
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
+    y = tf.constant(rng.integers(0, num_classes, batch_size), tf.int32)
+
+    bar = tqdm(total=warmup + 2 * num_iterations + num_iterations, desc="profiling",
+               disable=not progress, unit="step")
+    for _ in range(warmup):
+        step(x, y)[0].numpy()
+        forward(x, y)[0].numpy()
+        bar.update(1)
+    graph = step.get_concrete_function(x, y).graph
+    info = GraphInfo(graph, capture["loss"], capture["grads"], variables)
+
+    fp, full = [], []
+    for _ in range(num_iterations):
+        t0 = time.perf_counter()
+        forward(x, y)[0].numpy()
+        fp.append(time.perf_counter() - t0)
+        bar.update(1)
+        t0 = time.perf_counter()
+        step(x, y)[0].numpy()
+        full.append(time.perf_counter() - t0)
+        bar.update(1)
+
+    own_dir = trace_dir is None
+    trace_dir = trace_dir or tempfile.mkdtemp(prefix="et_trace_")
+    tf.profiler.experimental.start(trace_dir)
+    try:
+        for _ in range(num_iterations):
+            step(x, y)[0].numpy()
+            bar.update(1)
+    finally:
+        tf.profiler.experimental.stop()
+        bar.close()
+    xplane = find_xplane(trace_dir)
+    op_times, kernel_type = read_op_times(xplane)
+    att = attribute(info, op_times, kernel_type, num_iterations)
+    model.set_weights(saved)
+
+    t_dw, t_dy = att["t_dw"], att["t_dy"]
+    estimated = [not c for c in att["covered"]]
+    if any(estimated):
+        flops = info.dw_flops(variables, batch_size)
+        measured = [k for k in range(len(variables)) if not estimated[k] and t_dw[k] > 0]
+        rate = (sum(t_dw[k] for k in measured) / sum(flops[k] for k in measured)
+                if measured and sum(flops[k] for k in measured) > 0 else 0.0)
+        for k in range(len(variables)):
+            if estimated[k]:
+                t_dw[k] = flops[k] * rate
+
+    t_fp = statistics.median(fp) * 1e3
+    t_full = statistics.median(full) * 1e3
+    table = {
+        "version": TABLE_VERSION,
+        "model": str(model_name),
+        "input_size": int(input_size),
+        "batch_size": int(batch_size),
+        "num_classes": int(num_classes),
+        "t_fp_ms": t_fp,
+        "t_full_ms": t_full,
+        "t_bp_ms": t_full - t_fp,
+        "t_fp_ops_ms": att["t_fp_ops_ms"],
+        "t_bp_ops_ms": att["t_bp_ops_ms"],
+        "coverage": att["coverage"],
+        "unattributed": att["unattributed"][:50],
+        "num_iterations": int(num_iterations),
+        "tensors": [
+            {"name": v.name, "shape": [int(d) for d in v.shape], "t_dw_ms": t_dw[k],
+             "t_dy_ms": t_dy[k], "estimated": estimated[k], "rank": info.rank[k]}
+            for k, v in enumerate(variables)
+        ],
+        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host": {"platform": platform.platform(), "processor": platform.machine(),
+                 "tensorflow": tf.__version__,
+                 "devices": [d.name for d in tf.config.list_logical_devices()]},
+        "trace": None if own_dir else xplane,
+        "profiling_wall_s": time.perf_counter() - wall0,
+    }
+    return table
+
+
+# --------------------------------------------------------------------------- table I/O
+def save_table(table, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=1)
+    os.replace(tmp, path)  # a table is either whole or absent, even if interrupted
+
+
+def load_table(path, model=None, input_size=None, batch_size=None):
+    """Read a timing table; reject a corrupt file or one made for another configuration."""
+    if not os.path.exists(path):
+        raise UserError(f"no timing table at {path}; run profiler.py first")
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"corrupt timing table {path}: {e}") from None
+    if not isinstance(table, dict):
+        raise UserError(f"corrupt timing table {path}: not a JSON object")
+    missing = [k for k in REQUIRED_KEYS if k not in table]
+    if missing:
+        raise UserError(f"corrupt timing table {path}: missing {', '.join(missing)}")
+    try:
+        for t in table["tensors"]:
+            for key in ("name", "t_dw_ms", "t_dy_ms"):
+                t[key]
+            if not (math.isfinite(t["t_dw_ms"]) and math.isfinite(t["t_dy_ms"])):
+                raise ValueError("non-finite time")
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"corrupt timing table {path}: bad tensor entry ({e})") from None
+    if input_size is not None and table["input_size"] != input_size:
+        raise UserError(f"timing table {path} was profiled at input size {table['input_size']}, "
+                        f"not {input_size}; re-run profiler.py")
+    if batch_size is not None and table["batch_size"] != batch_size:
+        raise UserError(f"timing table {path} was profiled at batch size {table['batch_size']}, "
+                        f"not {batch_size}; re-run profiler.py")
+    if model is not None:
+        names = [v.name for v in model.trainable_weights]
+        got = [t["name"] for t in table["tensors"]]
+        if len(names) != len(got):
+            raise UserError(f"timing table {path} has {len(got)} tensors but the model has "
+                            f"{len(names)}; re-run profiler.py for this model")
+        if names != got:
+            first = next(i for i, (a, b) in enumerate(zip(names, got)) if a != b)
+            raise UserError(f"timing table {path} does not match the model: tensor {first} is "
+                            f"{got[first]!r} in the table, {names[first]!r} in the model")
+    return table
+
+
+def summarize(table):
+    """One human-readable block about a table."""
+    n = len(table["tensors"])
+    est = sum(t["estimated"] for t in table["tensors"])
+    lines = [
+        f"model {table['model']}  input {table['input_size']}  batch {table['batch_size']}  "
+        f"classes {table['num_classes']}  tensors {n} ({est} estimated)",
+        f"forward {table['t_fp_ms']:.1f} ms  backward {table['t_bp_ms']:.1f} ms  "
+        f"full step {table['t_full_ms']:.1f} ms  (t_fp/t_full {table['t_fp_ms'] / table['t_full_ms']:.2f})",
+        f"backward op time attributed to tensors: {100 * table['coverage']:.1f}%",
+    ]
+    if table["unattributed"]:
+        top = ", ".join(f"{u['name']} {u['ms']:.2f} ms" for u in table["unattributed"][:3])
+        lines.append(f"top unattributed: {top}")
+    return "\n".join(lines)
+
+
+def plot_table(table, path):
+    """Bars of t_dw and t_dy per tensor from the input (left) to the output (right); PNG + PDF."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tensors = sorted(table["tensors"], key=lambda t: -t["rank"])
+    n = len(tensors)
+    x = np.arange(n)
+    dw = np.array([t["t_dw_ms"] for t in tensors])
+    dy = np.array([t["t_dy_ms"] for t in tensors])
+    est = np.array([t["estimated"] for t in tensors])
+    fig, ax = plt.subplots(figsize=(max(6.0, min(18.0, 0.08 * n + 4)), 3.6))
+    ax.bar(x, dw, color="#1f77b4", label="t_dw (weight gradient + update)")
+    ax.bar(x, dy, bottom=dw, color="#ff7f0e", label="t_dy (error gradient)")
+    if est.any():
+        ax.bar(x[est], dw[est], color="none", edgecolor="k", hatch="//", label="estimated (FLOPs)")
+    ax.set_xlabel("tensor (input → output)")
+    ax.set_ylabel("time per step (ms)")
+    ax.set_title(f"{table['model']}: input {table['input_size']}, batch {table['batch_size']}; "
+                 f"forward {table['t_fp_ms']:.0f} ms, full step {table['t_full_ms']:.0f} ms")
+    ax.set_xlim(-1, n)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    base = os.path.splitext(path)[0]
+    fig.savefig(base + ".png", dpi=130)
+    fig.savefig(base + ".pdf")
+    plt.close(fig)
+    return base + ".png"
+
+
+def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=200,
+                          weights="none", num_iterations=5, warmup=2, output=None,
+                          trace_dir=None, figure=None, seed=0, progress=True):
+    """Build the model, profile it, write the table (and its figure); return (table, path)."""
+    import models
+
+    output = output or default_table_path(model_name, input_size, batch_size, num_classes)
+    stem = os.path.splitext(os.path.basename(output))[0]
+    trace_dir = trace_dir or os.path.join(os.path.dirname(output) or ".", "traces", stem)
+    model = models.build_model(model_name, input_size=input_size, num_classes=num_classes,
+                               weights=weights)
+    if str(model_name).endswith((".keras", ".h5")):
+        input_size = int(model.input_shape[1])
+        num_classes = int(model.output_shape[-1])
+    table = profile_model(model, model_name, input_size, batch_size, num_classes,
+                          num_iterations=num_iterations, warmup=warmup, trace_dir=trace_dir,
+                          seed=seed, progress=progress)
+    save_table(table, output)
+    if figure != "":
+        plot_table(table, figure or os.path.join("figures", f"profile_{stem}.png"))
+    return table, output
