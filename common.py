@@ -6,8 +6,43 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def _import_tensorflow_quietly():
+    """Import TensorFlow with the C-level stderr silenced.
+
+    TF 2.21 logs through absl before absl reads any log level, so TF_CPP_MIN_LOG_LEVEL cannot
+    stop its banners; pointing fd 2 at /dev/null for the import can.  An import failure is
+    re-raised with what TensorFlow printed.
+    """
+    if "tensorflow" in sys.modules or os.environ.get("ET_TF_VERBOSE"):
+        return
+    import tempfile
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+            import tf_keras  # noqa: F401
+            tensorflow.config.list_logical_devices()  # device set-up logs (cuInit) too
+        except BaseException:
+            os.dup2(saved, 2)
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+_import_tensorflow_quietly()
+
+
 class UserError(Exception):
     """Bad input from the user: reported as one line on stderr with exit code 2, no traceback."""
+
+
+class RunError(Exception):
+    """A run that cannot go on (a NaN loss, ...): one line on stderr, exit code 1."""
 
 
 class Registry(dict):
@@ -38,6 +73,9 @@ def run_cli(fn, argv=None):
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except RunError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

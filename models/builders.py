@@ -1,0 +1,266 @@
+"""Built-in CNN classifiers (resnet50, vgg16, mobilenetv2) and the helpers every model shares.
+
+Structure of every built-in model (the reference's):
+    Input(size, size, 3) float images in [0, 255]
+    -> "augment_flip" RandomFlip("horizontal") -> "augment_rotation" RandomRotation(0.2)
+    -> "preprocess" (caffe style for resnet50/vgg16, scale to [-1, 1] for mobilenetv2/vit)
+    -> backbone (keras.applications, include_top=False) called with training=False, so its
+       BatchNorm layers use their moving statistics while gamma/beta still train
+    -> "global_pool" GlobalAveragePooling2D -> "dropout" Dropout(0.2) -> "classifier" Dense logits.
+
+ImageNet weights come from keras' own cache/download (keras.utils.get_file, cache_subdir "models")
+rooted at $KERAS_HOME or ~/.keras. We fetch the file ourselves *before* building, so an offline
+machine fails fast with a one-line UserError naming the expected cache file.
+"""
+import common  # noqa: F401  (quiets TF logs; must come first)
+from common import Registry, UserError
+
+import functools
+import os
+import re
+
+import tensorflow as tf
+import tf_keras as keras
+
+MODELS = Registry("model")
+
+DEFAULT_INPUT_SIZE = 224
+DEFAULT_NUM_CLASSES = 200
+
+_SERIALIZABLE_PACKAGE = "elastictrainer"
+
+
+def register_serializable(cls):
+    """Register a custom layer so `keras.models.load_model` finds it once `models` is imported."""
+    return keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)(cls)
+
+
+def one_line(exc):
+    """An exception's message squeezed onto one line (UserError messages must be one line)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+# ----------------------------------------------------------------------------------------------
+# argument checks
+# ----------------------------------------------------------------------------------------------
+
+def weights_kind(weights):
+    """'none' | 'imagenet' | 'path' for a `weights` argument (None counts as 'none')."""
+    if weights is None:
+        return "none"
+    text = os.fspath(weights)
+    if text.strip().lower() in ("", "none"):
+        return "none"
+    if text.strip().lower() == "imagenet":
+        return "imagenet"
+    return "path"
+
+
+def check_input_size(input_size, minimum=32, multiple_of=1, model="model"):
+    if isinstance(input_size, bool) or not isinstance(input_size, int):
+        raise UserError(f"input size must be an integer, got {input_size!r}")
+    if input_size < minimum:
+        raise UserError(f"{model} needs an input size >= {minimum}, got {input_size}")
+    if input_size % multiple_of:
+        raise UserError(f"{model} needs an input size that is a multiple of {multiple_of}, got {input_size}")
+    return input_size
+
+
+def check_num_classes(num_classes):
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise UserError(f"number of classes must be a positive integer, got {num_classes!r}")
+    return num_classes
+
+
+# ----------------------------------------------------------------------------------------------
+# weights: keras cache + user files
+# ----------------------------------------------------------------------------------------------
+
+def keras_cache_root():
+    """Root of the keras cache: $KERAS_HOME or ~/.keras (files live in <root>/models).
+
+    tf_keras' get_file ignores $KERAS_HOME, so we pass it as cache_dir explicitly. Like keras,
+    an unwritable root falls back to /tmp/.keras.
+    """
+    root = os.path.expanduser(os.environ.get("KERAS_HOME") or os.path.join("~", ".keras"))
+    try:
+        os.makedirs(os.path.join(root, "models"), exist_ok=True)
+    except OSError:
+        pass
+    if not os.access(root, os.W_OK):
+        root = os.path.join("/tmp", ".keras")
+    return root
+
+
+def fetch_pretrained(fname, url, what, file_hash=None):
+    """Path of a cached pretrained file, downloading it when missing; UserError when impossible."""
+    root = keras_cache_root()
+    expected = os.path.join(root, "models", fname)
+    try:
+        return keras.utils.get_file(fname, url, cache_subdir="models", cache_dir=root, file_hash=file_hash)
+    except Exception as e:  # offline (URLError), HTTP error, hash mismatch, unwritable cache
+        raise UserError(
+            f"ImageNet weights for {what} are not cached and the download failed ({one_line(e)}); "
+            f"put the file at {expected}, or use --weights none or --weights PATH") from e
+
+
+def _looks_like_tf_checkpoint(path):
+    return os.path.isfile(path + ".index")
+
+
+def load_weights_file(model, path):
+    """Load a weights file saved by this project (`model.save_weights`) into `model`.
+
+    Accepts .h5 files, TF checkpoints (the prefix, e.g. run/ckpt for run/ckpt.index, or a directory
+    holding a `checkpoint` file), and for ViT models a .npz in the published ViT layout.
+    Missing or mismatching files raise a one-line UserError.
+    """
+    path = os.path.expanduser(os.fspath(path))
+    if path.lower().endswith(".npz"):
+        from models import vit  # lazy: vit imports this module
+        if not vit.is_vit(model):
+            raise UserError(f"{path}: .npz weights are only supported for the vit model, not {model.name}")
+        vit.load_vit_npz(model, path)
+        return model
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise UserError(f"weights directory {path} holds no TF checkpoint")
+        path = latest
+    if not (os.path.isfile(path) or _looks_like_tf_checkpoint(path)):
+        raise UserError(f"weights file not found: {path}")
+    try:
+        status = model.load_weights(path)
+    except Exception as e:
+        raise UserError(f"cannot load weights {path} into model {model.name}: {one_line(e)}") from e
+    if status is not None and hasattr(status, "assert_existing_objects_matched"):
+        # TF checkpoints restore lazily and silently skip unmatched variables: insist that every
+        # model variable was matched; extra checkpoint values (e.g. optimizer slots) are fine.
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError as e:
+            found = re.search(r"Found (\d+) Python objects", str(e))
+            detail = f"{found.group(1)} of its variables are not in the checkpoint" if found else one_line(e)
+            raise UserError(f"weights {path} do not match model {model.name}: {detail}") from e
+        finally:
+            status.expect_partial()  # no "unrestored values" log spam either way
+    return model
+
+
+def _load_pretrained_h5(backbone, path, what):
+    try:
+        backbone.load_weights(path)
+    except Exception as e:
+        raise UserError(f"cached ImageNet weights {path} for {what} do not load ({one_line(e)}); "
+                        f"delete the file to re-download it, or use --weights none") from e
+
+
+# ----------------------------------------------------------------------------------------------
+# shared front end
+# ----------------------------------------------------------------------------------------------
+
+@register_serializable
+class ImagenetPreprocess(keras.layers.Layer):
+    """keras.applications.<arch>.preprocess_input as a (serializable) layer: [0, 255] RGB in."""
+
+    _FUNCTIONS = {
+        "resnet50": lambda x: keras.applications.resnet50.preprocess_input(x),
+        "vgg16": lambda x: keras.applications.vgg16.preprocess_input(x),
+    }
+
+    def __init__(self, arch, **kwargs):
+        super().__init__(**kwargs)
+        if arch not in self._FUNCTIONS:
+            raise ValueError(f"no preprocess_input for {arch!r}")
+        self.arch = arch
+
+    def call(self, inputs):
+        return self._FUNCTIONS[self.arch](inputs)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "arch": self.arch}
+
+
+def image_input(input_size):
+    return keras.Input(shape=(input_size, input_size, 3), name="image")
+
+
+def augment(x):
+    """The reference's training-time augmentation (identity at inference)."""
+    x = keras.layers.RandomFlip("horizontal", name="augment_flip")(x)
+    return keras.layers.RandomRotation(0.2, name="augment_rotation")(x)
+
+
+def scale_to_unit_range(x):
+    """[0, 255] -> [-1, 1] (mobilenet_v2.preprocess_input / ViT)."""
+    return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocess")(x)
+
+
+# ----------------------------------------------------------------------------------------------
+# CNNs
+# ----------------------------------------------------------------------------------------------
+# ImageNet "no top" weight files exactly as tf_keras 2.21's applications name, locate and hash them
+# (tf_keras/src/applications/{resnet,vgg16,mobilenet_v2}.py).
+_APPS_URL = "https://storage.googleapis.com/tensorflow/keras-applications/"
+
+
+def _resnet50_file(input_size):
+    fname = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
+    return fname, _APPS_URL + "resnet/" + fname, "4d473c1dd8becc155b73f8504c6f6626"
+
+
+def _vgg16_file(input_size):
+    fname = "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5"
+    return fname, _APPS_URL + "vgg16/" + fname, "6d6bbae143d832006294945121d1f1fc"
+
+
+def _mobilenetv2_file(input_size):
+    # keras ships weights for these square sizes and falls back to the 224 file otherwise; the
+    # convolution weights do not depend on the input size, so any size loads them.
+    rows = input_size if input_size in (96, 128, 160, 192, 224) else 224
+    fname = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}_no_top.h5"
+    return fname, _APPS_URL + "mobilenet_v2/" + fname, None
+
+
+_CNNS = {
+    "resnet50": (lambda **kw: keras.applications.ResNet50(**kw), "caffe", _resnet50_file),
+    "vgg16": (lambda **kw: keras.applications.VGG16(**kw), "caffe", _vgg16_file),
+    "mobilenetv2": (lambda **kw: keras.applications.MobileNetV2(**kw), "unit", _mobilenetv2_file),
+}
+
+
+def build_cnn(arch, input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, weights="none"):
+    """A keras.applications backbone wrapped in the reference's augmentation + classifier head."""
+    make_backbone, preprocess, weight_file = _CNNS[arch]
+    check_input_size(input_size, minimum=32, model=arch)
+    check_num_classes(num_classes)
+    kind = weights_kind(weights)
+    pretrained = None
+    if kind == "imagenet":  # fetch first: fail fast, before spending time building
+        fname, url, file_hash = weight_file(input_size)
+        pretrained = fetch_pretrained(fname, url, arch, file_hash)
+
+    inputs = image_input(input_size)
+    x = augment(inputs)
+    x = ImagenetPreprocess(arch, name="preprocess")(x) if preprocess == "caffe" else scale_to_unit_range(x)
+    # weights=None + explicit input_shape: no download and no "non-standard size" warning; we load
+    # the ImageNet file ourselves exactly like keras does (backbone.load_weights).
+    backbone = make_backbone(include_top=False, weights=None, input_shape=(input_size, input_size, 3))
+    if pretrained is not None:
+        _load_pretrained_h5(backbone, pretrained, arch)
+    x = backbone(x, training=False)
+    x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
+    x = keras.layers.Dropout(0.2, name="dropout")(x)
+    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
+    model = keras.Model(inputs, outputs, name=f"{arch}_classifier")
+    if kind == "path":
+        load_weights_file(model, weights)
+    return model
+
+
+for _arch in _CNNS:
+    MODELS.register(_arch)(functools.partial(build_cnn, _arch))

@@ -1,0 +1,332 @@
+"""models/: built-in builders, weights handling (imagenet offline, PATH, user models), ViT .npz loader."""
+import common  # noqa: F401
+from common import UserError
+
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from models import MODEL_NAMES, build_model, load_weights_file
+from models.vit import MultiHeadDotProductAttention, build_vit, load_vit_npz, npz_table
+
+TINY_VIT = dict(patch_size=8, hidden=32, depth=2, heads=4, mlp_dim=64)
+
+
+def _images(size, batch=2, seed=0):
+    return np.random.default_rng(seed).uniform(0, 255, (batch, size, size, 3)).astype("float32")
+
+
+def _tiny_vit(input_size=32, num_classes=5, **kw):
+    return build_vit(input_size, num_classes, **{**TINY_VIT, **kw})
+
+
+# ------------------------------------------------------------------------------------------------
+# builders
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,size,count", [
+    ("resnet50", 32, 214), ("vgg16", 32, 28), ("mobilenetv2", 32, 158), ("vit", 32, 200),
+])
+def test_builtin_models_build_and_run(name, size, count):
+    model = build_model(name, input_size=size, num_classes=7, weights="none")
+    assert isinstance(model, keras.Model)
+    assert model.input_shape == (None, size, size, 3)
+    assert model.output_shape == (None, 7)
+    assert len(model.trainable_weights) == count
+    logits = model(_images(size, batch=3), training=True).numpy()
+    assert logits.shape == (3, 7) and np.isfinite(logits).all()
+    names = [layer.name for layer in model.layers]
+    assert names[1:4] == ["augment_flip", "augment_rotation", "preprocess"]
+    if name == "vit":
+        assert names[-1] == "head" and names[-2] == "class_token"
+    else:
+        assert names[-3:] == ["global_pool", "dropout", "classifier"]
+        backbone = {"resnet50": "resnet50", "vgg16": "vgg16", "mobilenetv2": f"mobilenetv2_1.00_{size}"}[name]
+        assert names[4] == backbone and isinstance(model.layers[4], keras.Model)
+
+
+def test_model_names_and_unknown_name():
+    assert MODEL_NAMES == ("resnet50", "vgg16", "mobilenetv2", "vit")
+    with pytest.raises(UserError) as err:
+        build_model("resnet18")
+    for name in MODEL_NAMES:
+        assert name in str(err.value)
+
+
+def test_bad_sizes_are_user_errors():
+    with pytest.raises(UserError):
+        build_model("vgg16", input_size=16, num_classes=3)
+    with pytest.raises(UserError):
+        build_model("vit", input_size=40, num_classes=3)  # not a multiple of 16
+    with pytest.raises(UserError):
+        build_model("vgg16", input_size=32, num_classes=0)
+
+
+def test_backbone_runs_in_inference_mode():
+    """BatchNorm moving stats stay put in a training step; gamma/beta get gradients."""
+    model = build_model("mobilenetv2", input_size=32, num_classes=3)
+    backbone = model.get_layer("mobilenetv2_1.00_32")
+    moving = [w for w in backbone.weights if "moving_mean" in w.name][0]
+    before = moving.numpy().copy()
+    x = _images(32, batch=4)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_weights)
+    np.testing.assert_array_equal(moving.numpy(), before)
+    assert all(g is not None for g in grads)
+
+
+def test_vit_trains_end_to_end_and_is_ordered():
+    model = _tiny_vit()
+    names = [w.name for w in model.trainable_weights]
+    assert names[:4] == ["embedding/kernel:0", "embedding/bias:0", "cls/cls:0",
+                         "Transformer_posembed_input/pos_embedding:0"]
+    assert names[-2:] == ["head/kernel:0", "head/bias:0"]
+    blocks = [int(n.split("_")[2]) for n in names if n.startswith("Transformer_encoderblock_")]
+    assert blocks == sorted(blocks) and len(blocks) == 16 * TINY_VIT["depth"]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(_images(32), training=True) ** 2)
+    grads = tape.gradient(loss, model.trainable_weights)
+    assert all(g is not None and np.isfinite(g.numpy()).all() for g in grads)
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(_images(32, batch=4), np.arange(4) % 5, batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_attention_matches_keras_multi_head_attention():
+    """Our 2-D q/k/v/out layout is the documented reshape of keras' (and the npz's) per-head layout."""
+    hidden, heads = 16, 4
+    x = np.random.default_rng(1).normal(size=(2, 5, hidden)).astype("float32")
+    ours = MultiHeadDotProductAttention(heads)
+    ours(x)
+    rng = np.random.default_rng(2)
+    for w in ours.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32"))
+    ref = keras.layers.MultiHeadAttention(heads, hidden // heads)
+    ref(x, x)
+    hd = hidden // heads
+    ref.set_weights([
+        ours.query_kernel.numpy().reshape(hidden, heads, hd), ours.query_bias.numpy().reshape(heads, hd),
+        ours.key_kernel.numpy().reshape(hidden, heads, hd), ours.key_bias.numpy().reshape(heads, hd),
+        ours.value_kernel.numpy().reshape(hidden, heads, hd), ours.value_bias.numpy().reshape(heads, hd),
+        ours.out_kernel.numpy().reshape(heads, hd, hidden), ours.out_bias.numpy(),
+    ])
+    np.testing.assert_allclose(ours(x).numpy(), ref(x, x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# weights
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg16", "mobilenetv2", "vit"])
+def test_imagenet_offline_is_one_line_user_error(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "kh"))
+    expected = {
+        "resnet50": "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5",
+        "vgg16": "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5",
+        "mobilenetv2": "mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_224_no_top.h5",
+        "vit": "ViT-B_16_imagenet21k+imagenet2012.npz",
+    }[name]
+    start = time.time()
+    with pytest.raises(UserError) as err:
+        build_model(name, input_size=32, num_classes=3, weights="imagenet")
+    msg = str(err.value)
+    assert os.path.join(str(tmp_path / "kh"), "models", expected) in msg
+    assert "--weights none" in msg and "\n" not in msg
+    assert time.time() - start < 20  # no network: must fail fast, before building the model
+
+
+def test_imagenet_uses_cached_file(tmp_path, monkeypatch):
+    """A file already in the keras cache is loaded (mobilenetv2's files carry no hash)."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    donor = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3))
+    rng = np.random.default_rng(3)
+    donor.set_weights([rng.normal(size=w.shape).astype("float32") for w in donor.weights])
+    os.makedirs(tmp_path / "models")
+    donor.save_weights(str(tmp_path / "models" / "mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_224_no_top.h5"))
+    model = build_model("mobilenetv2", input_size=32, num_classes=3, weights="imagenet")
+    backbone = model.get_layer("mobilenetv2_1.00_32")
+    for a, b in zip(backbone.weights, donor.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("fmt", ["h5", "tf"])
+def test_weights_path_round_trip(fmt, tmp_path):
+    src = build_model("mobilenetv2", input_size=32, num_classes=4)
+    path = str(tmp_path / ("w.h5" if fmt == "h5" else "ckpt"))
+    src.save_weights(path)
+    dst = build_model("mobilenetv2", input_size=32, num_classes=4, weights=path)
+    assert len(src.weights) == len(dst.weights)
+    for a, b in zip(src.weights, dst.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    x = _images(32)
+    np.testing.assert_allclose(src(x, training=False).numpy(), dst(x, training=False).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_vit_weights_path_round_trip(tmp_path):
+    src = _tiny_vit()
+    path = str(tmp_path / "vit.h5")
+    src.save_weights(path)
+    dst = _tiny_vit(weights=path)
+    for a, b in zip(src.weights, dst.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_bad_weights_path(tmp_path):
+    with pytest.raises(UserError) as err:
+        build_model("mobilenetv2", input_size=32, num_classes=4, weights=str(tmp_path / "missing.h5"))
+    assert "missing.h5" in str(err.value) and "\n" not in str(err.value)
+    # a weights file of another architecture / class count
+    other = _tiny_vit(num_classes=4)
+    for path in (str(tmp_path / "other.h5"), str(tmp_path / "other_ckpt")):
+        other.save_weights(path)
+        with pytest.raises(UserError) as err:
+            build_model("mobilenetv2", input_size=32, num_classes=4, weights=path)
+        assert "\n" not in str(err.value)
+    garbage = tmp_path / "garbage.h5"
+    garbage.write_bytes(b"not hdf5")
+    with pytest.raises(UserError):
+        load_weights_file(other, str(garbage))
+
+
+# ------------------------------------------------------------------------------------------------
+# user models
+# ------------------------------------------------------------------------------------------------
+
+def test_user_keras_model(tmp_path):
+    inputs = keras.Input((24, 24, 3))
+    x = keras.layers.Conv2D(4, 3)(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(6)(x)
+    user = keras.Model(inputs, outputs)
+    path = str(tmp_path / "mine.keras")
+    user.save(path)
+    loaded = build_model(path)
+    assert loaded.input_shape == (None, 24, 24, 3) and loaded.output_shape == (None, 6)
+    for a, b in zip(user.weights, loaded.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert build_model(path, input_size=224, num_classes=6).output_shape == (None, 6)
+    with pytest.raises(UserError) as err:
+        build_model(path, num_classes=10)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError) as err:
+        build_model(str(tmp_path / "absent.keras"))
+    assert "absent.keras" in str(err.value)
+    corrupt = tmp_path / "corrupt.h5"
+    corrupt.write_bytes(b"junk")
+    with pytest.raises(UserError) as err:
+        build_model(str(corrupt))
+    assert "corrupt.h5" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_saved_vit_reloads_as_user_model(tmp_path):
+    """Our custom ViT layers are serializable: a saved tiny ViT comes back through build_model."""
+    model = _tiny_vit(num_classes=3)
+    path = str(tmp_path / "vit.keras")
+    model.save(path)
+    loaded = build_model(path, num_classes=3)
+    x = _images(32)
+    # training=False: keras' RandomFlip/RandomRotation default to training=True when called bare
+    np.testing.assert_allclose(model(x, training=False).numpy(), loaded(x, training=False).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    assert [w.name for w in loaded.weights] == [w.name for w in model.weights]
+
+
+# ------------------------------------------------------------------------------------------------
+# ViT .npz checkpoints
+# ------------------------------------------------------------------------------------------------
+
+def _fake_npz(path, grid, patch=8, hidden=32, depth=2, heads=4, mlp=64, classes=11, drop=()):
+    rng = np.random.default_rng(4)
+    hd = hidden // heads
+
+    def r(*shape):
+        return rng.normal(size=shape).astype("float32")
+
+    arrays = {
+        "embedding/kernel": r(patch, patch, 3, hidden), "embedding/bias": r(hidden), "cls": r(1, 1, hidden),
+        "Transformer/posembed_input/pos_embedding": r(1, 1 + grid * grid, hidden),
+        "Transformer/encoder_norm/scale": r(hidden), "Transformer/encoder_norm/bias": r(hidden),
+        "head/kernel": r(hidden, classes), "head/bias": r(classes),
+        "pre_logits/kernel": r(hidden, hidden), "pre_logits/bias": r(hidden),
+    }
+    for i in range(depth):
+        b = f"Transformer/encoderblock_{i}"
+        for ln in ("LayerNorm_0", "LayerNorm_2"):
+            arrays[f"{b}/{ln}/scale"], arrays[f"{b}/{ln}/bias"] = r(hidden), r(hidden)
+        for proj in ("query", "key", "value"):
+            arrays[f"{b}/MultiHeadDotProductAttention_1/{proj}/kernel"] = r(hidden, heads, hd)
+            arrays[f"{b}/MultiHeadDotProductAttention_1/{proj}/bias"] = r(heads, hd)
+        arrays[f"{b}/MultiHeadDotProductAttention_1/out/kernel"] = r(heads, hd, hidden)
+        arrays[f"{b}/MultiHeadDotProductAttention_1/out/bias"] = r(hidden)
+        arrays[f"{b}/MlpBlock_3/Dense_0/kernel"], arrays[f"{b}/MlpBlock_3/Dense_0/bias"] = r(hidden, mlp), r(mlp)
+        arrays[f"{b}/MlpBlock_3/Dense_1/kernel"], arrays[f"{b}/MlpBlock_3/Dense_1/bias"] = r(mlp, hidden), r(hidden)
+    for key in drop:
+        del arrays[key]
+    np.savez(path, **arrays)
+    return arrays
+
+
+def test_vit_npz_loader(tmp_path):
+    model = _tiny_vit(input_size=32, num_classes=5)  # 4x4 grid
+    path = str(tmp_path / "ckpt.npz")
+    arrays = _fake_npz(path, grid=6)  # checkpoint trained on a 6x6 grid
+    head_before = [w.numpy().copy() for w in model.get_layer("head").weights]
+    load_vit_npz(model, path)
+
+    table = npz_table(model)
+    assert len(table) == len(model.trainable_weights) - 2  # everything but the head
+    for var, key, kind, heads in table:
+        value, arr = var.numpy(), arrays[key]
+        if kind == "pos":
+            assert value.shape == (1, 1 + 4 * 4, 32)
+            np.testing.assert_array_equal(value[:, 0], arr[:, 0])  # class-token row kept
+            resized = tf.image.resize(arr[0, 1:].reshape(1, 6, 6, 32), (4, 4), method="bilinear")
+            np.testing.assert_allclose(value[0, 1:], resized.numpy().reshape(16, 32), rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(value, arr.reshape(value.shape))
+    for key in ("Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel",
+                "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel"):
+        var = [v for v, k, _, _ in table if k == key][0]
+        assert var.shape == (32, 32)
+    attn = model.get_layer("Transformer_encoderblock_0_MultiHeadDotProductAttention_1")
+    np.testing.assert_array_equal(  # head 1's query columns are npz[:, 1, :]
+        attn.query_kernel.numpy()[:, 8:16],
+        arrays["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"][:, 1, :])
+    for before, w in zip(head_before, model.get_layer("head").weights):
+        np.testing.assert_array_equal(before, w.numpy())
+    assert np.isfinite(model(_images(32)).numpy()).all()
+
+    # the same grid loads unchanged; .npz also works as a weights PATH
+    same = str(tmp_path / "same.npz")
+    arrays = _fake_npz(same, grid=4)
+    model2 = _tiny_vit(input_size=32, num_classes=5, weights=same)
+    np.testing.assert_array_equal(model2.get_layer("Transformer_posembed_input").pos_embedding.numpy(),
+                                  arrays["Transformer/posembed_input/pos_embedding"])
+
+
+def test_vit_npz_errors(tmp_path):
+    model = _tiny_vit()
+    key = "Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias"
+    path = str(tmp_path / "missing_key.npz")
+    _fake_npz(path, grid=4, drop=(key,))
+    before = [w.numpy().copy() for w in model.weights]
+    with pytest.raises(UserError) as err:
+        load_vit_npz(model, path)
+    assert key in str(err.value) and "\n" not in str(err.value)
+    for a, w in zip(before, model.weights):  # all or nothing
+        np.testing.assert_array_equal(a, w.numpy())
+    wrong = str(tmp_path / "wide.npz")
+    _fake_npz(wrong, grid=4, hidden=48, heads=4)
+    with pytest.raises(UserError) as err:
+        load_vit_npz(model, wrong)
+    assert "embedding/kernel" in str(err.value)
+    with pytest.raises(UserError):
+        load_vit_npz(model, str(tmp_path / "absent.npz"))
+    with pytest.raises(UserError):  # .npz weights only make sense for vit
+        build_model("mobilenetv2", input_size=32, num_classes=3, weights=path)
