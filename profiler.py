@@ -17,7 +17,9 @@ def build_parser():
                         "Keras model (.keras or .h5)")
     p.add_argument("--input_size", type=int, default=224, help="image height and width")
     p.add_argument("--batch_size", type=int, default=4, help="training batch size to profile")
-    p.add_argument("--num_classes", type=int, default=200, help="classifier outputs")
+    p.add_argument("--num_classes", type=int, default=None,
+                   help="classifier outputs (default: 200, as the paper's CUB-200; a saved model "
+                        "file keeps its own)")
     p.add_argument("--weights", default="none",
                    help="imagenet | none | PATH; timings do not depend on the values, so the "
                         "default avoids a download")
@@ -40,7 +42,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     for flag in ("input_size", "batch_size", "num_classes", "num_iterations"):
-        if getattr(args, flag) < 1:
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise common.UserError(f"--{flag} must be a positive integer")
     if args.warmup < 0:
         raise common.UserError("--warmup must be >= 0")

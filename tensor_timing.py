@@ -83,25 +83,35 @@ class GraphInfo:
                 for t in op.inputs:
                     anc[t.op.name] |= m
 
-        handle_bits = defaultdict(int)
+        # Descendant sets, tracked per output tensor: the optimizer's work for a tensor reads
+        # its variable handle or its gradient.  Forward ops only emit their own handle bits and
+        # backward ops only the gradients they produce, or every update would look shared.
         by_id = {id(v.handle): k for k, v in enumerate(variables)}
+        handle_bits = defaultdict(int)
         for external, internal in graph.captures:
             k = by_id.get(id(external))
             if k is not None:
                 handle_bits[internal.op.name] |= 1 << k
-        seed = defaultdict(int, handle_bits)
+        grad_bits = defaultdict(int)
         for k, g in enumerate(grads):
             if g is not None:
-                seed[g.op.name] |= 1 << k
-        desc = {}
+                grad_bits[g.name] |= 1 << k
+        out_mask, desc = {}, {}
         for op in ops:
-            m = seed.get(op.name, 0)
-            for t in op.inputs:
-                src = t.op.name
-                # Forward ops pass on only their own seed (a variable handle): everything
-                # downstream of the activations would otherwise look like every tensor's update.
-                m |= seed.get(src, 0) if src in forward else desc.get(src, 0)
+            in_masks = [out_mask.get(t.name, 0) for t in op.inputs]
+            m = 0
+            for x in in_masks:
+                m |= x
             desc[op.name] = m
+            for j, t in enumerate(op.outputs):
+                if op.name in forward:
+                    out_mask[t.name] = handle_bits.get(op.name, 0)
+                elif anc.get(op.name, 0):
+                    out_mask[t.name] = grad_bits.get(t.name, 0)
+                elif op.type in ("Identity", "IdentityN") and j < len(in_masks):
+                    out_mask[t.name] = in_masks[j]  # pass-through: output j is input j
+                else:
+                    out_mask[t.name] = m
 
         self.kind, self.mask = {}, {}
         for op in ops:
@@ -117,6 +127,7 @@ class GraphInfo:
 
         # Backprop order: tape.gradient creates output-side gradients first, so the creation
         # position of each tensor's gradient op ranks tensors from the output back (rank 0).
+        self.grad_ops = [g.op.name if g is not None else None for g in grads]
         position = {op.name: i for i, op in enumerate(ops)}
         key = [(position[g.op.name] if g is not None else len(ops), -k) for k, g in enumerate(grads)]
         order = sorted(range(self.n), key=lambda k: key[k])
@@ -138,7 +149,10 @@ class GraphInfo:
                     self._scopes["/".join(parts[:cut])].append(op_name)
         parts = name.split("/")
         for cut in range(len(parts) - 1, 0, -1):
-            members = self._scopes.get("/".join(parts[:cut]))
+            prefix = "/".join(parts[:cut])
+            if prefix in self.kind:  # a rewrite of one op keeps that op's name as its scope
+                return self.kind[prefix], self.mask[prefix]
+            members = self._scopes.get(prefix)
             if members:
                 kinds = [self.kind[m] for m in members]
                 if all(k == "forward" for k in kinds):
@@ -243,6 +257,13 @@ def attribute(info, op_times, kernel_type, num_steps):
     n = info.n
     t_dw = [0.0] * n
     t_dy = [0.0] * n
+    # A tensor is measured when a backward op of its own, or the op producing its gradient, was
+    # traced (or fused into a traced kernel): grappler drops trailing no-op reshapes, so the
+    # gradient's own op may be absent.  Shared ops and optimizer updates cannot vouch for one.
+    grad_op_of = defaultdict(int)
+    for k, g in enumerate(info.grad_ops):
+        if g is not None:
+            grad_op_of[g] |= 1 << k
     covered = 0
     fwd_ms = attributed_ms = 0.0
     unattributed = defaultdict(float)
@@ -257,9 +278,14 @@ def attribute(info, op_times, kernel_type, num_steps):
             unattributed[name] += ms
             continue
         attributed_ms += ms
-        covered |= mask | info.fused_cover(name, kernel_type.get(name, ""))
+        parts = name.split("/")
+        for cut in range(len(parts), 0, -1):
+            covered |= grad_op_of.get("/".join(parts[:cut]), 0)
+        covered |= info.fused_cover(name, kernel_type.get(name, ""))
         if mask & (mask - 1) == 0:
             t_dw[mask.bit_length() - 1] += ms
+            if kind == "backward":
+                covered |= mask
         else:
             members = [k for k in by_rank if mask >> k & 1]
             t_dy[members[0]] += ms
@@ -485,18 +511,20 @@ def plot_table(table, path):
     return base + ".png"
 
 
-def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=200,
+def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=None,
                           weights="none", num_iterations=5, warmup=2, output=None,
                           trace_dir=None, figure=None, seed=0, progress=True):
     """Build the model, profile it, write the table (and its figure); return (table, path)."""
     import models
 
+    if num_classes is None and not models.is_user_model(model_name):
+        num_classes = 200
     output = output or default_table_path(model_name, input_size, batch_size, num_classes)
     stem = os.path.splitext(os.path.basename(output))[0]
     trace_dir = trace_dir or os.path.join(os.path.dirname(output) or ".", "traces", stem)
     model = models.build_model(model_name, input_size=input_size, num_classes=num_classes,
                                weights=weights)
-    if str(model_name).endswith((".keras", ".h5")):
+    if models.is_user_model(model_name):  # a saved model brings its own sizes
         input_size = int(model.input_shape[1])
         num_classes = int(model.output_shape[-1])
     table = profile_model(model, model_name, input_size, batch_size, num_classes,

@@ -1,0 +1,275 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import common  # noqa: F401
+import tensorflow as tf
+import tf_keras as keras
+
+import engine
+import tensor_timing as tt
+from common import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_cnn(num_classes=5):
+    inp = keras.Input((24, 24, 3))
+    x = keras.layers.Rescaling(1 / 255.0)(inp)
+    x = keras.layers.Conv2D(8, 3, name="c1")(x)
+    x = keras.layers.BatchNormalization(name="bn1")(x)
+    x = keras.layers.ReLU(name="r1")(x)
+    x = keras.layers.DepthwiseConv2D(3, name="dw")(x)
+    x = keras.layers.MaxPooling2D(name="pool")(x)
+    x = keras.layers.Conv2D(16, 3, name="c2", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    x = keras.layers.Dense(num_classes, name="fc")(x)
+    return keras.Model(inp, x)
+
+
+def tiny_attention(num_classes=5):
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(16, 4, strides=4, name="patch")(inp)
+    x = keras.layers.Reshape((16, 16), name="tokens")(x)
+    h = keras.layers.LayerNormalization(name="ln1")(x)
+    h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(h, h)
+    x = keras.layers.Add(name="res1")([x, h])
+    h = keras.layers.LayerNormalization(name="ln2")(x)
+    h = keras.layers.Dense(32, activation="gelu", name="mlp1")(h)
+    h = keras.layers.Dense(16, name="mlp2")(h)
+    x = keras.layers.Add(name="res2")([x, h])
+    x = keras.layers.GlobalAveragePooling1D(name="gap")(x)
+    x = keras.layers.Dense(num_classes, name="head")(x)
+    return keras.Model(inp, x)
+
+
+@pytest.fixture(scope="module")
+def cnn_table():
+    model = tiny_cnn()
+    return model, tt.profile_model(model, "tiny_cnn", 24, 4, 5, num_iterations=3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def attn_table():
+    model = tiny_attention()
+    return model, tt.profile_model(model, "tiny_attn", 16, 4, 5, num_iterations=3, progress=False)
+
+
+@pytest.mark.parametrize("which", ["cnn_table", "attn_table"])
+def test_every_tensor_timed_and_covered(which, request):
+    model, table = request.getfixturevalue(which)
+    assert [t["name"] for t in table["tensors"]] == [v.name for v in model.trainable_weights]
+    assert table["coverage"] >= 0.95, table["unattributed"][:5]
+    for t in table["tensors"]:
+        assert not t["estimated"], t
+        # every tensor has at least its optimizer update in t_dw
+        assert t["t_dw_ms"] > 0, t
+    assert sorted(t["rank"] for t in table["tensors"]) == list(range(len(table["tensors"])))
+    assert table["t_full_ms"] > table["t_fp_ms"] > 0
+    assert table["t_bp_ms"] == pytest.approx(table["t_full_ms"] - table["t_fp_ms"])
+
+
+def test_rank_runs_from_output_back(cnn_table):
+    model, table = cnn_table
+    rank = {t["name"]: t["rank"] for t in table["tensors"]}
+    assert rank["fc/bias:0"] == 0 and rank["fc/kernel:0"] == 1
+    assert rank["c2/kernel:0"] < rank["dw/depthwise_kernel:0"] < rank["bn1/gamma:0"] < rank["c1/kernel:0"]
+
+
+def test_heavy_ops_land_where_the_time_model_needs_them(cnn_table):
+    _, table = cnn_table
+    by = {t["name"]: t for t in table["tensors"]}
+    # conv filter gradients are per-tensor work; the BN gradient op (one op for dx, dgamma, dbeta)
+    # must be paid once anything at or below BN trains: it is t_dy of beta, the output-most of them.
+    assert by["c1/kernel:0"]["t_dw_ms"] > 10 * by["c1/bias:0"]["t_dw_ms"]
+    assert by["bn1/beta:0"]["t_dy_ms"] > 0
+    assert by["bn1/gamma:0"]["t_dy_ms"] == 0
+    # the input-most tensor needs no error gradient below it
+    assert by["c1/kernel:0"]["t_dy_ms"] == 0
+
+
+def test_attention_tensors_all_attributed(attn_table):
+    _, table = attn_table
+    names = [t["name"] for t in table["tensors"]]
+    assert any("mha" in n and "query" in n for n in names)
+    dy_total = sum(t["t_dy_ms"] for t in table["tensors"])
+    assert dy_total > 0
+
+
+# ----------------------------------------------------------------- graph analysis, no trace
+def _analysed(model, batch=2):
+    variables = model.trainable_weights
+    opt = keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3)
+    opt.build(variables)
+    cap = {}
+    step = engine.make_train_step(model, opt, engine.make_loss(), variables, capture=cap)
+    shape = (batch,) + tuple(model.input_shape[1:])
+    x = tf.zeros(shape)
+    y = tf.zeros((batch,), tf.int32)
+    graph = step.get_concrete_function(x, y).graph
+    return tt.GraphInfo(graph, cap["loss"], cap["grads"], variables), variables
+
+
+def test_graph_classifies_weight_and_error_gradient_ops():
+    model = tiny_cnn()
+    info, variables = _analysed(model)
+    k = {v.name: i for i, v in enumerate(variables)}
+    kind, mask = info.lookup(f"gradient_tape/{model.name}/c2/Conv2D/Conv2DBackpropFilter")
+    assert kind == "backward" and mask == 1 << k["c2/kernel:0"]
+    kind, mask = info.lookup(f"gradient_tape/{model.name}/c2/Conv2D/Conv2DBackpropInput")
+    # dx of c2 is needed by every tensor below c2
+    below = [k[n] for n in ("c1/kernel:0", "c1/bias:0", "bn1/gamma:0", "bn1/beta:0",
+                            "dw/depthwise_kernel:0", "dw/bias:0")]
+    assert kind == "backward" and mask == sum(1 << b for b in below)
+    kind, _ = info.lookup(f"{model.name}/c2/Conv2D")
+    assert kind == "forward"
+    # a grappler-renamed op falls back to its name scope
+    kind, mask = info.lookup(f"gradient_tape/{model.name}/c2/Conv2D/Conv2DBackpropFilter/some_rewrite_0")
+    assert kind == "backward" and mask == 1 << k["c2/kernel:0"]
+    # weight decay and momentum updates belong to the variable they update
+    updates = [n for n, kd in info.kind.items() if kd == "update"]
+    assert updates and all(info.mask[n] and not info.mask[n] & (info.mask[n] - 1) for n in updates
+                           if n.startswith("SGD/mul"))
+
+
+def test_fused_filter_with_bias_covers_the_bias():
+    model = tiny_cnn()
+    info, variables = _analysed(model)
+    k = {v.name: i for i, v in enumerate(variables)}
+    name = f"gradient_tape/{model.name}/c2/Conv2D/Conv2DBackpropFilter"
+    cover = info.fused_cover(name,
+                             "_MklNativeConv2DBackpropFilterWithBias")
+    assert cover == 1 << k["c2/bias:0"]
+    assert info.fused_cover(name, "Conv2DBackpropFilter") == 0
+
+
+def test_missing_ops_are_estimated_from_flops():
+    model = tiny_cnn()
+    info, variables = _analysed(model)
+    k = {v.name: i for i, v in enumerate(variables)}
+    # a fake trace that lacks every op of c2's kernel gradient
+    times = {}
+    for name, kind in info.kind.items():
+        if kind in ("backward", "update") and info.mask[name] != 1 << k["c2/kernel:0"]:
+            times[name] = 1.0
+    att = tt.attribute(info, times, {}, num_steps=1)
+    assert not att["covered"][k["c2/kernel:0"]]
+    assert att["covered"][k["c1/kernel:0"]]
+    flops = info.dw_flops(variables, 2)
+    assert flops[k["c2/kernel:0"]] > flops[k["c2/bias:0"]] > 0
+
+
+def test_attribution_time_model_is_additive():
+    """Sum of every tensor's t_dw and t_dy equals the attributed non-forward op time."""
+    model = tiny_cnn()
+    info, _ = _analysed(model)
+    times = {name: 0.5 for name, kind in info.kind.items() if kind != "other"}
+    att = tt.attribute(info, times, {}, num_steps=2)
+    attributed = sum(0.25 for n, kd in info.kind.items() if kd in ("backward", "update") and info.mask[n])
+    assert sum(att["t_dw"]) + sum(att["t_dy"]) == pytest.approx(attributed)
+    assert att["coverage"] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------- xplane reading
+def _xspace(tmp_path):
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    space = xplane_pb2.XSpace()
+    host = space.planes.add(name="/host:CPU")
+    host.stat_metadata[1].id = 1
+    host.stat_metadata[1].name = "tf_op"
+    line = host.lines.add(name="tf_Compute/1")
+    for mid, name in ((1, "gradient_tape/a/MatMul:_MklMatMul"), (2, "step"),
+                      (3, "fn:StatefulPartitionedCall"), (4, "gpu_op:MatMul")):
+        host.event_metadata[mid].id = mid
+        host.event_metadata[mid].name = name
+    for mid, dur in ((1, 2_000_000_000), (1, 1_000_000_000), (2, 9e9), (3, 9e9), (4, 5e8)):
+        line.events.add(metadata_id=mid, duration_ps=int(dur))
+    gpu = space.planes.add(name="/device:GPU:0")
+    gpu.stat_metadata[7].id = 7
+    gpu.stat_metadata[7].name = "tf_op"
+    gline = gpu.lines.add(name="Stream #1")
+    gpu.event_metadata[1].id = 1
+    gpu.event_metadata[1].name = "volta_sgemm"
+    ev = gline.events.add(metadata_id=1, duration_ps=4_000_000_000)
+    ev.stats.add(metadata_id=7, str_value="gpu_op:MatMul")
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    return str(path)
+
+
+def test_read_op_times_host_and_device(tmp_path):
+    times, kinds = tt.read_op_times(_xspace(tmp_path))
+    assert times["gradient_tape/a/MatMul"] == pytest.approx(3.0)
+    assert kinds["gradient_tape/a/MatMul"] == "_MklMatMul"
+    assert "step" not in times and "fn" not in times  # not ops / call wrappers
+    assert times["gpu_op"] == pytest.approx(4.0)  # device kernel time replaces the launch
+
+
+# ----------------------------------------------------------------- table files
+def test_table_roundtrip_and_validation(tmp_path, cnn_table):
+    model, table = cnn_table
+    path = str(tmp_path / "t.json")
+    tt.save_table(table, path)
+    assert tt.load_table(path, model=model, input_size=24, batch_size=4)["model"] == "tiny_cnn"
+    with pytest.raises(UserError, match="input size"):
+        tt.load_table(path, input_size=32)
+    with pytest.raises(UserError, match="batch size"):
+        tt.load_table(path, batch_size=8)
+    with pytest.raises(UserError, match="tensors"):
+        tt.load_table(path, model=tiny_attention())
+    other = tiny_cnn()  # same structure, other variable names
+    if [v.name for v in other.trainable_weights] != [v.name for v in model.trainable_weights]:
+        with pytest.raises(UserError, match="does not match"):
+            tt.load_table(path, model=other)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(UserError, match="corrupt"):
+        tt.load_table(str(tmp_path / "bad.json"))
+    (tmp_path / "partial.json").write_text(json.dumps({"model": "x"}))
+    with pytest.raises(UserError, match="missing"):
+        tt.load_table(str(tmp_path / "partial.json"))
+    with pytest.raises(UserError, match="profiler.py"):
+        tt.load_table(str(tmp_path / "absent.json"))
+
+
+def test_plot_writes_png_and_pdf(tmp_path, cnn_table):
+    _, table = cnn_table
+    png = tt.plot_table(table, str(tmp_path / "p.png"))
+    assert os.path.getsize(png) > 1000 and os.path.getsize(str(tmp_path / "p.pdf")) > 1000
+
+
+# ----------------------------------------------------------------- the CLI
+def _run(args, cwd):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "profiler.py")] + args, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_profiles_a_user_model_file(tmp_path):
+    path = str(tmp_path / "mine.keras")
+    tiny_cnn(num_classes=3).save(path)
+    out = str(tmp_path / "table.json")
+    r = _run(["--model_name", path, "--batch_size", "2", "--num_iterations", "2", "--output", out,
+              "--figure", str(tmp_path / "fig.png"), "--quiet"], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    table = json.load(open(out))
+    assert table["input_size"] == 24 and table["num_classes"] == 3
+    for key in tt.REQUIRED_KEYS:
+        assert key in table
+    assert os.path.exists(tmp_path / "fig.png")
+    assert os.path.isdir(tmp_path / "traces" / "table")  # the real trace is kept
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model_name", "resnet51"], "resnet50"),
+    (["--batch_size", "0"], "batch_size"),
+    (["--batch_size", "four"], "invalid int"),
+])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    r = _run(args, cwd=str(tmp_path))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
