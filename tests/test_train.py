@@ -1,0 +1,324 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import common  # noqa: F401
+import tensorflow as tf
+import tf_keras as keras
+
+import main as main_cli
+import runlog
+import tensor_timing as tt
+import train
+from common import RunError, UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_model(num_classes=10, size=16):
+    """Deterministic (no dropout, no augmentation) conv/BN/dense model."""
+    inp = keras.Input((size, size, 3))
+    x = keras.layers.Rescaling(1 / 255.0, name="scale")(inp)
+    x = keras.layers.Conv2D(8, 3, padding="same", name="c1")(x)
+    x = keras.layers.BatchNormalization(name="bn1")(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(8, 3, padding="same", name="c2")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(num_classes, name="head")(x)
+    return keras.Model(inp, x)
+
+
+def batch(n=4, size=16, num_classes=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return (tf.constant(rng.uniform(0, 255, (n, size, size, 3)), tf.float32),
+            tf.constant(rng.integers(0, num_classes, n), tf.int32))
+
+
+def snapshot(variables):
+    return [v.numpy().copy() for v in variables]
+
+
+# ----------------------------------------------------------------- roles and schemes
+def test_tensor_roles_are_rules_over_layers():
+    model = tiny_model()
+    roles = dict(zip([v.name for v in model.trainable_weights], train.tensor_roles(model)))
+    assert roles == {"c1/kernel:0": "kernel", "c1/bias:0": "bias", "bn1/gamma:0": "norm",
+                     "bn1/beta:0": "norm", "c2/kernel:0": "kernel", "c2/bias:0": "bias",
+                     "head/kernel:0": "head", "head/bias:0": "head"}
+
+
+EXPECTED = {
+    "full_training": {"c1/kernel:0", "c1/bias:0", "bn1/gamma:0", "bn1/beta:0", "c2/kernel:0",
+                      "c2/bias:0", "head/kernel:0", "head/bias:0"},
+    "prunetrain": {"c1/kernel:0", "c1/bias:0", "bn1/gamma:0", "bn1/beta:0", "c2/kernel:0",
+                   "c2/bias:0", "head/kernel:0", "head/bias:0"},
+    "traditional_tl_training": {"head/kernel:0", "head/bias:0"},
+    "bn_plus_bias_training": {"c1/bias:0", "bn1/gamma:0", "bn1/beta:0", "c2/bias:0",
+                              "head/kernel:0", "head/bias:0"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixed_schemes_train_exactly_their_tensors(name):
+    model = tiny_model()
+    scheme = train.SCHEMES[name]
+    roles = train.tensor_roles(model)
+    tr = train.Trainer(model, keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3), scheme, roles)
+    before = snapshot(tr.variables)
+    tr.step_for(scheme.fixed_selection(roles))(*batch())
+    changed = {v.name for v, b in zip(tr.variables, before) if not np.array_equal(v.numpy(), b)}
+    assert changed == EXPECTED[name]
+
+
+def test_prunetrain_adds_l1_on_kernels_only():
+    x, y = batch()
+    results = {}
+    for name in ("full_training", "prunetrain"):
+        keras.utils.set_random_seed(1)
+        model = tiny_model()
+        roles = train.tensor_roles(model)
+        scheme = train.SCHEMES[name]
+        tr = train.Trainer(model, keras.optimizers.SGD(0.1), scheme, roles)
+        w0 = snapshot(tr.variables)
+        tr.step_for(scheme.fixed_selection(roles))(x, y)
+        results[name] = [v.numpy() - w for v, w in zip(tr.variables, w0)]
+        names = [v.name for v in tr.variables]
+    for i, n in enumerate(names):
+        diff = results["prunetrain"][i] - results["full_training"][i]
+        if n in ("c1/kernel:0", "c2/kernel:0", "head/kernel:0"):
+            # the extra step is -lr * 1e-4 * sign(w)
+            np.testing.assert_allclose(np.abs(diff), 0.1 * 1e-4, rtol=1e-2, atol=1e-7)
+        else:
+            np.testing.assert_allclose(diff, 0, atol=1e-7)
+
+
+def test_unknown_scheme_lists_valid_names():
+    with pytest.raises(UserError) as e:
+        train.Config(train_type="elastic").validate()
+    for name in train.SCHEMES:
+        assert name in str(e.value)
+
+
+# ----------------------------------------------------------------- importance
+def _trainer(model=None, optimizer=None):
+    model = model or tiny_model()
+    roles = train.tensor_roles(model)
+    return train.Trainer(model, optimizer or keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=1e-3),
+                         train.SCHEMES["elastic_training"], roles)
+
+
+def test_importance_restores_weights_and_optimizer_state_bit_identical():
+    tr = _trainer()
+    for s in range(3):  # non-zero momentum and iteration count
+        tr.step_for(range(len(tr.variables)))(*batch(seed=s))
+    w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
+    nt0 = snapshot(tr.model.non_trainable_weights)
+    imp = train.taylor_importance(tr, [batch(seed=7), batch(seed=8)])
+    assert imp.shape == (len(tr.variables),) and np.all(np.isfinite(imp))
+    for a, b in zip(w0, snapshot(tr.variables)):
+        assert np.array_equal(a, b)
+    for a, b in zip(o0, snapshot(tr.optimizer.variables)):
+        assert np.array_equal(a, b)
+    assert int(tr.optimizer.iterations.numpy()) == 3
+    del nt0  # BN moving statistics follow the probe steps, as in any training step
+
+
+def test_taylor_importance_matches_a_naive_computation():
+    """I_k = -sum g(w + dw) * dw with dw one plain SGD step, computed by hand."""
+    keras.utils.set_random_seed(3)
+    model = tiny_model()
+    tr = _trainer(model, keras.optimizers.SGD(0.05))
+    x, y = batch(seed=11)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def grads():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        return [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
+
+    w0 = snapshot(model.trainable_weights)
+    bn0 = snapshot(model.non_trainable_weights)
+    g0 = grads()
+    dw = [-0.05 * g for g in g0]
+    for v, w, d in zip(model.trainable_weights, w0, dw):
+        v.assign(w + d)
+    g1 = grads()
+    naive = np.array([-np.sum(a.astype(np.float64) * d) for a, d in zip(g1, dw)])
+    for v, w in zip(model.trainable_weights, w0):
+        v.assign(w)
+    for v, w in zip(model.non_trainable_weights, bn0):
+        v.assign(w)
+    fast = train.taylor_importance(tr, [(x, y)])
+    np.testing.assert_allclose(fast, naive, rtol=2e-2, atol=1e-9)
+    assert fast[-1] > 0  # the head's update lowers the loss
+
+
+def test_ablation_importances():
+    tr = _trainer()
+    wm = train.weight_magnitude_importance(tr, [])
+    np.testing.assert_allclose(wm, [np.abs(v.numpy()).sum() for v in tr.variables], rtol=1e-6)
+    gm = train.grad_magnitude_importance(tr, [batch()])
+    assert np.all(gm >= 0) and gm.sum() > 0
+    norm = train.normalize(np.array([2.0, -4.0, 1.0]))
+    np.testing.assert_allclose(norm, [0.5, -1.0, 0.25])
+
+
+# ----------------------------------------------------------------- step cache and time model
+def test_step_cache_is_bounded_and_reuses_compiled_steps():
+    tr = _trainer()
+    tr.steps.maxsize = 3
+    x, y = batch()
+    n = len(tr.variables)
+    selections = [tuple(range(k, n)) for k in range(n)]
+    for sel in selections:
+        tr.step_for(sel)(x, y)
+    assert len(tr.steps) == 3 and tr.steps.traces == n
+    tr.step_for(selections[-1])(x, y)  # cached: no new trace
+    assert tr.steps.traces == n
+
+
+def fake_table(model, t_fp=10.0, t_full=30.0):
+    n = len(model.trainable_weights)
+    return {"t_fp_ms": t_fp, "t_full_ms": t_full, "tensors": [
+        {"name": v.name, "t_dw_ms": 1.0 + (n - 1 - k), "t_dy_ms": 0.5, "estimated": False,
+         "rank": n - 1 - k}
+        for k, v in enumerate(model.trainable_weights)]}
+
+
+def test_time_model_predicts_full_step_and_selection_fits_rho():
+    model = tiny_model()
+    tm = train.TimeModel(fake_table(model))
+    n = len(model.trainable_weights)
+    assert tm.predicted_ratio(np.ones(n, bool)) == pytest.approx(1.0)
+    assert tm.predicted_ratio(np.zeros(n, bool)) == pytest.approx(tm.rho_floor)
+    rng = np.random.default_rng(0)
+    for rho in (0.4, 0.5, 0.7, 0.9):
+        imp = rng.uniform(0.1, 1.0, n)
+        mask = tm.select(imp, rho)
+        assert tm.predicted_ratio(mask) <= rho + 1e-9
+        assert mask.any()
+    # training only the output-most tensor costs its t_dw plus the first t_dy
+    head_bias = n - 1
+    mask = np.zeros(n, bool)
+    mask[head_bias] = True
+    scale = 20.0 / sum(1.0 + k + 0.5 for k in range(n))
+    assert tm.cost_ms(mask) == pytest.approx(scale * (1.0 + 0.5))
+    # the deepest tensor pays every t_dy above it
+    mask = np.zeros(n, bool)
+    mask[0] = True
+    assert tm.cost_ms(mask) == pytest.approx(scale * (1.0 + (n - 1) + 0.5 * n))
+
+
+def test_rho_validation():
+    for rho in (0.0, -0.5, 1.5):
+        with pytest.raises(UserError, match="rho"):
+            train.Config(rho=rho).validate()
+    with pytest.raises(UserError, match="interval"):
+        train.Config(interval=0).validate()
+    with pytest.raises(UserError, match="num_epochs"):
+        train.Config(num_epochs=-1).validate()
+
+
+# ----------------------------------------------------------------- whole runs through main.py
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    model = tiny_model(num_classes=10, size=16)
+    model.save(str(d / "tiny.keras"))
+    table = tt.profile_model(model, str(d / "tiny.keras"), 16, 4, 10, num_iterations=2, progress=False)
+    tt.save_table(table, str(d / "table.json"))
+    return d
+
+
+def _argv(workdir, train_type, run_name, *extra):
+    return ["--model_name", str(workdir / "tiny.keras"), "--dataset_name", "synthetic",
+            "--input_size", "16", "--weights", "none", "--num_epochs", "2", "--steps_per_epoch", "4",
+            "--interval", "0.5", "--rho", "0.8", "--learning_rate", "0.01", "--train_type", train_type,
+            "--timing_table", str(workdir / "table.json"), "--logdir", str(workdir / "logs"),
+            "--run_name", run_name, "--quiet"] + list(extra)
+
+
+def _scalars(run):
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(str(run), size_guidance={"tensors": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.mark.parametrize("train_type", sorted(train.SCHEMES))
+def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
+    assert main_cli.main(_argv(workdir, train_type, train_type)) == 0
+    run = workdir / "logs" / train_type
+    cfg = json.load(open(run / runlog.CONFIG_FILE))
+    assert cfg["train_type"] == train_type and cfg["seed"] == 0 and cfg["num_classes"] == 10
+    summary = json.load(open(run / runlog.SUMMARY_FILE))
+    for key in ("train_type", "model", "dataset", "rho", "best_test_accuracy", "train_time_s", "epochs"):
+        assert key in summary
+    assert summary["status"] == "finished" and len(summary["epochs"]) == 2
+    assert set(summary["epochs"][0]) >= {"epoch", "train_time_s", "test_accuracy", "test_loss", "selected"}
+    assert 0 <= summary["best_test_accuracy"] <= 100 and summary["train_time_s"] > 0
+    acc = _scalars(run)
+    tags = set(acc.Tags()["tensors"]) | set(acc.Tags()["scalars"])
+    assert {runlog.TRAIN_ACCURACY, runlog.TRAIN_LOSS, runlog.LEARNING_RATE, runlog.TEST_ACCURACY,
+            runlog.TEST_LOSS} <= tags
+    if train.SCHEMES[train_type].elastic:
+        assert {runlog.NUM_SELECTED, runlog.PREDICTED_RATIO, runlog.SELECTION_MASK} <= tags
+        # interval 0.5 with 4 steps an epoch: a selection at steps 0, 2, 4, 6
+        assert [s["step"] for s in summary["selections"]] == [0, 2, 4, 6]
+        masks = acc.Tensors(runlog.SELECTION_MASK)
+        assert len(masks) == 4 and tf.make_ndarray(masks[0].tensor_proto).shape == (8,)
+        for s in summary["selections"]:
+            assert s["predicted_ratio"] <= 0.8 + 1e-9
+    else:
+        assert summary["rho"] is None
+
+
+def test_save_model_and_txt_then_weights_path_loads(workdir):
+    assert main_cli.main(_argv(workdir, "full_training", "saved", "--save_model", "true",
+                               "--save_txt", "1")) == 0
+    run = workdir / "logs" / "saved"
+    hours, best = np.loadtxt(run / "saved.txt")
+    assert best == pytest.approx(json.load(open(run / runlog.SUMMARY_FILE))["best_test_accuracy"])
+    import models
+    model = models.build_model(str(workdir / "tiny.keras"), weights=str(run / runlog.BEST_WEIGHTS_FILE))
+    assert len(model.trainable_weights) == 8
+
+
+def test_ctrl_c_keeps_finished_epochs_and_exits_130(workdir):
+    def log(msg):
+        if msg.startswith("epoch 1:"):
+            os.kill(os.getpid(), signal.SIGINT)
+    cfg = main_cli.config_from_args(main_cli.build_parser().parse_args(
+        _argv(workdir, "full_training", "interrupted") + ["--num_epochs", "4"]))
+    summary = train.run(cfg, log=log)
+    assert summary["status"] == "interrupted"
+    on_disk = json.load(open(workdir / "logs" / "interrupted" / runlog.SUMMARY_FILE))
+    assert on_disk["status"] == "interrupted" and 1 <= len(on_disk["epochs"]) < 4
+
+
+def test_nan_loss_stops_with_a_clear_message(workdir):
+    with pytest.raises(RunError, match="learning_rate"):
+        main_cli.main(_argv(workdir, "full_training", "nan", "--learning_rate", "1e12",
+                            "--optimizer", "adam"))
+    assert json.load(open(workdir / "logs" / "nan" / runlog.SUMMARY_FILE))["status"] == "nan"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--rho", "1.5"], "rho"),
+    (["--train_type", "elastic"], "full_training"),
+    (["--num_epochs", "-1"], "num_epochs"),
+    (["--save_txt", "maybe"], "save_txt"),
+    (["--dataset_name", "imagenet"], "synthetic"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, args, needle):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--weights", "none",
+                        "--quiet"] + args, cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
