@@ -50,6 +50,20 @@ def default_table_path(model_name, input_size, batch_size, num_classes, folder=P
 
 
 # --------------------------------------------------------------------------- graph dataflow
+def slot_owners(variables, optimizer_variables):
+    """(slot variable, tensor index) pairs: Keras names a slot '<slot>/<weight name>'."""
+    by_name = {}
+    for k, v in enumerate(variables):
+        by_name.setdefault(v.name, k)
+    pairs = []
+    for ov in optimizer_variables:
+        parts = ov.name.split("/", 1)
+        k = by_name.get(parts[1]) if len(parts) == 2 else None
+        if k is not None and ov.shape == variables[k].shape:
+            pairs.append((ov, k))
+    return pairs
+
+
 class GraphInfo:
     """Per-op classification of a traced training step.
 
@@ -59,7 +73,7 @@ class GraphInfo:
     (model.trainable_weights order) that need the op.
     """
 
-    def __init__(self, graph, loss, grads, variables):
+    def __init__(self, graph, loss, grads, variables, optimizer_variables=()):
         ops = graph.get_operations()  # creation order, which is topological for these graphs
         self.ops = {op.name: op for op in ops}
         self.n = len(variables)
@@ -87,6 +101,8 @@ class GraphInfo:
         # its variable handle or its gradient.  Forward ops only emit their own handle bits and
         # backward ops only the gradients they produce, or every update would look shared.
         by_id = {id(v.handle): k for k, v in enumerate(variables)}
+        for slot, k in slot_owners(variables, optimizer_variables):
+            by_id[id(slot.handle)] = k  # momentum/Adam slots are that tensor's update work too
         handle_bits = defaultdict(int)
         for external, internal in graph.captures:
             k = by_id.get(id(external))
@@ -99,7 +115,7 @@ class GraphInfo:
         out_mask, desc = {}, {}
         for op in ops:
             in_masks = [out_mask.get(t.name, 0) for t in op.inputs]
-            m = 0
+            m = handle_bits.get(op.name, 0)
             for x in in_masks:
                 m |= x
             desc[op.name] = m
@@ -342,7 +358,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         forward(x, y)[0].numpy()
         bar.update(1)
     graph = step.get_concrete_function(x, y).graph
-    info = GraphInfo(graph, capture["loss"], capture["grads"], variables)
+    info = GraphInfo(graph, capture["loss"], capture["grads"], variables, optimizer.variables)
 
     fp, full = [], []
     for _ in range(num_iterations):

@@ -111,7 +111,7 @@ def _analysed(model, batch=2):
     x = tf.zeros(shape)
     y = tf.zeros((batch,), tf.int32)
     graph = step.get_concrete_function(x, y).graph
-    return tt.GraphInfo(graph, cap["loss"], cap["grads"], variables), variables
+    return tt.GraphInfo(graph, cap["loss"], cap["grads"], variables, opt.variables), variables
 
 
 def test_graph_classifies_weight_and_error_gradient_ops():
@@ -134,6 +134,10 @@ def test_graph_classifies_weight_and_error_gradient_ops():
     updates = [n for n, kd in info.kind.items() if kd == "update"]
     assert updates and all(info.mask[n] and not info.mask[n] & (info.mask[n] - 1) for n in updates
                            if n.startswith("SGD/mul"))
+    # ... including the momentum slot's decay, which reads only the slot
+    others = [n for n, kd in info.kind.items() if kd == "other" and n.startswith("SGD/")
+              and info.ops[n].type == "Mul"]
+    assert not others, others
 
 
 def test_fused_filter_with_bias_covers_the_bias():
