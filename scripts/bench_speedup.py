@@ -1,0 +1,227 @@
+"""Does rho hold?  Measure the step-time ratio ElasticTrainer's selection really achieves.
+
+For each requested rho: evaluate importance on a batch, solve eq. 3 with the profiled time model,
+then time real training steps of that selection and of full training, interleaved in one run
+(repetitions, medians).  Also: the time model's error on random selections, the DP solve time
+and the RSS growth over re-selections.  Prints a table, writes JSON and a figure.
+
+    python scripts/bench_speedup.py --model_name resnet50 --rhos 0.4,0.5,0.6,0.7 --out bench.json
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import common  # noqa: E402
+from common import ArgumentParser, UserError  # noqa: E402
+
+
+def build_parser():
+    p = ArgumentParser(prog="bench_speedup.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model_name", default="resnet50", help="built-in name or a .keras/.h5 file")
+    p.add_argument("--input_size", type=int, default=224)
+    p.add_argument("--batch_size", type=int, default=4)
+    p.add_argument("--num_classes", type=int, default=200)
+    p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", help="comma-separated requested ratios")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per selection per round")
+    p.add_argument("--random_selections", type=int, default=20,
+                   help="random selections for the time model's error")
+    p.add_argument("--reselections", type=int, default=30, help="re-selections for RSS growth")
+    p.add_argument("--timing_table", default=None, help="reuse this table (default: profile or "
+                                                        "reuse profiles/<model>...json)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="JSON results (default: figures/bench_<model>.json)")
+    p.add_argument("--figure", default=None, help="requested vs measured plot (default: next to --out)")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def rss_mb():
+    """Resident set size now (not the peak), in MB."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rhos=(0.4, 0.5, 0.6, 0.7),
+                  repeats=5, steps=3, random_selections=20, reselections=30, timing_table=None,
+                  seed=0, progress=True, log=print):
+    import statistics
+    import time
+
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+    from tqdm import tqdm
+
+    import models
+    import tensor_timing
+    import train
+
+    for rho in rhos:
+        if not 0 < rho <= 1:
+            raise UserError(f"--rhos values must be in (0, 1], got {rho}")
+    keras.utils.set_random_seed(seed)
+    model = models.build_model(model_name, input_size=input_size, num_classes=num_classes)
+    if models.is_user_model(model_name):
+        input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
+    path = timing_table or tensor_timing.default_table_path(model_name, input_size, batch_size, num_classes)
+    if not os.path.exists(path):
+        log(f"profiling first: {path}")
+        tensor_timing.save_table(tensor_timing.profile_model(
+            model, model_name, input_size, batch_size, num_classes, progress=progress), path)
+    table = tensor_timing.load_table(path, model=model, input_size=input_size, batch_size=batch_size)
+    tm = train.TimeModel(table)
+    cfg = train.Config(model_name=model_name, input_size=input_size, batch_size=batch_size)
+    roles = train.tensor_roles(model)
+    trainer = train.Trainer(model, train.make_optimizer(cfg, 10**6), train.SCHEMES["elastic_training"], roles)
+    trainer.steps.maxsize = max(8, len(rhos) + 2)
+    n = len(trainer.variables)
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
+    y = tf.constant(rng.integers(0, num_classes, batch_size), tf.int32)
+    importance = train.normalize(train.taylor_importance(trainer, [(x, y)]))
+
+    t0 = time.perf_counter()
+    for _ in range(20):
+        tm.select(importance, rhos[0])
+    dp_ms = (time.perf_counter() - t0) / 20 * 1e3
+
+    full = tuple(range(n))
+    masks = {rho: tm.select(importance, rho) for rho in rhos}
+    selections = {"full": full}
+    selections.update({rho: tuple(int(k) for k in np.nonzero(m)[0]) or (int(tm.order[0]),)
+                       for rho, m in masks.items()})
+
+    def timed(sel, count):
+        step = trainer.step_for(sel)
+        out = []
+        for _ in range(count):
+            t = time.perf_counter()
+            step(x, y)[0].numpy()
+            out.append(time.perf_counter() - t)
+        return out
+
+    bar = tqdm(total=len(selections) * (repeats + 1) + random_selections + reselections,
+               desc="benchmark", disable=not progress)
+    for sel in selections.values():  # compile and warm up every step first
+        timed(sel, 2)
+        bar.update(1)
+    times = {key: [] for key in selections}
+    for r in range(repeats):
+        keys = list(selections)
+        if r % 2:
+            keys.reverse()  # interleave so drift hits every selection alike
+        for key in keys:
+            times[key] += timed(selections[key], steps)
+            bar.update(1)
+    full_ms = statistics.median(times["full"]) * 1e3
+    results = []
+    for rho in rhos:
+        sel_ms = statistics.median(times[rho]) * 1e3
+        results.append({"rho": rho, "measured_ratio": sel_ms / full_ms,
+                        "predicted_ratio": tm.predicted_ratio(masks[rho]),
+                        "selected": len(selections[rho]), "step_ms": sel_ms})
+
+    errors = []
+    trainer.steps.maxsize = 4
+    for i in range(random_selections):
+        # random depth, random density above it: the kinds of selections the DP makes
+        order = tm.order
+        depth = int(rng.integers(1, n + 1))
+        mask = np.zeros(n, bool)
+        chosen = order[:depth][rng.random(depth) < rng.uniform(0.2, 1.0)]
+        mask[chosen] = True
+        mask[order[depth - 1]] = True
+        sel = tuple(int(k) for k in np.nonzero(mask)[0])
+        timed(sel, 1)
+        measured = statistics.median(timed(sel, steps)) * 1e3
+        predicted = tm.t_fp + tm.cost_ms(mask)
+        # in units of today's full step, so machine-wide drift since profiling cancels out
+        errors.append(abs(predicted / tm.t_full - measured / full_ms) / (measured / full_ms))
+        bar.update(1)
+
+    trainer.steps.maxsize = 8
+    rss = []
+    for i in range(reselections):
+        imp = rng.uniform(-0.2, 1.0, n)
+        rho = float(rng.uniform(min(rhos), max(rhos)))
+        mask = tm.select(imp, rho)
+        sel = tuple(int(k) for k in np.nonzero(mask)[0]) or (int(tm.order[0]),)
+        trainer.step_for(sel)(x, y)[0].numpy()
+        rss.append(rss_mb())
+        bar.update(1)
+    bar.close()
+    growth = (rss[-1] - rss[min(9, len(rss) - 1)]) / max(len(rss) - 10, 1) if len(rss) > 10 else 0.0
+    return {
+        "model": str(model_name), "input_size": input_size, "batch_size": batch_size,
+        "num_tensors": n, "timing_table": path,
+        "full_step_ms": full_ms, "profiled_full_step_ms": tm.t_full,
+        "results": results, "time_model_mape": float(np.mean(errors)) if errors else None,
+        "dp_ms": dp_ms, "rss_mb": rss, "rss_growth_mb_per_reselection": growth,
+        "rss_after_first_mb": rss[0] if rss else None, "rss_after_last_mb": rss[-1] if rss else None,
+        "step_cache_traces": trainer.steps.traces, "repeats": repeats, "steps": steps,
+    }
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rhos = [r["rho"] for r in result["results"]]
+    fig, ax = plt.subplots(figsize=(4.6, 4))
+    lo, hi = min(rhos) - 0.1, max(rhos) + 0.1
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="requested = achieved")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="±10%")
+    ax.plot(rhos, [r["measured_ratio"] for r in result["results"]], "o-", label="measured")
+    ax.plot(rhos, [r["predicted_ratio"] for r in result["results"]], "s:", label="time model")
+    ax.set_xlabel("requested rho (elastic / full step time)")
+    ax.set_ylabel("achieved step-time ratio")
+    ax.set_title(f"{result['model']}, input {result['input_size']}, batch {result['batch_size']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    base = os.path.splitext(path)[0]
+    fig.savefig(base + ".png", dpi=130)
+    fig.savefig(base + ".pdf")
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        rhos = tuple(float(r) for r in args.rhos.split(",") if r.strip())
+    except ValueError:
+        raise UserError(f"--rhos must be a comma-separated list of numbers, got {args.rhos!r}") from None
+    if not rhos:
+        raise UserError("--rhos is empty")
+    result = run_benchmark(args.model_name, args.input_size, args.batch_size, args.num_classes, rhos,
+                           args.repeats, args.steps, args.random_selections, args.reselections,
+                           args.timing_table, args.seed, progress=not args.quiet)
+    stem = os.path.splitext(os.path.basename(args.model_name))[0]
+    out = args.out or os.path.join("figures", f"bench_{stem}_i{result['input_size']}_b{args.batch_size}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    import runlog
+    runlog.write_json(out, result)
+    plot(result, args.figure or os.path.splitext(out)[0] + ".png")
+    print(f"{result['model']} input {result['input_size']} batch {result['batch_size']}: "
+          f"full step {result['full_step_ms']:.1f} ms (profiled {result['profiled_full_step_ms']:.1f})")
+    print(f"{'rho':>5} {'measured':>9} {'predicted':>9} {'|meas/rho-1|':>12} {'selected':>8}")
+    for r in result["results"]:
+        print(f"{r['rho']:>5.2f} {r['measured_ratio']:>9.3f} {r['predicted_ratio']:>9.3f} "
+              f"{abs(r['measured_ratio'] / r['rho'] - 1):>12.3f} {r['selected']:>5}/{result['num_tensors']}")
+    mape = result["time_model_mape"]
+    print(f"time model MAPE on {args.random_selections} random selections: "
+          f"{mape:.3f}" if mape is not None else "time model MAPE: n/a")
+    print(f"DP solve: {result['dp_ms']:.2f} ms; RSS growth {result['rss_growth_mb_per_reselection']:.2f} MB "
+          f"per re-selection ({result['rss_after_first_mb']:.0f} -> {result['rss_after_last_mb']:.0f} MB "
+          f"over {args.reselections}); written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    common.run_cli(main)

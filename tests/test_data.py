@@ -1,0 +1,399 @@
+"""data.py: TFDS (mocked and really prepared, offline), image folders, synthetic data, shuffling."""
+import common  # noqa: F401
+from common import UserError
+
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from PIL import Image
+
+import data
+
+TFDS_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120}
+
+
+def _arrays(ds):
+    xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds])
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _check_batches(bundle, input_size, batch_size):
+    """Element format, batch sizes (train B, test 2B, last batch partial) and label range."""
+    for ds, n, b in ((bundle.train, bundle.num_train, batch_size),
+                     (bundle.test, bundle.num_test, 2 * batch_size)):
+        sizes = []
+        for x, y in ds:
+            assert x.dtype == tf.float32 and y.dtype == tf.int32
+            assert x.shape[1:] == (input_size, input_size, 3)
+            assert y.shape == (x.shape[0],)
+            assert 0.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 255.0
+            assert 0 <= int(tf.reduce_min(y)) and int(tf.reduce_max(y)) < bundle.num_classes
+            sizes.append(int(x.shape[0]))
+        assert sum(sizes) == n
+        assert all(s == b for s in sizes[:-1]) and 0 < sizes[-1] <= b
+
+
+# ------------------------------------------------------------------------------------------------
+# TFDS
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_network_check(monkeypatch):
+    """mock_data turns download_and_prepare into a no-op; skip the reachability probe before it."""
+    monkeypatch.setattr(data, "_download_blocker", lambda builder, **kw: None)
+
+
+@pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
+def test_tfds_mock_data(name, tmp_path, no_network_check):
+    with tfds.testing.mock_data(num_examples=10):
+        bundle = data.load_dataset(name, input_size=32, batch_size=4, seed=0, data_dir=tmp_path)
+        assert bundle.name == name
+        assert bundle.num_classes == TFDS_CLASSES[name]
+        assert (bundle.num_train, bundle.num_test) == (10, 10)
+        _check_batches(bundle, 32, 4)
+        x, _ = next(iter(bundle.train))
+        assert x.shape == (4, 32, 32, 3)
+
+
+def _fake_value(feature, h, w, rng):
+    """A valid example value for any feature the three builders use."""
+    F = tfds.features
+    if isinstance(feature, F.FeaturesDict):
+        return {k: _fake_value(f, h, w, rng) for k, f in feature.items()}
+    if isinstance(feature, F.Sequence):
+        return [_fake_value(feature.feature, h, w, rng)]
+    if isinstance(feature, F.Image):
+        return rng.integers(0, 256, (h, w, feature.shape[-1]), dtype=np.uint8)
+    if isinstance(feature, F.ClassLabel):
+        return int(rng.integers(feature.num_classes))
+    if isinstance(feature, F.BBoxFeature):
+        return F.BBox(0.1, 0.2, 0.6, 0.7)
+    if isinstance(feature, F.Text):
+        return "fake"
+    raise AssertionError(f"no fake value for {feature!r}")
+
+
+def _prepare_fake_tfds(name, data_dir, n_train, n_test):
+    """Write a real (tiny, random) prepared copy of TFDS dataset `name` into data_dir, offline.
+
+    A subclass of the real builder under the same name generates fake examples instead of
+    downloading; tfds then writes the usual tfrecords + dataset_info.json, so the reading path is
+    the one real users take.
+    """
+    base = tfds.builder_cls(name)
+
+    def split_generators(self, dl_manager):
+        return {"train": self._fake(n_train, 0), "test": self._fake(n_test, 1000)}
+
+    def fake(self, n, offset):
+        rng = np.random.default_rng(offset)
+        for i in range(n):
+            h, w = (int(v) for v in rng.integers(12, 48, size=2))
+            yield f"ex{offset + i}", _fake_value(self.info.features, h, w, rng)
+
+    from tensorflow_datasets.core import registered
+    with registered.skip_registration():
+        cls = type("Fake" + base.__name__, (base,), {
+            "name": name, "url_infos": None, "_split_generators": split_generators,
+            "_fake": fake, "_get_pkg_dir_path": classmethod(lambda c: base._get_pkg_dir_path()),
+        })
+    builder = cls(data_dir=str(data_dir))
+    builder.download_and_prepare()
+    assert builder.is_prepared()
+
+
+@pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
+def test_tfds_prepared_on_disk(name, tmp_path):
+    _prepare_fake_tfds(name, tmp_path, n_train=7, n_test=3)
+    bundle = data.load_dataset(name, input_size=24, batch_size=2, seed=0, data_dir=tmp_path,
+                               download=False)
+    assert (bundle.num_train, bundle.num_test, bundle.num_classes) == (7, 3, TFDS_CLASSES[name])
+    _check_batches(bundle, 24, 2)
+    if name == "oxford_iiit_pet":
+        assert bundle.class_names[0] == "Abyssinian"
+    # test split fixed, train reshuffled per epoch but reproducible under the seed
+    assert np.array_equal(_arrays(bundle.test)[1], _arrays(bundle.test)[1])
+    one, two = (data.load_dataset(name, input_size=24, batch_size=2, seed=0, data_dir=tmp_path,
+                                  download=False) for _ in range(2))
+    epochs = []
+    for _ in range(2):
+        a, b = _arrays(one.train), _arrays(two.train)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        epochs.append(a[0])
+    assert not np.array_equal(epochs[0], epochs[1])
+
+
+def _assert_one_line_prepare_error(excinfo, name, data_dir):
+    msg = str(excinfo.value)
+    assert "\n" not in msg
+    assert name in msg and "--data_dir" in msg and str(data_dir) in msg
+    assert f"tfds build {name}" in msg
+    return msg
+
+
+@pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
+def test_tfds_not_prepared_without_download(name, tmp_path):
+    t = time.time()
+    with pytest.raises(UserError) as excinfo:
+        data.load_dataset(name, data_dir=tmp_path, download=False)
+    assert time.time() - t < 10
+    _assert_one_line_prepare_error(excinfo, name, tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_tfds_download_failure_is_one_line(tmp_path, monkeypatch, no_network_check):
+    def fail(self, *a, **kw):
+        raise ConnectionError("Max retries exceeded\nwith url: https://example.invalid/x.tgz")
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
+    with pytest.raises(UserError) as excinfo:
+        data.load_dataset("stanford_dogs", data_dir=tmp_path)
+    msg = _assert_one_line_prepare_error(excinfo, "stanford_dogs", tmp_path)
+    assert "Max retries exceeded with url" in msg
+
+
+def test_tfds_download_missing_module(tmp_path, monkeypatch, no_network_check):
+    def fail(self, *a, **kw):
+        raise ModuleNotFoundError("No module named 'importlib_resources'",
+                                  name="importlib_resources")
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
+    with pytest.raises(UserError, match="pip install importlib_resources"):
+        data.load_dataset("oxford_iiit_pet", data_dir=tmp_path)
+
+
+class _FakeBuilder:
+    url_infos = {"https://files.example.invalid/a.tgz": None, "http://o.example.invalid/b": None}
+
+
+def test_download_blocker_unreachable_host(monkeypatch):
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+
+    def refuse(address, timeout=None):
+        raise OSError("Network is unreachable")
+    monkeypatch.setattr(data.socket, "create_connection", refuse)
+    problem = data._download_blocker(_FakeBuilder())
+    assert "Network is unreachable" in problem and "example.invalid" in problem
+
+    def hang(address, timeout=None):
+        time.sleep(3)
+        raise OSError("too late")
+    monkeypatch.setattr(data.socket, "create_connection", hang)
+    t = time.time()
+    problem = data._download_blocker(_FakeBuilder(), timeout=0.3)
+    assert time.time() - t < 2 and "within 0.3s" in problem
+
+    class Conn:
+        def close(self):
+            pass
+    monkeypatch.setattr(data.socket, "create_connection", lambda address, timeout=None: Conn())
+    assert data._download_blocker(_FakeBuilder()) is None
+
+
+def test_tfds_offline_fails_fast_unpatched(tmp_path, monkeypatch):
+    """The real path, with the real network check: on this offline machine it must fail in seconds.
+
+    With internet this would start a real download, so never let it reach download_and_prepare.
+    """
+    def no_download(self, *a, **kw):
+        raise ConnectionError("test stub: downloads disabled")
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", no_download)
+    t = time.time()
+    with pytest.raises(UserError) as excinfo:
+        data.load_dataset("oxford_iiit_pet", data_dir=tmp_path)
+    assert time.time() - t < 15
+    _assert_one_line_prepare_error(excinfo, "oxford_iiit_pet", tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# image folders
+# ------------------------------------------------------------------------------------------------
+
+def _write_folder(root, classes=("cat", "dog", "eel"), per_class=5, fmt="png"):
+    """Uniformly coloured images of different sizes; red = class*80 + 7*i identifies each file."""
+    for c, name in enumerate(classes):
+        os.makedirs(root / name, exist_ok=True)
+        for i in range(per_class):
+            size = (10 + 3 * i, 14 + 2 * c)
+            colour = (c * 80 + 7 * i, 20 * i % 256, 200 - 30 * c)
+            Image.new("RGB", size, colour).save(root / name / f"img{i}.{fmt}")
+    return root
+
+
+def _ids(ds):
+    """Each image's red value (its identity, see _write_folder)."""
+    x, _ = _arrays(ds)
+    return sorted(int(round(v)) for v in x[:, 0, 0, 0])
+
+
+def test_folder_held_out_split(tmp_path):
+    _write_folder(tmp_path / "pets")
+    (tmp_path / "pets" / "notes.txt").write_text("not an image")
+    bundle = data.load_dataset(str(tmp_path / "pets"), input_size=16, batch_size=4, seed=0)
+    assert bundle.num_classes == 3 and bundle.class_names == ("cat", "dog", "eel")
+    assert (bundle.num_train, bundle.num_test) == (12, 3)
+    assert bundle.name == "pets"
+    _check_batches(bundle, 16, 4)
+    train_ids, test_ids = _ids(bundle.train), _ids(bundle.test)
+    assert set(train_ids).isdisjoint(test_ids) and len(set(train_ids) | set(test_ids)) == 15
+    # one test image per class; labels agree with the class folder
+    x, y = _arrays(bundle.test)
+    assert sorted(y.tolist()) == [0, 1, 2]
+    assert all(int(round(r)) // 80 == label for r, label in zip(x[:, 0, 0, 0], y))
+    # deterministic under the seed, and the seed matters
+    again = data.load_dataset(str(tmp_path / "pets"), input_size=16, batch_size=4, seed=0)
+    assert _ids(again.test) == test_ids
+    others = {tuple(_ids(data.load_dataset(str(tmp_path / "pets"), input_size=16, seed=s).test))
+              for s in range(1, 6)}
+    assert len(others | {tuple(test_ids)}) > 1
+
+
+def test_held_out_split_sizes():
+    classes = {"a": [f"a{i}" for i in range(10)], "b": ["b0", "b1"], "c": ["c0"]}
+    train, test = data._held_out_split(classes, seed=3)
+    assert [len(test[k]) for k in "abc"] == [2, 1, 0]
+    assert [len(train[k]) for k in "abc"] == [8, 1, 1]
+    assert data._held_out_split(classes, seed=3) == (train, test)
+
+
+def test_folder_train_test_layout(tmp_path):
+    _write_folder(tmp_path / "train", per_class=4)
+    _write_folder(tmp_path / "test", per_class=2, fmt="jpg")
+    bundle = data.load_dataset(str(tmp_path), input_size=20, batch_size=3, seed=0)
+    assert (bundle.num_classes, bundle.num_train, bundle.num_test) == (3, 12, 6)
+    _check_batches(bundle, 20, 3)
+    assert sorted(_arrays(bundle.test)[1].tolist()) == [0, 0, 1, 1, 2, 2]
+
+
+def test_folder_grayscale_and_nested(tmp_path):
+    (tmp_path / "a" / "sub").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    Image.new("L", (9, 7), 100).save(tmp_path / "a" / "sub" / "x.png")
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(tmp_path / "a" / "y.bmp")
+    Image.new("RGB", (8, 8), (4, 5, 6)).save(tmp_path / "b" / "z.gif")
+    Image.new("RGB", (8, 8), (7, 8, 9)).save(tmp_path / "b" / "w.JPEG")
+    bundle = data.load_dataset(str(tmp_path), input_size=8, batch_size=2)
+    assert (bundle.num_classes, bundle.num_train, bundle.num_test) == (2, 2, 2)
+    _check_batches(bundle, 8, 2)
+
+
+def test_bad_folders(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        data.load_dataset(str(tmp_path / "missing"))
+    with pytest.raises(UserError, match="no class sub-folders"):
+        data.load_dataset(str(tmp_path))  # empty
+    Image.new("RGB", (8, 8)).save(tmp_path / "loose.png")
+    (tmp_path / "empty_class").mkdir()
+    with pytest.raises(UserError, match="no class sub-folders") as excinfo:
+        data.load_dataset(str(tmp_path))
+    assert "\n" not in str(excinfo.value)
+    with pytest.raises(UserError, match="not a directory"):
+        data.load_dataset(str(tmp_path / "loose.png"))
+
+
+# ------------------------------------------------------------------------------------------------
+# synthetic
+# ------------------------------------------------------------------------------------------------
+
+def test_synthetic_deterministic_and_shapes():
+    a, b, c = (data.load_dataset("synthetic", input_size=16, batch_size=8, seed=s, num_train=40,
+                                 num_test=20) for s in (1, 1, 2))
+    assert (a.num_classes, a.num_train, a.num_test, a.name) == (10, 40, 20, "synthetic")
+    _check_batches(a, 16, 8)
+    xa, ya = _arrays(a.test)
+    xb, yb = _arrays(b.test)
+    xc, yc = _arrays(c.test)
+    assert np.array_equal(xa, xb) and np.array_equal(ya, yb)
+    assert not np.array_equal(xa, xc) and not np.array_equal(ya, yc)
+    assert np.bincount(ya, minlength=10).tolist() == [2] * 10  # balanced labels
+    big = data.load_dataset("synthetic", input_size=96, batch_size=4, num_classes=5, num_train=6,
+                            num_test=3)
+    _check_batches(big, 96, 4)
+    x, _ = next(iter(big.train))
+    assert float(tf.math.reduce_std(x)) > 5  # an image, not a constant
+
+
+def test_synthetic_fast_at_224():
+    t = time.time()
+    bundle = data.load_dataset("synthetic", input_size=224, batch_size=64)
+    n = sum(int(x.shape[0]) for x, _ in bundle.train)
+    assert n == 512 and time.time() - t < 10
+
+
+def test_synthetic_bad_arguments():
+    with pytest.raises(UserError):
+        data.load_dataset("synthetic", num_classes=1)
+    with pytest.raises(UserError):
+        data.load_dataset("synthetic", input_size=0)
+    with pytest.raises(TypeError):
+        data.load_dataset("oxford_iiit_pet", num_classes=3)
+
+
+def test_synthetic_learnable_by_tiny_cnn():
+    import tf_keras as keras
+    keras.utils.set_random_seed(0)
+    bundle = data.load_dataset("synthetic", input_size=32, batch_size=32, seed=0)
+    model = keras.Sequential([
+        keras.layers.Rescaling(1 / 255.0, input_shape=(32, 32, 3)),
+        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(bundle.num_classes),
+    ])
+    model.compile(keras.optimizers.Adam(3e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(bundle.train, epochs=15, verbose=0)
+    _, accuracy = model.evaluate(bundle.test, verbose=0)
+    assert accuracy > 0.5, accuracy  # chance is 0.1
+
+
+# ------------------------------------------------------------------------------------------------
+# shuffling and names
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source", ["synthetic", "folder"])
+def test_train_reshuffled_each_epoch_under_seed(source, tmp_path):
+    if source == "folder":
+        _write_folder(tmp_path, per_class=10)
+        load = lambda seed: data.load_dataset(str(tmp_path), input_size=8, batch_size=4, seed=seed)
+        order = lambda ds: _ids_in_order(ds)
+    else:
+        load = lambda seed: data.load_dataset("synthetic", input_size=8, batch_size=4, seed=seed,
+                                              num_train=48, num_test=8)
+        order = lambda ds: _arrays(ds)[0][:, :, :, 0].reshape(-1, 64).sum(axis=1).round(3).tolist()
+    a, b, c = load(7), load(7), load(8)
+    a1, a2, a3 = order(a.train), order(a.train), order(a.train)
+    assert a1 != a2 and a2 != a3 and sorted(a1) == sorted(a2)
+    assert order(b.train) == a1 and order(b.train) == a2
+    assert order(c.train) != a1
+    assert order(a.test) == order(a.test)
+
+
+def _ids_in_order(ds):
+    x, _ = _arrays(ds)
+    return [int(round(v)) for v in x[:, 0, 0, 0]]
+
+
+def test_shuffle_buffer_zero_keeps_order():
+    bundle = data.load_dataset("synthetic", input_size=8, seed=0, num_train=20, shuffle_buffer=0)
+    assert np.array_equal(_arrays(bundle.train)[1], _arrays(bundle.train)[1])
+
+
+def test_unknown_name():
+    with pytest.raises(UserError) as excinfo:
+        data.load_dataset("imagenet")
+    msg = str(excinfo.value)
+    assert "unknown dataset 'imagenet'" in msg and "\n" not in msg
+    for name in data.DATASET_NAMES:
+        assert name in msg
+
+
+def test_dataset_names():
+    assert data.DATASET_NAMES == ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs",
+                                  "synthetic")
