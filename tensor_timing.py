@@ -341,7 +341,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         raise UserError("the model has no trainable weights to profile")
     saved = model.get_weights()
     optimizer = keras.optimizers.SGD(1e-4, momentum=0.9, weight_decay=5e-4)
-    optimizer.build(variables)
+    engine.prepare_optimizer(optimizer, variables)
     loss_fn = engine.make_loss()
     capture = {}
     step = engine.make_train_step(model, optimizer, loss_fn, variables, capture=capture)

@@ -285,8 +285,7 @@ class Trainer:
         self.model = model
         self.variables = list(model.trainable_weights)
         self.optimizer = optimizer
-        # New-style optimizers refuse variables they were not built with: build with all once.
-        optimizer.build(self.variables)
+        engine.prepare_optimizer(optimizer, self.variables)
         self.loss_fn = engine.make_loss()
         kernels = [v for v, r in zip(self.variables, roles) if r != "norm" and len(v.shape) >= 2]
         penalty = None
