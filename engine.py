@@ -58,20 +58,21 @@ def apply_updates(optimizer, grads, variables):
     this iteration, gradient clipping, decoupled weight decay, the optimizer's own update rule,
     iteration count.
     """
-    optimizer._compute_current_learning_rate()
-    pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
-    if not pairs:
-        return optimizer.iterations
-    grads = optimizer._clip_gradients([g for g, _ in pairs])
-    variables = [v for _, v in pairs]
-    if optimizer.weight_decay is not None:
-        for v in variables:
-            if optimizer._use_weight_decay(v):
-                lr = tf.cast(optimizer.learning_rate, v.dtype)
-                v.assign_sub(v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
-    for g, v in zip(grads, variables):
-        optimizer._update_step(g, v)
-    return optimizer.iterations.assign_add(1)
+    with tf.name_scope(optimizer.name or "optimizer"):  # traces read 'SGD/...' as with keras
+        optimizer._compute_current_learning_rate()
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        if not pairs:
+            return optimizer.iterations
+        grads = optimizer._clip_gradients([g for g, _ in pairs])
+        variables = [v for _, v in pairs]
+        if optimizer.weight_decay is not None:
+            for v in variables:
+                if optimizer._use_weight_decay(v):
+                    lr = tf.cast(optimizer.learning_rate, v.dtype)
+                    v.assign_sub(v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
+        for g, v in zip(grads, variables):
+            optimizer._update_step(g, v)
+        return optimizer.iterations.assign_add(1)
 
 
 def make_forward_step(model, loss_fn):

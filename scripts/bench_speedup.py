@@ -21,7 +21,7 @@ def build_parser():
     p.add_argument("--model_name", default="resnet50", help="built-in name or a .keras/.h5 file")
     p.add_argument("--input_size", type=int, default=224)
     p.add_argument("--batch_size", type=int, default=4)
-    p.add_argument("--num_classes", type=int, default=200)
+    p.add_argument("--num_classes", type=int, default=200, help="(a saved model keeps its own)")
     p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", help="comma-separated requested ratios")
     p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--steps", type=int, default=3, help="timed steps per selection per round")
@@ -30,6 +30,10 @@ def build_parser():
     p.add_argument("--reselections", type=int, default=30, help="re-selections for RSS growth")
     p.add_argument("--timing_table", default=None, help="reuse this table (default: profile or "
                                                         "reuse profiles/<model>...json)")
+    p.add_argument("--importance", default="taylor", choices=("taylor", "uniform"),
+                   help="taylor: eq. 4-6 on a random batch (with random-init weights many tensors "
+                        "score <= 0 and are never worth selecting, so a high rho may not be used "
+                        "up); uniform: every tensor equally important, so the budget binds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON results (default: figures/bench_<model>.json)")
     p.add_argument("--figure", default=None, help="requested vs measured plot (default: next to --out)")
@@ -49,7 +53,7 @@ def rss_mb():
 
 def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rhos=(0.4, 0.5, 0.6, 0.7),
                   repeats=5, steps=3, random_selections=20, reselections=30, timing_table=None,
-                  seed=0, progress=True, log=print):
+                  seed=0, progress=True, log=print, importance="taylor"):
     import statistics
     import time
 
@@ -66,7 +70,9 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         if not 0 < rho <= 1:
             raise UserError(f"--rhos values must be in (0, 1], got {rho}")
     keras.utils.set_random_seed(seed)
-    model = models.build_model(model_name, input_size=input_size, num_classes=num_classes)
+    user_model = models.is_user_model(model_name)  # a saved model keeps its own head
+    model = models.build_model(model_name, input_size=input_size,
+                               num_classes=None if user_model else num_classes)
     if models.is_user_model(model_name):
         input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
     path = timing_table or tensor_timing.default_table_path(model_name, input_size, batch_size, num_classes)
@@ -84,7 +90,11 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
     y = tf.constant(rng.integers(0, num_classes, batch_size), tf.int32)
-    importance = train.normalize(train.taylor_importance(trainer, [(x, y)]))
+    if importance == "uniform":
+        importance = np.ones(len(trainer.variables))
+    else:
+        importance = train.normalize(train.taylor_importance(trainer, [(x, y)]))
+    importance_kind = "uniform" if np.all(importance == 1) else "taylor"
 
     t0 = time.perf_counter()
     for _ in range(20):
@@ -159,7 +169,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     growth = (rss[-1] - rss[min(9, len(rss) - 1)]) / max(len(rss) - 10, 1) if len(rss) > 10 else 0.0
     return {
         "model": str(model_name), "input_size": input_size, "batch_size": batch_size,
-        "num_tensors": n, "timing_table": path,
+        "num_tensors": n, "importance": importance_kind, "timing_table": path,
         "full_step_ms": full_ms, "profiled_full_step_ms": tm.t_full,
         "results": results, "time_model_mape": float(np.mean(errors)) if errors else None,
         "dp_ms": dp_ms, "rss_mb": rss, "rss_growth_mb_per_reselection": growth,
@@ -201,9 +211,11 @@ def main(argv=None):
         raise UserError("--rhos is empty")
     result = run_benchmark(args.model_name, args.input_size, args.batch_size, args.num_classes, rhos,
                            args.repeats, args.steps, args.random_selections, args.reselections,
-                           args.timing_table, args.seed, progress=not args.quiet)
+                           args.timing_table, args.seed, progress=not args.quiet,
+                           importance=args.importance)
     stem = os.path.splitext(os.path.basename(args.model_name))[0]
-    out = args.out or os.path.join("figures", f"bench_{stem}_i{result['input_size']}_b{args.batch_size}.json")
+    out = args.out or os.path.join(
+        "figures", f"bench_{stem}_i{result['input_size']}_b{args.batch_size}_{args.importance}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     import runlog
     runlog.write_json(out, result)

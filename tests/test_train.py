@@ -322,3 +322,7 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_help_lists_every_registered_scheme():
+    assert set(main_cli.TRAIN_TYPES) == set(train.SCHEMES)

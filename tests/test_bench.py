@@ -1,0 +1,35 @@
+import json
+import os
+import subprocess
+import sys
+
+import common  # noqa: F401
+import tf_keras as keras
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_speedup_smoke(tmp_path):
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, 3, name="c1")(inp)
+    x = keras.layers.Conv2D(8, 3, name="c2", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(4, name="head")(x)
+    keras.Model(inp, x).save(str(tmp_path / "m.keras"))
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_speedup.py"),
+                        "--model_name", str(tmp_path / "m.keras"), "--rhos", "0.7,0.9",
+                        "--repeats", "2", "--steps", "2", "--random_selections", "3",
+                        "--reselections", "12", "--importance", "uniform", "--out", str(out),
+                        "--quiet"], cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out))
+    for key in ("model", "input_size", "batch_size", "results", "time_model_mape", "dp_ms",
+                "rss_growth_mb_per_reselection"):
+        assert key in res
+    assert [x["rho"] for x in res["results"]] == [0.7, 0.9]
+    for x in res["results"]:
+        assert set(x) >= {"rho", "measured_ratio", "predicted_ratio", "selected"}
+        assert x["predicted_ratio"] <= x["rho"] + 1e-9 and x["measured_ratio"] > 0
+    assert len(res["rss_mb"]) == 12
+    assert os.path.getsize(tmp_path / "b.png") > 1000
