@@ -1,4 +1,5 @@
 """Small pieces every entry point shares: user-facing errors, registries, quiet TensorFlow logs."""
+import argparse
 import os
 import sys
 
@@ -90,9 +91,6 @@ def str2bool(s):
     if v in ("0", "false", "f", "no", "n"):
         return False
     raise argparse.ArgumentTypeError(f"expected true/false/1/0, got {s!r}")
-
-
-import argparse  # noqa: E402
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -23,6 +23,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -383,6 +384,8 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         bar.close()
     xplane = find_xplane(trace_dir)
     op_times, kernel_type = read_op_times(xplane)
+    if own_dir:
+        shutil.rmtree(trace_dir, ignore_errors=True)
     att = attribute(info, op_times, kernel_type, num_iterations)
     model.set_weights(saved)
 
@@ -430,11 +433,22 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
 
 # --------------------------------------------------------------------------- table I/O
 def save_table(table, path):
+    import runlog
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(table, f, indent=1)
-    os.replace(tmp, path)  # a table is either whole or absent, even if interrupted
+    runlog.write_json(path, table)  # a table is either whole or absent, even if interrupted
+
+
+def load_or_profile(path, model, model_name, input_size, batch_size, num_classes, seed=0,
+                    progress=True, log=print):
+    """The table at `path` for `model`, profiling `model` first when there is none."""
+    if not os.path.exists(path):
+        log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
+        table = profile_model(model, model_name, input_size, batch_size, num_classes,
+                              progress=progress, seed=seed)
+        save_table(table, path)
+        log(summarize(table))
+    return load_table(path, model=model, input_size=input_size, batch_size=batch_size)
 
 
 def load_table(path, model=None, input_size=None, batch_size=None):

@@ -275,6 +275,15 @@ class TimeModel:
         mask[o] = np.asarray(res.mask, bool)
         return mask
 
+    def selection(self, mask):
+        """Indices to train for a mask (trainable order), and whether it was empty.  Nothing
+        worth its cost (all importances <= 0) trains the output-most tensor rather than
+        stalling: its cost is the smallest of all."""
+        mask = np.asarray(mask, bool)
+        if not mask.any():
+            return (int(self.order[0]),), True
+        return tuple(int(k) for k in np.nonzero(mask)[0]), False
+
 
 # --------------------------------------------------------------------------- the trainer
 class Trainer:
@@ -365,14 +374,9 @@ def _load_time_model(cfg, model, num_classes, log):
 
     path = cfg.timing_table or tensor_timing.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes)
-    if not os.path.exists(path):
-        log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
-        table = tensor_timing.profile_model(model, cfg.model_name, cfg.input_size, cfg.batch_size,
-                                            num_classes, progress=cfg.progress, seed=cfg.seed)
-        tensor_timing.save_table(table, path)
-        log(tensor_timing.summarize(table))
-    table = tensor_timing.load_table(path, model=model, input_size=cfg.input_size,
-                                     batch_size=cfg.batch_size)
+    table = tensor_timing.load_or_profile(path, model, cfg.model_name, cfg.input_size,
+                                          cfg.batch_size, num_classes, seed=cfg.seed,
+                                          progress=cfg.progress, log=log)
     tm = TimeModel(table)
     if cfg.rho < tm.rho_floor:
         raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
@@ -535,12 +539,10 @@ def _reselect(trainer, scheme, time_model, cfg, probe_iter, global_step, steps_p
     t1 = time.perf_counter()
     mask = time_model.select(importance, cfg.rho, resolution=cfg.dp_resolution)
     solve_ms = (time.perf_counter() - t1) * 1e3
-    if not mask.any():
-        # Nothing worth its cost (all importances <= 0): keep training the output-most tensor
-        # rather than stalling; its cost is the smallest of all.
-        mask[time_model.order[0]] = True
+    selection, empty = time_model.selection(mask)
+    if empty:
+        mask[list(selection)] = True
         log("no tensor has positive importance; training the output-most tensor only")
-    selection = tuple(int(k) for k in np.nonzero(mask)[0])
     ratio = time_model.predicted_ratio(mask)
     summary["selections"].append({
         "step": global_step, "epoch": global_step / steps_per_epoch,

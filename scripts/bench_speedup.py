@@ -76,11 +76,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     if models.is_user_model(model_name):
         input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
     path = timing_table or tensor_timing.default_table_path(model_name, input_size, batch_size, num_classes)
-    if not os.path.exists(path):
-        log(f"profiling first: {path}")
-        tensor_timing.save_table(tensor_timing.profile_model(
-            model, model_name, input_size, batch_size, num_classes, progress=progress), path)
-    table = tensor_timing.load_table(path, model=model, input_size=input_size, batch_size=batch_size)
+    table = tensor_timing.load_or_profile(path, model, model_name, input_size, batch_size,
+                                          num_classes, seed=seed, progress=progress, log=log)
     tm = train.TimeModel(table)
     cfg = train.Config(model_name=model_name, input_size=input_size, batch_size=batch_size)
     roles = train.tensor_roles(model)
@@ -104,8 +101,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     full = tuple(range(n))
     masks = {rho: tm.select(importance, rho) for rho in rhos}
     selections = {"full": full}
-    selections.update({rho: tuple(int(k) for k in np.nonzero(m)[0]) or (int(tm.order[0]),)
-                       for rho, m in masks.items()})
+    selections.update({rho: tm.selection(m)[0] for rho, m in masks.items()})
 
     def timed(sel, count):
         step = trainer.step_for(sel)
@@ -147,7 +143,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         chosen = order[:depth][rng.random(depth) < rng.uniform(0.2, 1.0)]
         mask[chosen] = True
         mask[order[depth - 1]] = True
-        sel = tuple(int(k) for k in np.nonzero(mask)[0])
+        sel = tm.selection(mask)[0]
         timed(sel, 1)
         measured = statistics.median(timed(sel, steps)) * 1e3
         predicted = tm.t_fp + tm.cost_ms(mask)
@@ -161,7 +157,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         imp = rng.uniform(-0.2, 1.0, n)
         rho = float(rng.uniform(min(rhos), max(rhos)))
         mask = tm.select(imp, rho)
-        sel = tuple(int(k) for k in np.nonzero(mask)[0]) or (int(tm.order[0]),)
+        sel = tm.selection(mask)[0]
         trainer.step_for(sel)(x, y)[0].numpy()
         rss.append(rss_mb())
         bar.update(1)
