@@ -547,16 +547,10 @@ def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=
     """Build the model, profile it, write the table (and its figure); return (table, path)."""
     import models
 
-    if num_classes is None and not models.is_user_model(model_name):
-        num_classes = 200
+    model, input_size, num_classes = models.build_sized(model_name, input_size, num_classes, weights)
     output = output or default_table_path(model_name, input_size, batch_size, num_classes)
     stem = os.path.splitext(os.path.basename(output))[0]
     trace_dir = trace_dir or os.path.join(os.path.dirname(output) or ".", "traces", stem)
-    model = models.build_model(model_name, input_size=input_size, num_classes=num_classes,
-                               weights=weights)
-    if models.is_user_model(model_name):  # a saved model brings its own sizes
-        input_size = int(model.input_shape[1])
-        num_classes = int(model.output_shape[-1])
     table = profile_model(model, model_name, input_size, batch_size, num_classes,
                           num_iterations=num_iterations, warmup=warmup, trace_dir=trace_dir,
                           seed=seed, progress=progress)

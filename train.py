@@ -399,15 +399,13 @@ def run(cfg, log=print):
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
                         f"classes of {cfg.dataset_name}")
-    if models.is_user_model(cfg.model_name):
-        model = models.build_model(cfg.model_name, num_classes=cfg.num_classes, weights=cfg.weights)
-        num_classes = int(model.output_shape[-1])
-        if int(model.input_shape[1]) != cfg.input_size:
-            raise UserError(f"{cfg.model_name} takes {model.input_shape[1]}x{model.input_shape[1]} "
-                            f"images; pass --input_size {model.input_shape[1]}")
-    else:
-        model = models.build_model(cfg.model_name, input_size=cfg.input_size,
-                                   num_classes=num_classes, weights=cfg.weights)
+    # a saved model keeps its own head unless --num_classes asks for a check
+    requested = cfg.num_classes if models.is_user_model(cfg.model_name) else num_classes
+    model, input_size, num_classes = models.build_sized(cfg.model_name, cfg.input_size, requested,
+                                                        cfg.weights)
+    if input_size != cfg.input_size:
+        raise UserError(f"{cfg.model_name} takes {input_size}x{input_size} images; "
+                        f"pass --input_size {input_size}")
     cfg = dataclasses.replace(cfg, num_classes=num_classes, run_name=cfg.resolved_run_name())
 
     steps_per_epoch = math.ceil(bundle.num_train / cfg.batch_size)

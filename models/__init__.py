@@ -46,6 +46,14 @@ def build_model(name_or_path, input_size=None, num_classes=None, weights="none")
                    weights=weights)
 
 
+def build_sized(name_or_path, input_size=None, num_classes=None, weights="none"):
+    """build_model, returning (model, input_size, num_classes) as the model really has them:
+    a saved model brings its own sizes, which callers need for table paths and data."""
+    model = build_model(name_or_path, input_size=input_size, num_classes=num_classes,
+                        weights=weights)
+    return model, int(model.input_shape[1]), int(model.output_shape[-1])
+
+
 def _load_user_model(path, num_classes, weights):
     path = os.path.expanduser(path)
     if not os.path.exists(path):

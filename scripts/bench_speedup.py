@@ -70,11 +70,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         if not 0 < rho <= 1:
             raise UserError(f"--rhos values must be in (0, 1], got {rho}")
     keras.utils.set_random_seed(seed)
-    user_model = models.is_user_model(model_name)  # a saved model keeps its own head
-    model = models.build_model(model_name, input_size=input_size,
-                               num_classes=None if user_model else num_classes)
-    if models.is_user_model(model_name):
-        input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
+    model, input_size, num_classes = models.build_sized(  # a saved model keeps its own head
+        model_name, input_size, None if models.is_user_model(model_name) else num_classes)
     path = timing_table or tensor_timing.default_table_path(model_name, input_size, batch_size, num_classes)
     table = tensor_timing.load_or_profile(path, model, model_name, input_size, batch_size,
                                           num_classes, seed=seed, progress=progress, log=log)

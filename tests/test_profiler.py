@@ -277,3 +277,14 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     assert "Traceback" not in r.stderr
     lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
     assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_default_table_path_of_a_user_model_uses_its_own_sizes(tmp_path, monkeypatch):
+    """profiler.py writes where main.py looks: sizes come from the file, not the flag defaults."""
+    path = str(tmp_path / "mine.keras")
+    tiny_cnn(num_classes=3).save(path)
+    monkeypatch.chdir(tmp_path)
+    table, out = tt.profile_configuration(path, batch_size=2, num_iterations=1, warmup=1,
+                                          figure="", progress=False)
+    assert out == tt.default_table_path(path, 24, 2, 3)
+    assert os.path.exists(out)
