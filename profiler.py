@@ -4,7 +4,7 @@ Runs a few training steps of the full model under the TensorFlow profiler and wr
 per-tensor timing table that ElasticTrainer's tensor selector uses (see tensor_timing.py).
 """
 import common
-from common import ArgumentParser
+from common import ArgumentParser, str2bool
 
 
 def build_parser():
@@ -25,6 +25,10 @@ def build_parser():
                         "default avoids a download")
     p.add_argument("--num_iterations", type=int, default=5,
                    help="profiled training steps (also the number of timed steps)")
+    p.add_argument("--calibrate", type=str2bool, default=True,
+                   help="also time a few real partial selections and fit separate t_dw / t_dy "
+                        "scales, so that rho holds when ops overlap (default true; adds about "
+                        "3 compiles and 10 steps per selection)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
     p.add_argument("--output", default=None,
                    help="table path (default: profiles/<model>_i<input>_b<batch>_c<classes>.json, "
@@ -51,7 +55,7 @@ def main(argv=None):
     table, path = tensor_timing.profile_configuration(
         args.model_name, args.input_size, args.batch_size, args.num_classes, args.weights,
         args.num_iterations, args.warmup, args.output, args.trace_dir, args.figure, args.seed,
-        progress=not args.quiet)
+        progress=not args.quiet, calibrate=args.calibrate)
     print(tensor_timing.summarize(table))
     print(f"timing table written to {path}")
     return 0

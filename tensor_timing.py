@@ -319,14 +319,102 @@ def attribute(info, op_times, kernel_type, num_steps):
 
 
 # --------------------------------------------------------------------------- profiling run
+# --------------------------------------------------------------------------- calibration
+def selection_sums(t_dw, t_dy, rank, mask):
+    """(sum of t_dw over the selection, sum of t_dy from the output down to its deepest tensor):
+    the two terms of eq. 3's backward cost."""
+    mask = np.asarray(mask, bool)
+    if not mask.any():
+        return 0.0, 0.0
+    rank = np.asarray(rank)
+    deepest = int(rank[mask].max())
+    return float(np.asarray(t_dw)[mask].sum()), float(np.asarray(t_dy)[rank <= deepest].sum())
+
+
+def reference_selections(rank):
+    """Selections timed to calibrate the time model, as {name: mask}: the error gradient alone
+    down to the input and down to half depth (one tensor trained), and everything in the
+    output-most half.  With the full step they pull t_dw's and t_dy's scales apart."""
+    rank = np.asarray(rank)
+    n = len(rank)
+    half = max(0, (n - 1) // 2)
+    refs = {
+        "dy_to_input": rank == n - 1,
+        "dy_to_half": rank == half,
+        "all_to_half": rank <= half,
+    }
+    return {k: m for k, m in refs.items() if m.any()}
+
+
+def fit_calibration(t_dw, t_dy, rank, t_fp, t_full, measured):
+    """Separate scales for the dw and dy op times, fitted to measured step-time ratios.
+
+    Summed op times overstate the backward pass whenever ops run concurrently: weight-gradient
+    ops hang off the error-gradient chain and overlap with it, so they cost less wall time than
+    their op time, and the chain itself more.  One uniform scale then under-predicts selections
+    that are mostly chain (deep, few tensors).  We fit  ratio = (t_fp + a*DW + b*DY) / t_full
+    by least squares over `measured` ({name: (mask, ratio)}), constrained so that the full
+    selection still predicts exactly t_full, with a, b >= 0.  Returns (a, b).
+    """
+    t_dw, t_dy = np.asarray(t_dw, float), np.asarray(t_dy, float)
+    dw_all, dy_all = t_dw.sum(), t_dy.sum()
+    budget = t_full - t_fp
+    uniform = budget / (dw_all + dy_all) if dw_all + dy_all > 0 else 0.0
+    if dw_all <= 0 or dy_all <= 0 or budget <= 0 or not measured:
+        return uniform, uniform
+    # b = (budget - a*dw_all)/dy_all; the residual is linear in a
+    num = den = 0.0
+    for mask, ratio in measured.values():
+        dw, dy = selection_sums(t_dw, t_dy, rank, mask)
+        u = dw - dw_all * dy / dy_all
+        target = ratio * t_full - t_fp - budget * dy / dy_all
+        num += u * target
+        den += u * u
+    if den <= 0:
+        return uniform, uniform
+    a = min(max(num / den, 0.0), budget / dw_all)
+    return a, (budget - a * dw_all) / dy_all
+
+
+def _time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,
+                               rounds, bar):
+    """Median step time of each reference selection over the full step's, interleaved."""
+    import engine
+
+    refs = reference_selections(rank)
+    steps = {"full": full_step}
+    for name, mask in refs.items():
+        steps[name] = engine.make_train_step(
+            model, optimizer, loss_fn, [v for v, m in zip(variables, mask) if m])
+        steps[name](x, y)[0].numpy()  # compile
+        steps[name](x, y)[0].numpy()
+        bar.update(1)
+    ratios = {name: [] for name in refs}
+    for r in range(rounds):
+        names = list(steps) if r % 2 == 0 else list(steps)[::-1]  # drift hits all alike
+        times = {}
+        for name in names:
+            t = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                steps[name](x, y)[0].numpy()
+                t.append(time.perf_counter() - t0)
+            times[name] = min(t)
+        for name in refs:  # ratios within a round, so load that comes and goes cancels out
+            ratios[name].append(times[name] / times["full"])
+        bar.update(1)
+    return {name: (mask, statistics.median(ratios[name])) for name, mask in refs.items()}
+
+
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
-                  warmup=2, trace_dir=None, seed=0, progress=True):
+                  warmup=2, trace_dir=None, seed=0, progress=True, calibrate=True):
     """Profile full training steps of `model` and return the timing table (a JSON-able dict).
 
     Runs `warmup` steps, then times forward-only and full training steps interleaved
     (median wall time: t_fp, t_full; t_bp = t_full - t_fp, measured, not the 2 x forward rule),
     then traces `num_iterations` full steps under tf.profiler and attributes their ops.
-    The model's weights are restored afterwards.
+    With `calibrate`, a few reference selections are then timed for real to fit separate
+    t_dw / t_dy scales (fit_calibration).  The model's weights are restored afterwards.
     """
     import tensorflow as tf
     import tf_keras as keras
@@ -352,7 +440,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
     y = tf.constant(rng.integers(0, num_classes, batch_size), tf.int32)
 
-    bar = tqdm(total=warmup + 2 * num_iterations + num_iterations, desc="profiling",
+    n_refs = len(reference_selections(np.arange(len(variables)))) if calibrate else 0
+    bar = tqdm(total=warmup + 3 * num_iterations + (n_refs + num_iterations if n_refs else 0),
+               desc="profiling",
                disable=not progress, unit="step")
     for _ in range(warmup):
         step(x, y)[0].numpy()
@@ -381,12 +471,16 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
             bar.update(1)
     finally:
         tf.profiler.experimental.stop()
-        bar.close()
     xplane = find_xplane(trace_dir)
     op_times, kernel_type = read_op_times(xplane)
     if own_dir:
         shutil.rmtree(trace_dir, ignore_errors=True)
     att = attribute(info, op_times, kernel_type, num_iterations)
+    measured = {}
+    if n_refs:
+        measured = _time_reference_selections(model, optimizer, loss_fn, variables, step,
+                                              info.rank, x, y, num_iterations, bar)
+    bar.close()
     model.set_weights(saved)
 
     t_dw, t_dy = att["t_dw"], att["t_dy"]
@@ -402,6 +496,22 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
 
     t_fp = statistics.median(fp) * 1e3
     t_full = statistics.median(full) * 1e3
+    calibration = None
+    if measured:
+        a, b = fit_calibration(t_dw, t_dy, info.rank, t_fp, t_full, measured)
+        uniform = (t_full - t_fp) / max(sum(t_dw) + sum(t_dy), 1e-12)
+
+        def ratio(scale_dw, scale_dy, mask):
+            dw, dy = selection_sums(t_dw, t_dy, info.rank, mask)
+            return (t_fp + scale_dw * dw + scale_dy * dy) / t_full
+
+        calibration = {
+            "dw_scale": a, "dy_scale": b, "uniform_scale": uniform,
+            "references": [
+                {"name": name, "selected": int(np.sum(mask)), "measured_ratio": r,
+                 "uniform_ratio": ratio(uniform, uniform, mask), "calibrated_ratio": ratio(a, b, mask)}
+                for name, (mask, r) in measured.items()],
+        }
     table = {
         "version": TABLE_VERSION,
         "model": str(model_name),
@@ -416,6 +526,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "coverage": att["coverage"],
         "unattributed": att["unattributed"][:50],
         "num_iterations": int(num_iterations),
+        "calibration": calibration,
         "tensors": [
             {"name": v.name, "shape": [int(d) for d in v.shape], "t_dw_ms": t_dw[k],
              "t_dy_ms": t_dy[k], "estimated": estimated[k], "rank": info.rank[k]}
@@ -473,6 +584,13 @@ def load_table(path, model=None, input_size=None, batch_size=None):
                 raise ValueError("non-finite time")
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"corrupt timing table {path}: bad tensor entry ({e})") from None
+    cal = table.get("calibration")
+    if cal is not None:
+        try:
+            if not all(math.isfinite(cal[k]) and cal[k] >= 0 for k in ("dw_scale", "dy_scale")):
+                raise ValueError("scales must be finite and >= 0")
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"corrupt timing table {path}: bad calibration ({e})") from None
     if input_size is not None and table["input_size"] != input_size:
         raise UserError(f"timing table {path} was profiled at input size {table['input_size']}, "
                         f"not {input_size}; re-run profiler.py")
@@ -503,6 +621,16 @@ def summarize(table):
         f"full step {table['t_full_ms']:.1f} ms  (t_fp/t_full {table['t_fp_ms'] / table['t_full_ms']:.2f})",
         f"backward op time attributed to tensors: {100 * table['coverage']:.1f}%",
     ]
+    cal = table.get("calibration")
+    if cal:
+        worst = max((abs(r["calibrated_ratio"] / r["measured_ratio"] - 1) for r in cal["references"]),
+                    default=0.0)
+        lines.append(f"time model calibrated on {len(cal['references'])} timed selections: "
+                     f"t_dw x{cal['dw_scale'] / cal['uniform_scale']:.2f}, "
+                     f"t_dy x{cal['dy_scale'] / cal['uniform_scale']:.2f} of the uniform scale "
+                     f"(worst reference error {100 * worst:.1f}%)")
+    else:
+        lines.append("time model not calibrated (one uniform scale for t_dw and t_dy)")
     if table["unattributed"]:
         top = ", ".join(f"{u['name']} {u['ms']:.2f} ms" for u in table["unattributed"][:3])
         lines.append(f"top unattributed: {top}")
@@ -543,7 +671,7 @@ def plot_table(table, path):
 
 def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=None,
                           weights="none", num_iterations=5, warmup=2, output=None,
-                          trace_dir=None, figure=None, seed=0, progress=True):
+                          trace_dir=None, figure=None, seed=0, progress=True, calibrate=True):
     """Build the model, profile it, write the table (and its figure); return (table, path)."""
     import models
 
@@ -553,7 +681,7 @@ def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=
     trace_dir = trace_dir or os.path.join(os.path.dirname(output) or ".", "traces", stem)
     table = profile_model(model, model_name, input_size, batch_size, num_classes,
                           num_iterations=num_iterations, warmup=warmup, trace_dir=trace_dir,
-                          seed=seed, progress=progress)
+                          seed=seed, progress=progress, calibrate=calibrate)
     save_table(table, output)
     if figure != "":
         plot_table(table, figure or os.path.join("figures", f"profile_{stem}.png"))

@@ -229,8 +229,10 @@ class StepCache:
 class TimeModel:
     """The paper's eq. 3 time model on a profiled timing table.
 
-    Per-tensor op times are scaled so that training everything predicts the measured full step;
-    a selection with deepest tensor d then costs t_fp + sum_sel t_dw + sum_{j<=d} t_dy (ms).
+    A selection with deepest tensor d costs t_fp + sum_sel t_dw + sum_{j<=d} t_dy (ms).  Op times
+    are scaled so that training everything predicts the measured full step: with the profiler's
+    calibration (tensor_timing.fit_calibration), t_dw and t_dy each by their own fitted scale,
+    otherwise both by one uniform scale.
     """
 
     def __init__(self, table):
@@ -242,8 +244,10 @@ class TimeModel:
         self.t_full = float(table["t_full_ms"])
         ops = float(t_dw.sum() + t_dy.sum())
         scale = (self.t_full - self.t_fp) / ops if ops > 0 else 0.0
-        self.t_dw = t_dw * scale
-        self.t_dy = t_dy * scale
+        cal = table.get("calibration")
+        self.calibrated = bool(cal)
+        self.t_dw = t_dw * (cal["dw_scale"] if cal else scale)
+        self.t_dy = t_dy * (cal["dy_scale"] if cal else scale)
 
     @property
     def rho_floor(self):

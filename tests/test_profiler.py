@@ -288,3 +288,97 @@ def test_default_table_path_of_a_user_model_uses_its_own_sizes(tmp_path, monkeyp
                                           figure="", progress=False)
     assert out == tt.default_table_path(path, 24, 2, 3)
     assert os.path.exists(out)
+
+
+# ------------------------------------------------------------------------------ calibration
+def _naive_constrained_fit(t_dw, t_dy, rank, t_fp, t_full, measured):
+    """Brute force over a fine grid of a (b follows from the full-step constraint)."""
+    dw_all, dy_all = sum(t_dw), sum(t_dy)
+    budget = t_full - t_fp
+    best = None
+    for a in np.linspace(0, budget / dw_all, 20001):
+        b = (budget - a * dw_all) / dy_all
+        err = 0.0
+        for mask, ratio in measured.values():
+            deepest = max(r for r, m in zip(rank, mask) if m)
+            dw = sum(t for t, m in zip(t_dw, mask) if m)
+            dy = sum(t for t, r in zip(t_dy, rank) if r <= deepest)
+            err += ((t_fp + a * dw + b * dy) / t_full - ratio) ** 2
+        if best is None or err < best[0]:
+            best = (err, a, b)
+    return best[1], best[2]
+
+
+def test_calibration_recovers_known_overlap_and_matches_naive_fit():
+    rng = np.random.default_rng(1)
+    n = 30
+    t_dw, t_dy = rng.uniform(0.5, 3, n), rng.uniform(0.2, 2, n)
+    rank = rng.permutation(n)
+    t_fp = 20.0
+    a_true = 0.4  # weight-gradient ops mostly hidden behind the error-gradient chain
+    b_true = (60.0 - a_true * t_dw.sum()) / t_dy.sum()
+    t_full = t_fp + 60.0
+    refs = tt.reference_selections(rank)
+    assert set(refs) == {"dy_to_input", "dy_to_half", "all_to_half"}
+    assert refs["dy_to_input"][np.argmax(rank)] and refs["dy_to_input"].sum() == 1
+
+    def true_ratio(mask):
+        dw, dy = tt.selection_sums(t_dw, t_dy, rank, mask)
+        return (t_fp + a_true * dw + b_true * dy) / t_full
+
+    exact = {k: (m, true_ratio(m)) for k, m in refs.items()}
+    a, b = tt.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, exact)
+    assert (a, b) == pytest.approx((a_true, b_true), rel=1e-9)
+    noisy = {k: (m, r * rng.uniform(0.95, 1.05)) for k, (m, r) in exact.items()}
+    a, b = tt.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, noisy)
+    na, nb = _naive_constrained_fit(t_dw, t_dy, rank, t_fp, t_full, noisy)
+    grid = (t_full - t_fp) / t_dw.sum() / 20000  # the naive fit's resolution
+    assert a == pytest.approx(na, abs=2 * grid) and b == pytest.approx(nb, rel=1e-3)
+    # training everything still predicts the full step exactly
+    assert t_fp + a * t_dw.sum() + b * t_dy.sum() == pytest.approx(t_full)
+
+
+def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
+    t_dw, t_dy, rank = np.ones(4), np.ones(4), np.arange(4)
+    # a measured ratio far above anything reachable pushes a below zero: clipped
+    mask = np.array([0, 0, 0, 1], bool)
+    a, b = tt.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {"x": (mask, 5.0)})
+    assert a == 0.0 and b == pytest.approx(8.0 / 4)
+    assert tt.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {}) == (1.0, 1.0)
+    assert tt.fit_calibration(t_dw, np.zeros(4), rank, 2.0, 10.0, {"x": (mask, 0.5)}) == (2.0, 2.0)
+
+
+def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
+    import train
+
+    model, table = cnn_table
+    cal = table["calibration"]
+    assert {r["name"] for r in cal["references"]} == {"dy_to_input", "dy_to_half", "all_to_half"}
+    for r in cal["references"]:
+        assert 0 < r["measured_ratio"] < 2 and np.isfinite(r["calibrated_ratio"])
+    assert cal["dw_scale"] >= 0 and cal["dy_scale"] >= 0
+    tm = train.TimeModel(table)
+    assert tm.calibrated
+    raw_dw = np.array([t["t_dw_ms"] for t in table["tensors"]])
+    assert tm.t_dw == pytest.approx(raw_dw * cal["dw_scale"])
+    assert tm.predicted_ratio(np.ones(len(raw_dw), bool)) == pytest.approx(1.0)
+    for r in cal["references"]:  # the stored prediction is the time model's
+        mask = tt.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
+        assert tm.predicted_ratio(mask) == pytest.approx(r["calibrated_ratio"])
+    assert "calibrated on 3 timed selections" in tt.summarize(table)
+
+
+def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
+    import train
+
+    model = tiny_cnn()
+    table = tt.profile_model(model, "tiny_cnn", 24, 2, 5, num_iterations=1, warmup=1,
+                             progress=False, calibrate=False)
+    assert table["calibration"] is None and not train.TimeModel(table).calibrated
+    assert "not calibrated" in tt.summarize(table)
+    table["calibration"] = {"dw_scale": float("nan"), "dy_scale": 1.0, "references": []}
+    path = str(tmp_path / "t.json")
+    with open(path, "w") as f:
+        json.dump(table, f)
+    with pytest.raises(UserError, match="bad calibration"):
+        tt.load_table(path)
