@@ -31,5 +31,6 @@ def test_bench_speedup_smoke(tmp_path):
     for x in res["results"]:
         assert set(x) >= {"rho", "measured_ratio", "predicted_ratio", "selected"}
         assert x["predicted_ratio"] <= x["rho"] + 1e-9 and x["measured_ratio"] > 0
+        assert x["limited_by"] == "budget"  # uniform importance: every tensor is worth its cost
     assert len(res["rss_mb"]) == 12
     assert os.path.getsize(tmp_path / "b.png") > 1000
