@@ -1,7 +1,8 @@
 """Model zoo: `build_model(name_or_path, input_size, num_classes, weights)` -> uncompiled tf_keras.Model.
 
-Built-in names: resnet50, vgg16, mobilenetv2, vit (see models/builders.py and models/vit.py for
-the structure). A name ending in .keras or .h5 is a user's own saved Keras model instead.
+Built-in names: resnet50, vgg16, mobilenetv2, vit, and smallcnn (random init only, for offline
+demos and smoke runs); see models/builders.py and models/vit.py for the structure.  A name ending
+in .keras or .h5 is a user's own saved Keras model instead.
 
 weights: "none" (random init), "imagenet" (keras cache ~/.keras/models or $KERAS_HOME/models,
 downloaded when online), or a PATH saved with `model.save_weights` (.h5 / TF checkpoint; for vit
@@ -19,7 +20,7 @@ from models.builders import (  # noqa: F401  (re-exported)
 )
 from models.vit import build_vit, load_vit_npz, vit_b16  # noqa: F401  (also registers "vit")
 
-MODEL_NAMES = ("resnet50", "vgg16", "mobilenetv2", "vit")
+MODEL_NAMES = ("resnet50", "vgg16", "mobilenetv2", "vit", "smallcnn")
 assert set(MODEL_NAMES) == set(MODELS), sorted(MODELS)
 
 USER_MODEL_SUFFIXES = (".keras", ".h5")

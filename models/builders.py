@@ -264,3 +264,44 @@ def build_cnn(arch, input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASS
 
 for _arch in _CNNS:
     MODELS.register(_arch)(functools.partial(build_cnn, _arch))
+
+
+# ----------------------------------------------------------------------------------------------
+# a small CNN for offline demos and smoke runs
+# ----------------------------------------------------------------------------------------------
+SMALLCNN_WIDTHS = (16, 32, 64)  # two conv-BN-ReLU blocks per stage, the first one strided
+
+
+@MODELS.register("smallcnn")
+def build_smallcnn(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, weights="none"):
+    """Six conv-BN-ReLU blocks in the built-in models' structure (augment -> preprocess ->
+    backbone in inference mode -> pool -> dropout -> classifier), 20 trainable tensors.  There
+    are no pretrained weights: it exists so that the whole pipeline (profiling, selection,
+    figures) runs in minutes on the built-in synthetic data, from random init."""
+    check_input_size(input_size, minimum=16, model="smallcnn")
+    check_num_classes(num_classes)
+    kind = weights_kind(weights)
+    if kind == "imagenet":
+        raise UserError("smallcnn has no pretrained weights; pass --weights none (random init) "
+                        "or --weights PATH")
+    image = keras.Input(shape=(input_size, input_size, 3), name="features_in")
+    x = image
+    for stage, width in enumerate(SMALLCNN_WIDTHS, 1):
+        for block in (1, 2):
+            name = f"stage{stage}_block{block}"
+            x = keras.layers.Conv2D(width, 3, strides=2 if block == 1 else 1, padding="same",
+                                    use_bias=False, name=f"{name}_conv")(x)
+            x = keras.layers.BatchNormalization(name=f"{name}_bn")(x)
+            x = keras.layers.ReLU(name=f"{name}_relu")(x)
+    backbone = keras.Model(image, x, name="smallcnn")
+
+    inputs = image_input(input_size)
+    x = scale_to_unit_range(augment(inputs))
+    x = backbone(x, training=False)
+    x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
+    x = keras.layers.Dropout(0.2, name="dropout")(x)
+    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
+    model = keras.Model(inputs, outputs, name="smallcnn_classifier")
+    if kind == "path":
+        load_weights_file(model, weights)
+    return model

@@ -397,3 +397,12 @@ def test_unknown_name():
 def test_dataset_names():
     assert data.DATASET_NAMES == ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs",
                                   "synthetic")
+
+
+def test_known_class_counts_match_tfds_metadata_and_synthetic():
+    for name in data.TFDS_NAMES:
+        builder = tfds.builder(name, data_dir="/nonexistent-offline")  # metadata from code only
+        assert builder.info.features["label"].num_classes == data.NUM_CLASSES[name], name
+    bundle = data.load_dataset("synthetic", input_size=16, batch_size=4)
+    assert bundle.num_classes == data.NUM_CLASSES["synthetic"]
+    assert set(data.NUM_CLASSES) == set(data.DATASET_NAMES)

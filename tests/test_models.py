@@ -30,6 +30,7 @@ def _tiny_vit(input_size=32, num_classes=5, **kw):
 
 @pytest.mark.parametrize("name,size,count", [
     ("resnet50", 32, 214), ("vgg16", 32, 28), ("mobilenetv2", 32, 158), ("vit", 32, 200),
+    ("smallcnn", 16, 20),
 ])
 def test_builtin_models_build_and_run(name, size, count):
     model = build_model(name, input_size=size, num_classes=7, weights="none")
@@ -45,12 +46,13 @@ def test_builtin_models_build_and_run(name, size, count):
         assert names[-1] == "head" and names[-2] == "class_token"
     else:
         assert names[-3:] == ["global_pool", "dropout", "classifier"]
-        backbone = {"resnet50": "resnet50", "vgg16": "vgg16", "mobilenetv2": f"mobilenetv2_1.00_{size}"}[name]
+        backbone = {"resnet50": "resnet50", "vgg16": "vgg16", "mobilenetv2": f"mobilenetv2_1.00_{size}",
+                    "smallcnn": "smallcnn"}[name]
         assert names[4] == backbone and isinstance(model.layers[4], keras.Model)
 
 
 def test_model_names_and_unknown_name():
-    assert MODEL_NAMES == ("resnet50", "vgg16", "mobilenetv2", "vit")
+    assert MODEL_NAMES == ("resnet50", "vgg16", "mobilenetv2", "vit", "smallcnn")
     with pytest.raises(UserError) as err:
         build_model("resnet18")
     for name in MODEL_NAMES:
@@ -64,6 +66,17 @@ def test_bad_sizes_are_user_errors():
         build_model("vit", input_size=40, num_classes=3)  # not a multiple of 16
     with pytest.raises(UserError):
         build_model("vgg16", input_size=32, num_classes=0)
+
+
+def test_smallcnn_has_no_pretrained_weights_but_loads_a_path(tmp_path):
+    with pytest.raises(UserError, match="no pretrained weights"):
+        build_model("smallcnn", input_size=16, num_classes=3, weights="imagenet")
+    model = build_model("smallcnn", input_size=16, num_classes=3)
+    path = str(tmp_path / "w.weights.h5")
+    model.save_weights(path)
+    again = build_model("smallcnn", input_size=16, num_classes=3, weights=path)
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_backbone_runs_in_inference_mode():
