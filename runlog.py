@@ -40,3 +40,44 @@ def read_summary(run_directory):
 def read_config(run_directory):
     with open(os.path.join(run_directory, CONFIG_FILE)) as f:
         return json.load(f)
+
+
+def open_events(run_directory):
+    """An EventAccumulator over every event file of a run, fully loaded (pass it to the readers
+    below to read several tags with one pass over the files)."""
+    # Lazy import: reading events is only needed by the plotting side, not by training.
+    from tensorboard.backend.event_processing import event_accumulator
+    # size_guidance 0 = keep every event; the default samples tensors down to 10 per tag.
+    acc = event_accumulator.EventAccumulator(
+        str(run_directory), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def read_tensors(run_directory, tag, accumulator=None):
+    """(steps, arrays) of a tensor summary tag in step order; empty lists if absent."""
+    from tensorboard.util import tensor_util
+    acc = accumulator or open_events(run_directory)
+    if tag not in acc.Tags().get("tensors", []):
+        return [], []
+    events = sorted(acc.Tensors(tag), key=lambda e: e.step)
+    return [e.step for e in events], [tensor_util.make_ndarray(e.tensor_proto) for e in events]
+
+
+def read_scalars(run_directory, tag, accumulator=None):
+    """(steps, values) of a scalar tag as float numpy arrays in step order; empty if absent.
+
+    TF2's tf.summary.scalar writes tensor events; TF1-style scalar events are read as well.
+    """
+    import numpy as np
+    acc = accumulator or open_events(run_directory)
+    tags = acc.Tags()
+    if tag in tags.get("tensors", []):
+        steps, arrays = read_tensors(run_directory, tag, acc)
+        values = [float(np.asarray(a).reshape(-1)[0]) for a in arrays]
+    elif tag in tags.get("scalars", []):
+        events = sorted(acc.Scalars(tag), key=lambda e: e.step)
+        steps, values = [e.step for e in events], [e.value for e in events]
+    else:
+        steps, values = [], []
+    return np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64)

@@ -1,0 +1,282 @@
+"""plot.py / plotting.py on fake run directories (real event files) and on one real tiny run."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import common
+import tensorflow as tf
+
+import plot
+import plotting
+import runlog
+
+SPE = 250  # steps per epoch of the fake runs
+
+
+def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_type="full_training",
+             rho=None, seed=0, epoch_s=900.0, accs=(40.0, 55.0, 61.0, 63.0), status="finished",
+             masks=None, selections_in_summary=True, n_tensors=6):
+    """A run directory as train.run() writes it: config.json, summary.json and event files.
+
+    Epoch k ends at step k*SPE after k*epoch_s seconds; the training loss is logged every 200
+    steps and at each epoch end; `masks` (elastic runs) are re-selected every half epoch.
+    """
+    d = os.path.join(str(root), name)
+    os.makedirs(d)
+    runlog.write_json(os.path.join(d, runlog.CONFIG_FILE), {
+        "model_name": model, "dataset_name": dataset, "train_type": train_type,
+        "rho": 0.5 if rho is None else rho, "seed": seed, "num_epochs": len(accs),
+        "interval": 0.5})
+    epochs, selections = [], []
+    writer = tf.summary.create_file_writer(d)
+    with writer.as_default():
+        for i, m in enumerate(masks or []):
+            step = i * SPE // 2
+            ratio = 0.1 + 0.1 * sum(m)
+            selections.append({"step": step, "epoch": step / SPE, "mask": list(m),
+                               "predicted_ratio": ratio, "importance_ms": 1.0, "solve_ms": 1.0,
+                               "importance": [0.0] * len(m)})
+            tf.summary.scalar(runlog.NUM_SELECTED, sum(m), step=step)
+            tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=step)
+            tf.summary.write(runlog.SELECTION_MASK, tf.constant(np.array(m, np.int32)), step=step)
+        for k, acc in enumerate(accs, start=1):
+            for step in range((k - 1) * SPE + 1, k * SPE + 1):
+                if step % 200 == 0 or step == k * SPE:
+                    tf.summary.scalar(runlog.TRAIN_LOSS, 3.0 / (1 + step / 100) + seed * 0.01,
+                                      step=step)
+            tf.summary.scalar(runlog.TEST_ACCURACY, acc, step=k * SPE)
+            tf.summary.scalar(runlog.TEST_LOSS, 1.0, step=k * SPE)
+            epochs.append({"epoch": k, "train_time_s": k * epoch_s, "test_accuracy": acc,
+                           "test_loss": 1.0, "train_accuracy": acc, "train_loss": 1.0,
+                           "selected": n_tensors})
+    writer.close()
+    runlog.write_json(os.path.join(d, runlog.SUMMARY_FILE), {
+        "train_type": train_type, "model": model, "dataset": dataset, "rho": rho, "seed": seed,
+        "num_tensors": n_tensors, "tensor_names": [f"t{i}" for i in range(n_tensors)],
+        "timing_table": None, "steps_per_epoch": SPE, "status": status,
+        "best_test_accuracy": max(accs) if accs else None, "train_time_s": len(accs) * epoch_s,
+        "epochs": epochs, "selections": selections if selections_in_summary else []})
+    return d
+
+
+MASKS = [[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 1, 0, 0, 1, 1],
+         [0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 0, 1], [0, 0, 0, 0, 0, 1], [0, 0, 1, 0, 1, 1]]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """2 datasets x 3 schemes x 2 seeds of resnet50, plus vit runs, an elastic run at another
+    rho and a run still going."""
+    root = tmp_path_factory.mktemp("fake_runs")
+    out = {}
+    for dataset in ("caltech_birds2011", "oxford_iiit_pet"):
+        for seed in (0, 1):
+            out[("full", dataset, seed)] = make_run(
+                root, f"r50_{dataset}_full_s{seed}", dataset=dataset, seed=seed,
+                epoch_s=900.0 + 100 * seed)
+            out[("tl", dataset, seed)] = make_run(
+                root, f"r50_{dataset}_tl_s{seed}", dataset=dataset, seed=seed,
+                train_type="traditional_tl_training", epoch_s=300.0,
+                accs=(20.0, 25.0 + seed, 27.0 + 2 * seed, 28.0))
+            out[("elastic", dataset, seed)] = make_run(
+                root, f"r50_{dataset}_et_s{seed}", dataset=dataset, seed=seed,
+                train_type="elastic_training", rho=0.4, epoch_s=475.0,
+                accs=(38.0, 54.0, 60.0, 62.0 + seed), masks=MASKS)
+    out["elastic0.6"] = make_run(root, "r50_cub_et06", train_type="elastic_training", rho=0.6,
+                                 epoch_s=600.0, accs=(39.0, 55.0, 61.0, 62.5), masks=MASKS)
+    out["running"] = make_run(root, "r50_cub_bn_running", train_type="bn_plus_bias_training",
+                              epoch_s=500.0, accs=(30.0, 41.0), status="running")
+    out["vit_full"] = make_run(root, "vit_full", model="vit", epoch_s=1200.0)
+    out["vit_et"] = make_run(root, "vit_et", model="vit", train_type="elastic_training", rho=0.5,
+                             epoch_s=800.0, masks=MASKS)
+    out["root"] = str(root)
+    return out
+
+
+def assert_figures(base):
+    for ext, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
+        path = base + ext
+        assert os.path.getsize(path) > 1000, path
+        with open(path, "rb") as f:
+            assert f.read(4) == magic
+
+
+def cli(argv, capsys):
+    """Run plot.py as `python plot.py` does: (exit code, stdout, stderr lines)."""
+    with pytest.raises(SystemExit) as e:
+        common.run_cli(plot.main, argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, [line for line in err.splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------- pure pieces
+def test_step_to_time_interpolates_between_epoch_ends():
+    epochs = [{"epoch": 1, "train_time_s": 100.0}, {"epoch": 2, "train_time_s": 300.0}]
+    t = plotting.step_to_time([0, 5, 10, 15, 20, 25], 10, epochs)
+    np.testing.assert_allclose(t, [0, 50, 100, 200, 300, 400])  # 25: past the last epoch end
+    assert np.isnan(plotting.step_to_time([5], 10, [])).all()
+
+
+def test_time_unit_switches_to_minutes_under_a_tenth_of_an_hour():
+    assert plotting.time_unit(360.0) == (3600.0, "h")
+    assert plotting.time_unit(359.0) == (60.0, "min")
+
+
+def test_labels_colors_and_legend_order():
+    K = plotting.SchemeKey
+    keys = [K("prunetrain", None), K("full_training", None), K("elastic_training", 0.6),
+            K("bn_plus_bias_training", None), K("traditional_tl_training", None),
+            K("elastic_training", 0.4), K("elastic_training_weight_magnitude", 0.4)]
+    styles = plotting.scheme_styles(keys)
+    order = [styles[k].label for k in sorted(keys, key=lambda k: styles[k].rank)]
+    assert order == ["ElasticTrainer (ρ=0.4)", "ElasticTrainer (ρ=0.6)",
+                     "ElasticTrainer |w| (ρ=0.4)", "Full training", "Traditional TL", "BN+Bias",
+                     "PruneTrain"]
+    assert len({s.color for s in styles.values()}) == len(keys)
+    # a baseline keeps its color whatever else is plotted
+    alone = plotting.scheme_styles([K("full_training", None)])
+    assert alone[K("full_training", None)].color == styles[K("full_training", None)].color
+
+
+def test_run_curves_reads_events_and_maps_them_to_training_time(runs):
+    run = plotting.Run(runs[("full", "caltech_birds2011", 1)])
+    c = plotting.run_curves(run)
+    assert sorted(c["accuracy"]) == [250, 500, 750, 1000]
+    assert c["accuracy"][500] == pytest.approx((2000.0, 55.0))  # 2 epochs of 1000 s
+    assert c["loss"][200][0] == pytest.approx(800.0)  # 200 of 250 steps into epoch 1
+    assert c["loss"][600][0] == pytest.approx(2400.0)
+    assert c["loss"][200][1] == pytest.approx(3.0 / 3 + 0.01, rel=1e-6)
+
+
+# ----------------------------------------------------------------- subcommands
+def test_curves_writes_png_and_pdf(runs, tmp_path, capsys):
+    dirs = [runs[k] for k in runs if isinstance(k, tuple)] + [runs["elastic0.6"], runs["running"]]
+    code, out, err = cli(["curves", *dirs, "--out", str(tmp_path / "figs" / "fig15")], capsys)
+    assert code == 0, err
+    assert_figures(str(tmp_path / "figs" / "fig15"))
+    assert "fig15.png" in out
+
+
+def test_bars_averages_seeds_and_table_has_speedups(runs, tmp_path, capsys):
+    dirs = [runs[("full", "caltech_birds2011", s)] for s in (0, 1)] + \
+           [runs[("elastic", "caltech_birds2011", s)] for s in (0, 1)] + \
+           [runs[("tl", "caltech_birds2011", s)] for s in (0, 1)] + \
+           [runs["running"], runs["vit_et"], runs["vit_full"]]
+    code, out, err = cli(["bars", *dirs, "--out", str(tmp_path / "fig19.png")], capsys)
+    assert code == 0, err
+    assert_figures(str(tmp_path / "fig19"))
+    md = open(tmp_path / "fig19.md").read()
+    assert md in out  # the same table is printed
+    rows = {}
+    for line in md.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[(cells[0], cells[2])] = cells
+    # resnet50 full: seeds take 3600 s and 4000 s -> 3800 s; elastic 1900 s -> 2.00x
+    full = rows[("resnet50", "Full training")]
+    assert full[4] == "2" and float(full[6]) == pytest.approx(3800 / 3600, rel=1e-3)
+    assert full[7] == "1.00x"
+    et = rows[("resnet50", "ElasticTrainer")]
+    assert et[3] == "0.4" and float(et[5]) == pytest.approx(62.5) and et[7] == "2.00x"
+    assert rows[("resnet50", "Traditional TL")][7] == "3.17x"  # 3800 / 1200
+    assert rows[("resnet50", "BN+Bias (unfinished)")][7] == "3.80x"  # 3800 / 1000
+    assert rows[("vit", "ElasticTrainer")][7] == "1.50x"  # 4800 / 3200
+    groups = plotting.bar_groups([plotting.Run(d) for d in dirs])
+    et_group = next(g for g in groups if g.model == "resnet50" and g.key.rho == 0.4)
+    assert sorted(et_group.accuracy) == [62.0, 63.0] and len(et_group.runs) == 2
+
+
+def test_bars_without_full_run_leaves_speedup_blank(runs, tmp_path, capsys):
+    code, out, err = cli(["bars", runs["elastic0.6"], "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    row = open(tmp_path / "b.md").read().splitlines()[2]
+    assert row.rstrip().endswith("|  |")
+
+
+def test_selection_matrix_from_summary_and_from_events_agree(runs, tmp_path):
+    run = plotting.Run(runs[("elastic", "caltech_birds2011", 0)])
+    sel = plotting.selection_matrix(run)
+    assert sel.source == runlog.SUMMARY_FILE
+    np.testing.assert_array_equal(sel.matrix, np.array(MASKS).T)  # [tensor, re-selection]
+    np.testing.assert_allclose(sel.epochs, np.arange(8) * 0.5)
+    bare = plotting.Run(make_run(tmp_path, "no_sel_in_summary", train_type="elastic_training",
+                                 rho=0.4, masks=MASKS, selections_in_summary=False))
+    ev = plotting.selection_matrix(bare)
+    assert ev.source == "events"
+    np.testing.assert_array_equal(ev.matrix, sel.matrix)
+    np.testing.assert_allclose(ev.epochs, sel.epochs)
+    np.testing.assert_allclose(ev.predicted_ratio, sel.predicted_ratio, rtol=1e-6)
+
+
+def test_selection_writes_png_and_pdf(runs, tmp_path, capsys):
+    code, out, err = cli(["selection", runs["vit_et"], "--out", str(tmp_path / "fig21")], capsys)
+    assert code == 0, err
+    assert_figures(str(tmp_path / "fig21"))
+
+
+def test_profile_draws_a_timing_table(tmp_path, capsys):
+    table = {"model": "tiny", "input_size": 16, "batch_size": 4, "num_classes": 10,
+             "t_fp_ms": 2.0, "t_bp_ms": 4.0, "t_full_ms": 6.0, "coverage": 1.0,
+             "unattributed": [],
+             "tensors": [{"name": f"t{i}", "t_dw_ms": 0.5 + i, "t_dy_ms": 0.2, "estimated": i == 0,
+                          "rank": 3 - i} for i in range(4)]}
+    path = tmp_path / "tiny_table.json"
+    path.write_text(json.dumps(table))
+    code, out, err = cli(["profile", str(path), "--out", str(tmp_path / "prof")], capsys)
+    assert code == 0, err
+    assert_figures(str(tmp_path / "prof"))
+
+
+# ----------------------------------------------------------------- bad input
+def test_bad_input_one_line_exit_2(runs, tmp_path, capsys):
+    empty = tmp_path / "not_a_run"
+    empty.mkdir()
+    cases = [
+        (["curves", runs[("full", "caltech_birds2011", 0)], str(empty)], "not_a_run"),
+        (["bars", str(tmp_path / "missing")], "missing"),
+        (["selection", runs[("full", "caltech_birds2011", 0)]], "not an elastic"),
+        (["curves"], "RUN_DIR"),
+        (["profile", str(tmp_path / "nope.json")], "nope.json"),
+    ]
+    for argv, needle in cases:
+        code, _, err = cli(argv + ["--out", str(tmp_path / "x")], capsys)
+        assert code == 2 and len(err) == 1 and needle in err[0], (argv, err)
+    assert not os.path.exists(tmp_path / "x.png")
+
+
+# ----------------------------------------------------------------- a real run
+def test_plots_a_real_tiny_elastic_run(tmp_path, capsys):
+    import tf_keras as keras
+
+    import main as main_cli
+    import tensor_timing as tt
+
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same")(keras.layers.Rescaling(1 / 255.0)(inp))
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Conv2D(8, 3, padding="same")(keras.layers.ReLU()(x))
+    x = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x))
+    model = keras.Model(inp, x)  # 8 trainable tensors
+    model.save(str(tmp_path / "tiny.keras"))
+    table = tt.profile_model(model, str(tmp_path / "tiny.keras"), 16, 4, 10, num_iterations=2,
+                             progress=False)
+    tt.save_table(table, str(tmp_path / "table.json"))
+    assert main_cli.main([
+        "--model_name", str(tmp_path / "tiny.keras"), "--dataset_name", "synthetic",
+        "--input_size", "16", "--weights", "none", "--num_epochs", "2", "--steps_per_epoch", "4",
+        "--interval", "0.5", "--rho", "0.8", "--learning_rate", "0.01",
+        "--train_type", "elastic_training", "--timing_table", str(tmp_path / "table.json"),
+        "--logdir", str(tmp_path / "logs"), "--run_name", "et", "--quiet"]) == 0
+    run = str(tmp_path / "logs" / "et")
+    for argv, base in ((["curves", run], "c"), (["selection", run], "s")):
+        code, _, err = cli(argv + ["--out", str(tmp_path / "figs" / base)], capsys)
+        assert code == 0, err
+        assert_figures(str(tmp_path / "figs" / base))
+    sel = plotting.selection_matrix(plotting.Run(run))
+    np.testing.assert_allclose(sel.epochs, [0, 0.5, 1, 1.5])
+    assert sel.matrix.shape == (8, 4)
+    c = plotting.run_curves(plotting.Run(run))
+    summary = runlog.read_summary(run)
+    assert sorted(c["accuracy"]) == [4, 8]
+    assert c["accuracy"][8][0] == pytest.approx(summary["train_time_s"])
