@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Shared by every run_figure*.sh: pick the project's Python and call the one driver,
+# scripts/figures.py.  SMOKE=1 (any value but 0) adds --smoke.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+python="${PYTHON:-}"
+if [ -z "$python" ]; then
+  if [ -x "$root/.venv/bin/python" ]; then python="$root/.venv/bin/python"; else python=python3; fi
+fi
+smoke=()
+if [ -n "${SMOKE:-}" ] && [ "${SMOKE}" != 0 ]; then smoke=(--smoke); fi
+exec "$python" "$root/scripts/figures.py" "$@" "${smoke[@]}"

@@ -1,0 +1,309 @@
+"""The one driver behind scripts/run_figure*.sh: profile, train every run of a paper figure, plot.
+
+    python scripts/figures.py fig17            # the paper's protocol (hours to days on a device)
+    python scripts/figures.py fig17 --ego      # ElasticTrainer runs only
+    python scripts/figures.py fig17 --smoke    # same pipeline, synthetic data, small model, minutes
+    python scripts/figures.py fig17 --dry_run  # list the commands
+
+A figure is data (FIGURES below): models x datasets x (ElasticTrainer at each rho + baselines), and
+the plots drawn from the run directories.  Runs are `python main.py ...` processes with fixed run
+names under --logdir; a run whose summary.json says "finished" is not run again, so an interrupted
+script picks up where it stopped (the run in progress starts over).  Figures are drawn by plot.py
+from summary.json and the TensorBoard events, and written as PNG + PDF under --figdir.
+"""
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import common  # noqa: E402
+import runlog  # noqa: E402
+from common import ArgumentParser, UserError  # noqa: E402
+
+BASELINES = ("full_training", "traditional_tl_training", "bn_plus_bias_training", "prunetrain")
+PAPER_DATASETS = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """What a paper figure trains and draws."""
+    title: str
+    models: tuple
+    datasets: tuple
+    rhos: tuple                 # ElasticTrainer's requested step-time ratios
+    baselines: tuple
+    plots: tuple                # of (kind, output suffix): curves | bars | selection | profile
+    selection_rho: float = None  # the elastic run whose selection heat map is drawn
+    smoke_models: tuple = ("smallcnn",)
+
+
+FIGURES = {
+    "fig15": Figure("Fig. 15: accuracy and loss over wall-clock time, Jetson TX2 protocol",
+                    ("resnet50",), PAPER_DATASETS, (0.5,), BASELINES[:3],
+                    (("curves", ""), ("bars", "_bars"), ("profile", "_profile"))),
+    "fig16": Figure("Fig. 16: accuracy and loss over wall-clock time, Raspberry Pi 4B protocol",
+                    ("resnet50",), PAPER_DATASETS, (0.5,), BASELINES[:3],
+                    (("curves", ""), ("bars", "_bars"), ("profile", "_profile"))),
+    "fig17": Figure("Fig. 17: best accuracy and training time against rho and the baselines",
+                    ("resnet50",), ("caltech_birds2011",), (0.35, 0.4, 0.5, 0.6, 0.7), BASELINES,
+                    (("bars", ""), ("curves", "_curves"), ("selection", "_fig21"),
+                     ("profile", "_profile")), selection_rho=0.5),
+    "fig19": Figure("Fig. 19: ElasticTrainer at rho 0.4 against the baselines on four models",
+                    ("resnet50", "vgg16", "mobilenetv2", "vit"), ("caltech_birds2011",), (0.4,),
+                    BASELINES, (("bars", ""), ("profile", "_profile")),
+                    smoke_models=("smallcnn", "mobilenetv2")),
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """main.py flags shared by every run of a figure."""
+    input_size: int = 224
+    batch_size: int = 4
+    num_epochs: int = 12
+    interval: float = 4
+    learning_rate: float = 1e-4
+    optimizer: str = "sgd"
+    weights: str = "imagenet"
+    extra: dict = field(default_factory=dict)
+
+    def flags(self, model):
+        # Adam for ViT, as the reference advises; the CNNs keep SGDW.
+        optimizer, lr = (("adam", self.learning_rate) if model == "vit" and self.optimizer == "sgd"
+                         else (self.optimizer, self.learning_rate))
+        flags = {"input_size": self.input_size, "batch_size": self.batch_size,
+                 "num_epochs": self.num_epochs, "interval": self.interval,
+                 "learning_rate": lr, "optimizer": optimizer, "weights": self.weights}
+        flags.update(self.extra)
+        return flags
+
+
+PAPER = Protocol()
+# Small model and input, and a learning rate that trains it from random init with the same
+# SGDW; the reference's 12 epochs and 4-epoch interval, so that (as on a device) the one-off
+# cost of compiling each new selection's train step is small against the steps it saves.
+SMOKE = Protocol(input_size=32, batch_size=8, learning_rate=0.03, weights="none")
+
+
+@dataclass(frozen=True)
+class Run:
+    model: str
+    dataset: str
+    train_type: str
+    rho: float = None
+
+    @property
+    def num_classes(self):
+        import data
+        return data.NUM_CLASSES[self.dataset]
+
+    def name(self, seed):
+        rho = f"_rho{self.rho:g}" if self.rho is not None else ""
+        return f"{self.model}_{self.dataset}_{self.train_type}{rho}_seed{seed}"
+
+
+def plan(figure, ego=False, smoke=False):
+    """The runs of a figure, ElasticTrainer first (an interrupted script has its main result)."""
+    models = figure.smoke_models if smoke else figure.models
+    datasets = ("synthetic",) if smoke else figure.datasets
+    runs = []
+    for model in models:
+        for dataset in datasets:
+            runs += [Run(model, dataset, "elastic_training", rho) for rho in figure.rhos]
+            if not ego:
+                runs += [Run(model, dataset, b) for b in figure.baselines]
+    return runs
+
+
+def table_path(run, protocol, profiles):
+    import tensor_timing
+    return tensor_timing.default_table_path(run.model, protocol.input_size, protocol.batch_size,
+                                            run.num_classes, folder=profiles)
+
+
+def run_status(run_dir):
+    try:
+        return runlog.read_summary(run_dir).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+class Driver:
+    def __init__(self, key, ego=False, smoke=False, seeds=(0,), logdir=None, figdir=None,
+                 profiles=None, data_dir=None, dry_run=False, python=sys.executable,
+                 log=print):
+        if key not in FIGURES:
+            raise UserError(f"unknown figure {key!r}; valid: {', '.join(FIGURES)}")
+        self.key, self.figure, self.ego, self.smoke = key, FIGURES[key], ego, smoke
+        self.protocol = SMOKE if smoke else PAPER
+        self.seeds = tuple(seeds)
+        self.suffix = "_ego" if ego else ""
+        # absolute, because the runs are started from the repository root
+        self.logdir = os.path.abspath(logdir or os.path.join(
+            ROOT, "logs", "smoke" if smoke else "figures", key))
+        self.figdir = os.path.abspath(figdir or os.path.join(ROOT, "figures", "smoke" if smoke else ""))
+        self.profiles = os.path.abspath(profiles or os.path.join(ROOT, "profiles"))
+        self.data_dir = data_dir
+        self.dry_run = dry_run
+        self.python = python
+        self.log = log
+        self.runs = plan(self.figure, ego, smoke)
+
+    # ----------------------------------------------------------------------------- commands
+    def _call(self, argv, what):
+        self.log("$ " + " ".join(argv))
+        if self.dry_run:
+            return 0
+        t0 = time.perf_counter()
+        rc = subprocess.call(argv, cwd=ROOT)
+        if rc == 130:
+            raise KeyboardInterrupt
+        self.log(f"  {what}: exit {rc} after {time.perf_counter() - t0:.0f} s")
+        return rc
+
+    def profile(self, run):
+        """The run's timing table, profiled once per model and head size (profiler.py)."""
+        path = table_path(run, self.protocol, self.profiles)
+        if os.path.exists(path):
+            self.log(f"timing table {path} exists; reusing it")
+            return path
+        argv = [self.python, "profiler.py", "--model_name", run.model,
+                "--input_size", str(self.protocol.input_size),
+                "--batch_size", str(self.protocol.batch_size),
+                "--num_classes", str(run.num_classes), "--output", path, "--figure", "", "--quiet"]
+        if self._call(argv, f"profile {run.model}") != 0:
+            raise common.RunError(f"profiling {run.model} failed (see above)")
+        return path
+
+    def rho_floor(self, run):
+        """The forward pass's share of a step: no selection can go below it."""
+        import tensor_timing
+        path = table_path(run, self.protocol, self.profiles)
+        if self.dry_run and not os.path.exists(path):
+            return 0.0
+        table = tensor_timing.load_table(path)
+        return table["t_fp_ms"] / table["t_full_ms"]
+
+    def train(self, run, seed):
+        run_name = run.name(seed)
+        run_dir = os.path.join(self.logdir, run_name)
+        if run_status(run_dir) == "finished":
+            self.log(f"{run_name}: finished before; not run again")
+            return run_dir, "finished"
+        flags = self.protocol.flags(run.model)
+        argv = [self.python, "main.py", "--model_name", run.model, "--dataset_name", run.dataset,
+                "--train_type", run.train_type, "--num_classes", str(run.num_classes),
+                "--seed", str(seed), "--logdir", self.logdir, "--run_name", run_name,
+                "--timing_table", table_path(run, self.protocol, self.profiles), "--quiet"]
+        if run.rho is not None:
+            argv += ["--rho", f"{run.rho:g}"]
+        if self.data_dir:
+            argv += ["--data_dir", self.data_dir]
+        for flag, value in flags.items():
+            argv += [f"--{flag}", f"{value:g}" if isinstance(value, float) else str(value)]
+        rc = self._call(argv, run_name)
+        return run_dir, "finished" if rc == 0 else f"failed (exit {rc})"
+
+    def plot(self, kind, out, runs, tables):
+        if kind == "profile":
+            outs = []
+            for key, table in tables.items():
+                name = out if len(tables) == 1 else f"{out}_{key}"
+                self._call([self.python, "plot.py", "profile", table, "--out", name], "plot")
+                outs.append(name)
+            return outs
+        if kind == "selection":
+            runs = [d for r, d in runs if r.train_type == "elastic_training"
+                    and r.rho == self.figure.selection_rho]
+            runs = runs[:1]
+        else:
+            runs = [d for _, d in runs]
+        if not runs:
+            return []
+        self._call([self.python, "plot.py", kind] + runs + ["--out", out], "plot")
+        return [out]
+
+    # ----------------------------------------------------------------------------- the figure
+    def __call__(self):
+        t0 = time.perf_counter()
+        fig = self.figure
+        mode = "smoke test (synthetic data, small model)" if self.smoke else "paper protocol"
+        self.log(f"{fig.title}{' (ElasticTrainer only)' if self.ego else ''}: {mode}, "
+                 f"{len(self.runs) * len(self.seeds)} runs, logs in {self.logdir}")
+        tables = {}
+        for run in self.runs:
+            key = f"{run.model}_c{run.num_classes}"
+            if key not in tables:
+                tables[key] = self.profile(run)
+        done, skipped, failed = [], [], []
+        for seed in self.seeds:
+            for run in self.runs:
+                floor = self.rho_floor(run) if run.rho is not None else 0.0
+                if run.rho is not None and run.rho < floor + 0.01:
+                    # a device where the forward pass alone takes more than rho of a step
+                    skipped.append(f"{run.name(seed)}: rho {run.rho:g} is at or below "
+                                   f"{run.model}'s forward floor {floor:.2f} at this input and "
+                                   f"batch size; not run")
+                    self.log(skipped[-1])
+                    continue
+                run_dir, status = self.train(run, seed)
+                if status == "finished":
+                    done.append((run, run_dir))
+                else:
+                    failed.append(f"{run.name(seed)}: {status}")
+        written = []
+        if done or self.dry_run:
+            for kind, suffix in fig.plots:
+                out = os.path.join(self.figdir, f"{self.key}{self.suffix}{suffix}")
+                written += self.plot(kind, out, done, tables)
+        self.log(f"{self.key}{self.suffix}: {len(done)} runs finished in "
+                 f"{(time.perf_counter() - t0) / 60:.1f} min")
+        for out in written:
+            self.log(f"  figure {out}.png / .pdf")
+        for line in skipped:
+            self.log(f"  skipped {line}")
+        for line in failed:
+            self.log(f"  FAILED {line}")
+        return written, failed
+
+
+def build_parser():
+    p = ArgumentParser(prog="figures.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("figure", help=" | ".join(FIGURES))
+    p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
+    p.add_argument("--smoke", action="store_true",
+                   help="synthetic data, smallcnn at 32 px: the whole pipeline in minutes")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds; each run once per seed")
+    p.add_argument("--logdir", default=None,
+                   help="run directories (default logs/figures/FIG, smoke: logs/smoke/FIG)")
+    p.add_argument("--figdir", default=None, help="figures (default figures/, smoke: figures/smoke/)")
+    p.add_argument("--profiles", default=None, help="timing tables (default profiles/)")
+    p.add_argument("--data_dir", default=None, help="TFDS data directory")
+    p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    except ValueError:
+        raise UserError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=seeds or (0,),
+                    logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
+                    data_dir=args.data_dir, dry_run=args.dry_run)
+    _, failed = driver()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        common.run_cli(main)
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are kept; run the same command again to continue",
+              file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,100 @@
+"""The figure scripts: one driver, the paper's protocol as data, and a smoke figure end to end."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import figures  # noqa: E402
+
+SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "run_figure*.sh")))
+
+
+def test_every_paper_figure_has_a_script_and_an_ego_variant():
+    names = {os.path.basename(s) for s in SCRIPTS}
+    for key in ("15", "16", "17", "19"):
+        assert {f"run_figure{key}.sh", f"run_figure{key}_ego.sh"} <= names
+    assert set(figures.FIGURES) == {"fig15", "fig16", "fig17", "fig19"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)
+def test_script_header_and_one_shared_driver(script):
+    text = open(script).read()
+    assert os.access(script, os.X_OK)
+    header = "".join(line for line in text.splitlines(True) if line.startswith("#"))
+    assert "Time" in header and re.search(r"\d+(\.\d+)? h\b", header), "device time missing"
+    assert "Figure" in header
+    # no copy-pasted blocks: every script is its header and one call of the shared driver
+    code = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    key = re.search(r"run_figure(\d+)", script).group(1)
+    ego = " --ego" if script.endswith("_ego.sh") else ""
+    assert code == [f'exec "$(dirname "$0")/figure.sh" fig{key}{ego} "$@"']
+
+
+def test_protocol_runs_are_the_papers_with_honest_rho():
+    runs = figures.plan(figures.FIGURES["fig17"])
+    elastic = [r for r in runs if r.train_type == "elastic_training"]
+    assert [r.rho for r in elastic] == [0.35, 0.4, 0.5, 0.6, 0.7]
+    assert {r.train_type for r in runs} - {"elastic_training"} == set(figures.BASELINES)
+    assert {r.train_type for r in figures.plan(figures.FIGURES["fig17"], ego=True)} == {"elastic_training"}
+    fig15 = figures.plan(figures.FIGURES["fig15"])
+    assert {r.dataset for r in fig15} == set(figures.PAPER_DATASETS) and len(fig15) == 12
+    assert [r.num_classes for r in fig15[::4]] == [200, 37, 120]
+    fig19 = figures.plan(figures.FIGURES["fig19"])
+    assert {r.model for r in fig19} == {"resnet50", "vgg16", "mobilenetv2", "vit"}
+    smoke = figures.plan(figures.FIGURES["fig19"], smoke=True)
+    assert {r.dataset for r in smoke} == {"synthetic"} and {r.model for r in smoke} == {"smallcnn", "mobilenetv2"}
+    assert figures.PAPER.flags("vit")["optimizer"] == "adam"
+    assert figures.PAPER.flags("resnet50")["optimizer"] == "sgd"
+
+
+def test_dry_run_prints_the_reference_command_lines(tmp_path):
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_figure17.sh"), "--dry_run",
+                          "--logdir", str(tmp_path / "logs"), "--profiles", str(tmp_path / "p")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    mains = [line for line in lines if " main.py " in line]
+    assert len(mains) == 9
+    assert sum("--rho 0.35 " in line for line in mains) == 1 and "0.367" not in out.stdout
+    assert all("--input_size 224 --batch_size 4 --num_epochs 12 --interval 4" in line for line in mains)
+    assert any(" profiler.py --model_name resnet50 " in line for line in lines)
+    assert not os.path.exists(tmp_path / "logs")  # nothing ran
+
+
+def test_bad_figure_name_is_one_line_exit_2():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "figures.py"), "fig99"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "fig15" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_smoke_figure_end_to_end_then_resumes_without_rerunning(tmp_path):
+    """CI's smoke figure: the real script, profiler, trainings and plots on synthetic data."""
+    args = ["--logdir", str(tmp_path / "logs"), "--figdir", str(tmp_path / "figs"),
+            "--profiles", str(tmp_path / "profiles")]
+    env = dict(os.environ, SMOKE="1")
+    script = os.path.join(ROOT, "scripts", "run_figure15.sh")
+    out = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for name in ("fig15.png", "fig15.pdf", "fig15_bars.png", "fig15_bars.pdf", "fig15_bars.md",
+                 "fig15_profile.png", "fig15_profile.pdf"):
+        path = tmp_path / "figs" / name
+        assert path.exists(), name
+        assert path.stat().st_size > (0 if name.endswith(".md") else 1000), name
+    table = (tmp_path / "figs" / "fig15_bars.md").read_text()
+    for label in ("ElasticTrainer", "Full training", "Traditional TL", "BN+Bias"):
+        assert label in table
+    runs = sorted(os.listdir(tmp_path / "logs"))
+    assert len(runs) == 4 and all(r.startswith("smallcnn_synthetic_") for r in runs)
+    # run again: every run is found finished and only the figures are redrawn
+    again = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("not run again") == 4 and " main.py " not in again.stdout
