@@ -382,6 +382,9 @@ def _load_time_model(cfg, model, num_classes, log):
                                           cfg.batch_size, num_classes, seed=cfg.seed,
                                           progress=cfg.progress, log=log)
     tm = TimeModel(table)
+    if not tm.calibrated:
+        log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
+            f"version); re-run profiler.py so that rho holds when backward ops overlap")
     if cfg.rho < tm.rho_floor:
         raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
                         f"alone is {tm.rho_floor:.3f} of a full training step ({path})")
