@@ -49,6 +49,10 @@ def test_protocol_runs_are_the_papers_with_honest_rho():
     assert {r.model for r in fig19} == {"resnet50", "vgg16", "mobilenetv2", "vit"}
     smoke = figures.plan(figures.FIGURES["fig19"], smoke=True)
     assert {r.dataset for r in smoke} == {"synthetic"} and {r.model for r in smoke} == {"smallcnn", "mobilenetv2"}
+    # above the smoke model's forward floor (about 0.4), so every smoke figure has ElasticTrainer
+    for key in figures.FIGURES:
+        smoke = figures.plan(figures.FIGURES[key], smoke=True)
+        assert min(r.rho for r in smoke if r.rho is not None) >= 0.5
     assert figures.PAPER.flags("vit")["optimizer"] == "adam"
     assert figures.PAPER.flags("resnet50")["optimizer"] == "sgd"
 
@@ -98,3 +102,37 @@ def test_smoke_figure_end_to_end_then_resumes_without_rerunning(tmp_path):
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("not run again") == 4 and " main.py " not in again.stdout
+
+
+def _fake_table(folder, t_fp=4.5, t_full=10.0):
+    import json
+    table = {"model": "smallcnn", "input_size": 32, "batch_size": 8, "num_classes": 10,
+             "t_fp_ms": t_fp, "t_bp_ms": t_full - t_fp, "t_full_ms": t_full, "coverage": 1.0,
+             "unattributed": [], "tensors": []}
+    (folder / "smallcnn_i32_b8_c10.json").write_text(json.dumps(table))
+
+
+def test_rho_below_the_forward_floor_is_skipped_with_a_reason(tmp_path):
+    _fake_table(tmp_path, t_fp=5.5)
+    lines = []
+    driver = figures.Driver("fig17", ego=True, smoke=True, profiles=str(tmp_path),
+                            logdir=str(tmp_path / "logs"), dry_run=True, log=lines.append)
+    _, failed = driver()
+    assert not failed
+    skipped = [line for line in lines if "forward floor 0.55" in line]
+    assert len(skipped) == 2  # rho 0.5, as it happens and in the final report
+    assert sum(" main.py " in line and "--rho" in line for line in lines) == 4  # 0.6 to 0.9
+
+
+def test_ctrl_c_in_a_run_stops_the_driver_and_says_how_to_go_on(tmp_path):
+    _fake_table(tmp_path, t_fp=2.0)
+    fake = tmp_path / "fake_python"
+    fake.write_text("#!/bin/sh\nexit 130\n")  # what main.py returns after Ctrl-C
+    fake.chmod(0o755)
+    lines = []
+    driver = figures.Driver("fig15", smoke=True, python=str(fake), log=lines.append,
+                            logdir=str(tmp_path / "logs"), profiles=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        driver()
+    assert sum(" main.py " in line for line in lines) == 1  # stopped at the first run
+    assert "run the same command again" in lines[-1]
