@@ -5,7 +5,7 @@
     python scripts/figures.py fig17 --smoke    # same pipeline, synthetic data, small model, minutes
     python scripts/figures.py fig17 --dry_run  # list the commands
 
-A figure is data (FIGURES below): models x datasets x (ElasticTrainer at each rho + baselines), and
+A figure is data (FIGURES in scripts/figures.py): models x datasets x (ElasticTrainer at each rho + baselines), and
 the plots drawn from the run directories.  Runs are `python main.py ...` processes with fixed run
 names under --logdir; a run whose summary.json says "finished" is not run again, so an interrupted
 script picks up where it stopped (the run in progress starts over).  Figures are drawn by plot.py
@@ -296,17 +296,21 @@ class Driver:
 
 
 def build_parser():
-    p = ArgumentParser(prog="figures.py", description=__doc__.split("\n\n")[0])
+    import argparse
+    # the module docstring, examples included; each help names its own default
+    p = ArgumentParser(prog="figures.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("figure", help=" | ".join(FIGURES))
     p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
     p.add_argument("--smoke", action="store_true",
                    help="synthetic data, smallcnn at 32 px: the whole pipeline in minutes")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds; each run once per seed")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds; each run once per seed "
+                                                "(default 0)")
     p.add_argument("--logdir", default=None,
                    help="run directories (default logs/figures/FIG, smoke: logs/smoke/FIG)")
     p.add_argument("--figdir", default=None, help="figures (default figures/, smoke: figures/smoke/)")
     p.add_argument("--profiles", default=None, help="timing tables (default profiles/)")
-    p.add_argument("--data_dir", default=None, help="TFDS data directory")
+    p.add_argument("--data_dir", default=None, help="TFDS data directory (default: TFDS's)")
     p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     return p
 
