@@ -36,26 +36,19 @@ def build_parser():
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            parser_class=_SubParser)
 
-    c = sub.add_parser(
-        "curves", help="test accuracy and training loss vs training time (Fig. 15/16)",
-        description="One column per dataset: test accuracy (%) per epoch on top, training loss "
-                    "below, against wall-clock training time (hours, or minutes for short runs); "
-                    "one line per scheme, seeds averaged with a min-max band.  Unfinished runs "
-                    "are dashed and flagged in the legend.")
-    c.add_argument("runs", nargs="+", metavar="RUN_DIR", help=RUNS_HELP)
-    c.add_argument("--out", default=None,
-                   help="output path without extension (default: figures/curves_<model>)")
-
-    b = sub.add_parser(
-        "bars", help="best accuracy and training time per scheme (Fig. 17/19), plus a table",
-        description="Two panels, best test accuracy (%) and training time, one bar per scheme, "
-                    "grouped by model (and dataset) when the runs span several; runs differing "
-                    "only in seed are averaged, error bars span min to max.  Also writes "
-                    "<out>.md, a markdown table with the speedup over full_training of the same "
-                    "model and dataset, and prints it.")
-    b.add_argument("runs", nargs="+", metavar="RUN_DIR", help=RUNS_HELP)
-    b.add_argument("--out", default=None,
-                   help="output path without extension (default: figures/bars_<model>)")
+    _runs_command(
+        sub, "curves", "test accuracy and training loss vs training time (Fig. 15/16)",
+        "One column per dataset: test accuracy (%) per epoch on top, training loss below, "
+        "against wall-clock training time (hours, or minutes for short runs); one line per "
+        "scheme, seeds averaged with a min-max band.  Unfinished runs are dashed and flagged in "
+        "the legend.", "figures/curves_<model>")
+    _runs_command(
+        sub, "bars", "best accuracy and training time per scheme (Fig. 17/19), plus a table",
+        "Two panels, best test accuracy (%) and training time, one bar per scheme, grouped by "
+        "model (and dataset) when the runs span several; runs differing only in seed are "
+        "averaged, error bars span min to max.  Also writes <out>.md, a markdown table with the "
+        "speedup over full_training of the same model and dataset, and prints it.",
+        "figures/bars_<model>")
 
     s = sub.add_parser(
         "selection", help="which tensors each re-selection trained (Fig. 21)",
@@ -75,6 +68,14 @@ def build_parser():
     t.add_argument("--out", default=None,
                    help="output path without extension (default: figures/profile_<table name>)")
     return p
+
+
+def _runs_command(sub, name, help, description, default_out):
+    """A subcommand that takes run directories and --out."""
+    c = sub.add_parser(name, help=help, description=description)
+    c.add_argument("runs", nargs="+", metavar="RUN_DIR", help=RUNS_HELP)
+    c.add_argument("--out", default=None,
+                   help=f"output path without extension (default: {default_out})")
 
 
 def _default_out(kind, runs):
