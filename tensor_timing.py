@@ -34,6 +34,9 @@ import numpy as np
 from common import UserError
 
 TABLE_VERSION = 1
+# A calibration whose fitted ratios miss a timed reference by more than this was likely made on a
+# busy machine (measured here: 1.2-4.1% idle, 11% while the test suite ran).
+NOISY_CALIBRATION = 0.10
 PROFILE_DIR = "profiles"
 REQUIRED_KEYS = ("model", "input_size", "batch_size", "num_classes", "t_fp_ms", "t_bp_ms",
                  "t_full_ms", "coverage", "unattributed", "tensors")
@@ -629,6 +632,10 @@ def summarize(table):
                      f"t_dw x{cal['dw_scale'] / cal['uniform_scale']:.2f}, "
                      f"t_dy x{cal['dy_scale'] / cal['uniform_scale']:.2f} of the uniform scale "
                      f"(worst reference error {100 * worst:.1f}%)")
+        if worst > NOISY_CALIBRATION:
+            lines.append("the timed selections disagree with the fit by more than "
+                         f"{100 * NOISY_CALIBRATION:.0f}%: if the machine was busy, profile again "
+                         "when it is idle")
     else:
         lines.append("time model not calibrated (one uniform scale for t_dw and t_dy)")
     if table["unattributed"]:

@@ -366,6 +366,9 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
         mask = tt.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
         assert tm.predicted_ratio(mask) == pytest.approx(r["calibrated_ratio"])
     assert "calibrated on 3 timed selections" in tt.summarize(table)
+    noisy = json.loads(json.dumps(table))
+    noisy["calibration"]["references"][0]["measured_ratio"] *= 1.5
+    assert "profile again" in tt.summarize(noisy)
 
 
 def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
