@@ -5,11 +5,12 @@
     python scripts/figures.py fig17 --smoke    # same pipeline, synthetic data, small model, minutes
     python scripts/figures.py fig17 --dry_run  # list the commands
 
-A figure is data (FIGURES in scripts/figures.py): models x datasets x (ElasticTrainer at each rho + baselines), and
-the plots drawn from the run directories.  Runs are `python main.py ...` processes with fixed run
-names under --logdir; a run whose summary.json says "finished" is not run again, so an interrupted
-script picks up where it stopped (the run in progress starts over).  Figures are drawn by plot.py
-from summary.json and the TensorBoard events, and written as PNG + PDF under --figdir.
+A figure is data (FIGURES in scripts/figures.py): models x datasets x (ElasticTrainer at each
+rho + baselines), and the plots drawn from the run directories.  Runs are `python main.py ...`
+processes with fixed run names under --logdir; a run whose summary.json says "finished" is not
+run again, so an interrupted script picks up where it stopped (the run in progress starts over).
+Figures are drawn by plot.py from summary.json and the TensorBoard events, and written as
+PNG + PDF under --figdir.
 """
 import os
 import subprocess
