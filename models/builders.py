@@ -244,20 +244,34 @@ def build_cnn(arch, input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASS
         fname, url, file_hash = weight_file(input_size)
         pretrained = fetch_pretrained(fname, url, arch, file_hash)
 
+    def backbone():
+        # weights=None + explicit input_shape: no download and no "non-standard size" warning; we
+        # load the ImageNet file ourselves exactly like keras does (backbone.load_weights).
+        net = make_backbone(include_top=False, weights=None, input_shape=(input_size, input_size, 3))
+        if pretrained is not None:
+            _load_pretrained_h5(net, pretrained, arch)
+        return net
+
+    def prepare(x):
+        if preprocess == "caffe":
+            return ImagenetPreprocess(arch, name="preprocess")(x)
+        return scale_to_unit_range(x)
+
+    return classifier(input_size, num_classes, prepare, backbone, f"{arch}_classifier", weights)
+
+
+def classifier(input_size, num_classes, preprocess, make_backbone, name, weights):
+    """The reference's model around a backbone: augment -> preprocess -> backbone (built by
+    `make_backbone()` after the preprocessing layers) in inference mode -> global pool ->
+    Dropout(0.2) -> Dense logits; weights from a PATH loaded last."""
     inputs = image_input(input_size)
-    x = augment(inputs)
-    x = ImagenetPreprocess(arch, name="preprocess")(x) if preprocess == "caffe" else scale_to_unit_range(x)
-    # weights=None + explicit input_shape: no download and no "non-standard size" warning; we load
-    # the ImageNet file ourselves exactly like keras does (backbone.load_weights).
-    backbone = make_backbone(include_top=False, weights=None, input_shape=(input_size, input_size, 3))
-    if pretrained is not None:
-        _load_pretrained_h5(backbone, pretrained, arch)
-    x = backbone(x, training=False)
+    x = preprocess(augment(inputs))
+    x = make_backbone()(x, training=False)
     x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
     x = keras.layers.Dropout(0.2, name="dropout")(x)
     outputs = keras.layers.Dense(num_classes, name="classifier")(x)
-    model = keras.Model(inputs, outputs, name=f"{arch}_classifier")
-    if kind == "path":
+    model = keras.Model(inputs, outputs, name=name)
+    if weights_kind(weights) == "path":
         load_weights_file(model, weights)
     return model
 
@@ -280,28 +294,20 @@ def build_smallcnn(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSE
     figures) runs in minutes on the built-in synthetic data, from random init."""
     check_input_size(input_size, minimum=16, model="smallcnn")
     check_num_classes(num_classes)
-    kind = weights_kind(weights)
-    if kind == "imagenet":
+    if weights_kind(weights) == "imagenet":
         raise UserError("smallcnn has no pretrained weights; pass --weights none (random init) "
                         "or --weights PATH")
-    image = keras.Input(shape=(input_size, input_size, 3), name="features_in")
-    x = image
-    for stage, width in enumerate(SMALLCNN_WIDTHS, 1):
-        for block in (1, 2):
-            name = f"stage{stage}_block{block}"
-            x = keras.layers.Conv2D(width, 3, strides=2 if block == 1 else 1, padding="same",
-                                    use_bias=False, name=f"{name}_conv")(x)
-            x = keras.layers.BatchNormalization(name=f"{name}_bn")(x)
-            x = keras.layers.ReLU(name=f"{name}_relu")(x)
-    backbone = keras.Model(image, x, name="smallcnn")
+    def backbone():
+        image = keras.Input(shape=(input_size, input_size, 3), name="features_in")
+        x = image
+        for stage, width in enumerate(SMALLCNN_WIDTHS, 1):
+            for block in (1, 2):
+                name = f"stage{stage}_block{block}"
+                x = keras.layers.Conv2D(width, 3, strides=2 if block == 1 else 1, padding="same",
+                                        use_bias=False, name=f"{name}_conv")(x)
+                x = keras.layers.BatchNormalization(name=f"{name}_bn")(x)
+                x = keras.layers.ReLU(name=f"{name}_relu")(x)
+        return keras.Model(image, x, name="smallcnn")
 
-    inputs = image_input(input_size)
-    x = scale_to_unit_range(augment(inputs))
-    x = backbone(x, training=False)
-    x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
-    x = keras.layers.Dropout(0.2, name="dropout")(x)
-    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
-    model = keras.Model(inputs, outputs, name="smallcnn_classifier")
-    if kind == "path":
-        load_weights_file(model, weights)
-    return model
+    return classifier(input_size, num_classes, scale_to_unit_range, backbone,
+                      "smallcnn_classifier", weights)
