@@ -334,6 +334,13 @@ def selection_sums(t_dw, t_dy, rank, mask):
     return float(np.asarray(t_dw)[mask].sum()), float(np.asarray(t_dy)[rank <= deepest].sum())
 
 
+def uniform_scale(t_dw, t_dy, t_fp, t_full):
+    """The one factor that makes the summed op times of a full selection equal the measured
+    backward pass (t_full - t_fp): the time model's scale without calibration."""
+    ops = float(np.sum(t_dw) + np.sum(t_dy))
+    return (t_full - t_fp) / ops if ops > 0 else 0.0
+
+
 def reference_selections(rank):
     """Selections timed to calibrate the time model, as {name: mask}: the error gradient alone
     down to the input and down to half depth (one tensor trained), and everything in the
@@ -362,7 +369,7 @@ def fit_calibration(t_dw, t_dy, rank, t_fp, t_full, measured):
     t_dw, t_dy = np.asarray(t_dw, float), np.asarray(t_dy, float)
     dw_all, dy_all = t_dw.sum(), t_dy.sum()
     budget = t_full - t_fp
-    uniform = budget / (dw_all + dy_all) if dw_all + dy_all > 0 else 0.0
+    uniform = uniform_scale(t_dw, t_dy, t_fp, t_full)
     if dw_all <= 0 or dy_all <= 0 or budget <= 0 or not measured:
         return uniform, uniform
     # b = (budget - a*dw_all)/dy_all; the residual is linear in a
@@ -502,7 +509,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     calibration = None
     if measured:
         a, b = fit_calibration(t_dw, t_dy, info.rank, t_fp, t_full, measured)
-        uniform = (t_full - t_fp) / max(sum(t_dw) + sum(t_dy), 1e-12)
+        uniform = uniform_scale(t_dw, t_dy, t_fp, t_full)
 
         def ratio(scale_dw, scale_dy, mask):
             dw, dy = selection_sums(t_dw, t_dy, info.rank, mask)

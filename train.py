@@ -22,6 +22,7 @@ import tf_keras as keras
 
 import engine
 import runlog
+import tensor_timing
 from common import Registry, RunError, UserError
 
 SCHEMES = Registry("train_type")
@@ -237,13 +238,13 @@ class TimeModel:
 
     def __init__(self, table):
         tensors = table["tensors"]
-        self.order = np.argsort([t["rank"] for t in tensors])  # output -> input
+        self.rank = np.array([t["rank"] for t in tensors])
+        self.order = np.argsort(self.rank)  # output -> input
         t_dw = np.array([t["t_dw_ms"] for t in tensors], float)
         t_dy = np.array([t["t_dy_ms"] for t in tensors], float)
         self.t_fp = float(table["t_fp_ms"])
         self.t_full = float(table["t_full_ms"])
-        ops = float(t_dw.sum() + t_dy.sum())
-        scale = (self.t_full - self.t_fp) / ops if ops > 0 else 0.0
+        scale = tensor_timing.uniform_scale(t_dw, t_dy, self.t_fp, self.t_full)
         cal = table.get("calibration")
         self.calibrated = bool(cal)
         self.t_dw = t_dw * (cal["dw_scale"] if cal else scale)
@@ -258,12 +259,7 @@ class TimeModel:
 
     def cost_ms(self, mask):
         """Backward cost of a selection (mask in trainable order)."""
-        mask = np.asarray(mask, bool)
-        if not mask.any():
-            return 0.0
-        ordered = mask[self.order]
-        deepest = int(np.nonzero(ordered)[0].max())
-        return float(self.t_dw[mask].sum() + self.t_dy[self.order][:deepest + 1].sum())
+        return sum(tensor_timing.selection_sums(self.t_dw, self.t_dy, self.rank, mask))
 
     def predicted_ratio(self, mask):
         return (self.t_fp + self.cost_ms(mask)) / self.t_full
@@ -374,8 +370,6 @@ class _StopFlag:
 
 
 def _load_time_model(cfg, model, num_classes, log):
-    import tensor_timing
-
     path = cfg.timing_table or tensor_timing.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes)
     table = tensor_timing.load_or_profile(path, model, cfg.model_name, cfg.input_size,
