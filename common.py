@@ -83,6 +83,20 @@ def run_cli(fn, argv=None):
     sys.exit(code or 0)
 
 
+def comma_list(cast, what="numbers"):
+    """argparse type for '0.4,0.5' -> (0.4, 0.5); a bad or empty list is a usage error."""
+    def parse(text):
+        try:
+            values = tuple(cast(v) for v in str(text).split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what}, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got an empty list")
+        return values
+    return parse
+
+
 def str2bool(s):
     """argparse type for booleans: true/false/1/0/yes/no (the reference took any string but 'False' as true)."""
     v = str(s).strip().lower()

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from common import comma_list  # noqa: E402
 from selection_solver_DP import select_tensors, selection_DP  # noqa: E402
 
 
@@ -54,7 +55,8 @@ def time_calls(fn, repeats):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=214, help="number of tensors (ResNet50: 214)")
-    ap.add_argument("--units", default="1000,10000", help="comma-separated budget sizes in units")
+    ap.add_argument("--units", default="1000,10000", type=comma_list(int, "integers"),
+                    help="comma-separated budget sizes in units")
     ap.add_argument("--repeats", type=int, default=20, help="timed solves per setting")
     ap.add_argument("--rho", type=float, default=0.5, help="budget fraction of the full backward pass")
     ap.add_argument("--seed", type=int, default=0)
@@ -62,7 +64,7 @@ def main(argv=None):
                     help="worst case: all error-gradient times zero")
     ap.add_argument("--out", default=None, help="optional JSON file for the results")
     args = ap.parse_args(argv)
-    units_list = [int(u) for u in args.units.split(",") if u.strip()]
+    units_list = args.units
 
     rows = []
     print(f"N={args.n} rho={args.rho} zero_dy={args.zero_dy} repeats={args.repeats} "

@@ -22,7 +22,8 @@ def build_parser():
     p.add_argument("--input_size", type=int, default=224)
     p.add_argument("--batch_size", type=int, default=4)
     p.add_argument("--num_classes", type=int, default=200, help="(a saved model keeps its own)")
-    p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", help="comma-separated requested ratios")
+    p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", type=common.comma_list(float),
+                   help="comma-separated requested ratios")
     p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--steps", type=int, default=3, help="timed steps per selection per round")
     p.add_argument("--random_selections", type=int, default=20,
@@ -208,13 +209,7 @@ def plot(result, path):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        rhos = tuple(float(r) for r in args.rhos.split(",") if r.strip())
-    except ValueError:
-        raise UserError(f"--rhos must be a comma-separated list of numbers, got {args.rhos!r}") from None
-    if not rhos:
-        raise UserError("--rhos is empty")
-    result = run_benchmark(args.model_name, args.input_size, args.batch_size, args.num_classes, rhos,
+    result = run_benchmark(args.model_name, args.input_size, args.batch_size, args.num_classes, args.rhos,
                            args.repeats, args.steps, args.random_selections, args.reselections,
                            args.timing_table, args.seed, progress=not args.quiet,
                            importance=args.importance)

@@ -305,7 +305,7 @@ def build_parser():
     p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
     p.add_argument("--smoke", action="store_true",
                    help="synthetic data, smallcnn at 32 px: the whole pipeline in minutes")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds; each run once per seed "
+    p.add_argument("--seeds", default="0", type=common.comma_list(int, "integers"), help="comma-separated seeds; each run once per seed "
                                                 "(default 0)")
     p.add_argument("--logdir", default=None,
                    help="run directories (default logs/figures/FIG, smoke: logs/smoke/FIG)")
@@ -318,11 +318,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    except ValueError:
-        raise UserError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
-    driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=seeds or (0,),
+    driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
                     logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
                     data_dir=args.data_dir, dry_run=args.dry_run)
     _, failed = driver()

@@ -136,3 +136,15 @@ def test_ctrl_c_in_a_run_stops_the_driver_and_says_how_to_go_on(tmp_path):
         driver()
     assert sum(" main.py " in line for line in lines) == 1  # stopped at the first run
     assert "run the same command again" in lines[-1]
+
+
+def test_comma_lists_parse_or_fail_as_usage_errors():
+    import argparse
+
+    import common
+    assert common.comma_list(float)("0.4, 0.5,") == (0.4, 0.5)
+    assert figures.build_parser().parse_args(["fig17"]).seeds == (0,)
+    assert figures.build_parser().parse_args(["fig17", "--seeds", "0,1,2"]).seeds == (0, 1, 2)
+    for bad in ("x", "", " , "):
+        with pytest.raises(argparse.ArgumentTypeError):
+            common.comma_list(int, "integers")(bad)
