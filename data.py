@@ -350,7 +350,8 @@ def _synthetic_class_params(num_classes):
     return orient.astype(np.float32), freq.astype(np.float32), tint.astype(np.float32)
 
 
-def synthetic_examples(input_size, num_examples, num_classes=10, seed=0, split=0):
+def synthetic_examples(input_size, num_examples, num_classes=NUM_CLASSES["synthetic"], seed=0,
+                       split=0):
     """Unbatched, unshuffled tf.data.Dataset of (image float32 [S,S,3] in [0,255], label int32).
 
     split: 0 for train, 1 for test (independent streams).
@@ -402,8 +403,8 @@ def _synthetic_source(input_size, num_examples, num_classes, seed, split):
     return indices, make
 
 
-def synthetic_dataset(input_size=224, num_classes=10, num_train=512, num_test=128, seed=0,
-                      batch_size=4, shuffle_buffer=1000):
+def synthetic_dataset(input_size=224, num_classes=NUM_CLASSES["synthetic"], num_train=512,
+                      num_test=128, seed=0, batch_size=4, shuffle_buffer=1000):
     """The built-in 'synthetic' dataset (see synthetic_examples) as a DatasetBundle."""
     input_size = _positive_int(input_size, "input_size")
     num_classes = _positive_int(num_classes, "num_classes")
