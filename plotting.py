@@ -170,7 +170,7 @@ def time_unit(max_seconds):
 
 
 # --------------------------------------------------------------------------- output
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg")  # files only; also works without a display
     import matplotlib.pyplot as plt
@@ -186,13 +186,14 @@ def out_base(out):
     return base
 
 
-def _save(fig, out):
+def save_figure(fig, out):
+    """Write `fig` as <out>.png and <out>.pdf (folder created), close it; the two paths."""
     base = out_base(out)
     paths = [base + ".png", base + ".pdf"]
     # "tight" keeps a legend wider than the panels inside the image
     fig.savefig(paths[0], dpi=150, bbox_inches="tight", pad_inches=0.1)
     fig.savefig(paths[1], bbox_inches="tight", pad_inches=0.1)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return paths
 
 
@@ -214,7 +215,7 @@ def _figure_legend(fig, entries, ncol=4):
     cells = [None] * (nrows * ncol)
     for k, entry in enumerate(entries):
         cells[(k % ncol) * nrows + k // ncol] = entry
-    blank = _pyplot().Line2D([], [], lw=0)  # fills the short last row
+    blank = pyplot().Line2D([], [], lw=0)  # fills the short last row
     cells = [c or (blank, "") for c in cells]
     fig.legend([h for h, _ in cells], [lab for _, lab in cells], loc="outside lower center",
                ncol=ncol, frameon=False)
@@ -259,7 +260,7 @@ def plot_curves(run_dirs, out):
     dataset when the runs span several models), one line per scheme; seeds are averaged with a
     min-max band.  Returns the written paths."""
     runs = load_runs(run_dirs)
-    plt = _pyplot()
+    plt = pyplot()
     models = list(OrderedDict.fromkeys(r.model for r in runs))
     if len(models) == 1:
         def column_of(r):
@@ -305,7 +306,7 @@ def plot_curves(run_dirs, out):
     if len(models) == 1:
         fig.suptitle(f"{models[0]}: training curves")
     _figure_legend(fig, [handles[k] for k in sorted(handles)])
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 # --------------------------------------------------------------------------- Fig. 17/19
@@ -366,7 +367,7 @@ def plot_bars(run_dirs, out):
     seeds averaged with min-max error bars; also writes <out>.md.  Returns (paths, markdown)."""
     runs = load_runs(run_dirs)
     groups = bar_groups(runs)
-    plt = _pyplot()
+    plt = pyplot()
     styles = scheme_styles(g.key for g in groups)
     sites = list(OrderedDict.fromkeys((g.model, g.dataset) for g in groups))
     models = {m for m, _ in sites}
@@ -417,7 +418,7 @@ def plot_bars(run_dirs, out):
     if len(models) == 1:
         fig.suptitle(next(iter(models)))
     _figure_legend(fig, [handles[k] for k in sorted(handles)])
-    paths = _save(fig, out)
+    paths = save_figure(fig, out)
     table = bars_table(groups)
     md = out_base(out) + ".md"
     with open(md, "w") as f:
@@ -459,7 +460,7 @@ def plot_selection(run_dir, out):
     ratio above it.  Returns the written paths."""
     run = load_runs([run_dir])[0]
     sel = selection_matrix(run)
-    plt = _pyplot()
+    plt = pyplot()
     n, m = sel.matrix.shape
     # each selection holds until the next one, the last until the end of the finished epochs
     gaps = np.diff(sel.epochs)
@@ -509,7 +510,7 @@ def plot_selection(run_dir, out):
     status = f" ({run.flag})" if run.flag else ""
     top.set_title(f"{run.model} on {run.dataset}: {scheme_label(run.train_type, run.rho)}"
                   f"{status}\ntensors selected at each re-selection")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 # --------------------------------------------------------------------------- profiler table

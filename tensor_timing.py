@@ -652,10 +652,11 @@ def summarize(table):
 
 
 def plot_table(table, path):
-    """Bars of t_dw and t_dy per tensor from the input (left) to the output (right); PNG + PDF."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Bars of t_dw and t_dy per tensor from the input (left) to the output (right); PNG + PDF.
+    Returns the PNG's path."""
+    import plotting
+
+    plt = plotting.pyplot()
 
     tensors = sorted(table["tensors"], key=lambda t: -t["rank"])
     n = len(tensors)
@@ -676,12 +677,7 @@ def plot_table(table, path):
     ax.set_xlim(-1, n)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    base = os.path.splitext(path)[0]
-    fig.savefig(base + ".png", dpi=130)
-    fig.savefig(base + ".pdf")
-    plt.close(fig)
-    return base + ".png"
+    return plotting.save_figure(fig, os.path.splitext(path)[0])[0]
 
 
 def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=None,

@@ -181,9 +181,9 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
 
 
 def plot(result, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import plotting
+
+    plt = plotting.pyplot()
 
     rhos = [r["rho"] for r in result["results"]]
     fig, ax = plt.subplots(figsize=(4.6, 4))
@@ -201,10 +201,7 @@ def plot(result, path):
     ax.set_title(f"{result['model']}, input {result['input_size']}, batch {result['batch_size']}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    base = os.path.splitext(path)[0]
-    fig.savefig(base + ".png", dpi=130)
-    fig.savefig(base + ".pdf")
-    plt.close(fig)
+    plotting.save_figure(fig, os.path.splitext(path)[0])
 
 
 def main(argv=None):
