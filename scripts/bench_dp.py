@@ -13,13 +13,10 @@ import platform
 import sys
 import time
 
-# Run as `python scripts/bench_dp.py`: make the repo root importable.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from common import comma_list  # noqa: E402
-from selection_solver_DP import select_tensors, selection_DP  # noqa: E402
+from elastictrainer.common import comma_list
+from elastictrainer.selector import select_tensors, selection_DP
 
 
 def make_instance(rs, n, units, rho, zero_dy=False):

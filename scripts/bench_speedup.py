@@ -8,12 +8,9 @@ and the RSS growth over re-selections.  Prints a table, writes JSON and a figure
     python scripts/bench_speedup.py --model_name resnet50 --rhos 0.4,0.5,0.6,0.7 --out bench.json
 """
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import common  # noqa: E402
-from common import ArgumentParser, UserError  # noqa: E402
+from elastictrainer import common
+from elastictrainer.common import ArgumentParser, UserError
 
 
 def build_parser():
@@ -63,23 +60,30 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     import tf_keras as keras
     from tqdm import tqdm
 
-    import models
-    import tensor_timing
-    import train
+    from elastictrainer import engine
+    from elastictrainer.importance import normalize, taylor_importance
+    from elastictrainer.models import is_user_model
+    from elastictrainer.models.build import build_sized
+    from elastictrainer.profiler.run import load_or_profile
+    from elastictrainer.profiler.table import default_table_path
+    from elastictrainer.roles import tensor_roles
+    from elastictrainer.schemes import SCHEMES
+    from elastictrainer.time_model import TimeModel
+    from elastictrainer.trainer import Trainer
 
     for rho in rhos:
         if not 0 < rho <= 1:
             raise UserError(f"--rhos values must be in (0, 1], got {rho}")
     keras.utils.set_random_seed(seed)
-    model, input_size, num_classes = models.build_sized(  # a saved model keeps its own head
-        model_name, input_size, None if models.is_user_model(model_name) else num_classes)
-    path = timing_table or tensor_timing.default_table_path(model_name, input_size, batch_size, num_classes)
-    table = tensor_timing.load_or_profile(path, model, model_name, input_size, batch_size,
-                                          num_classes, seed=seed, progress=progress, log=log)
-    tm = train.TimeModel(table)
-    cfg = train.Config(model_name=model_name, input_size=input_size, batch_size=batch_size)
-    roles = train.tensor_roles(model)
-    trainer = train.Trainer(model, train.make_optimizer(cfg, 10**6), train.SCHEMES["elastic_training"], roles)
+    model, input_size, num_classes = build_sized(  # a saved model keeps its own head
+        model_name, input_size, None if is_user_model(model_name) else num_classes)
+    path = timing_table or default_table_path(model_name, input_size, batch_size, num_classes)
+    table = load_or_profile(path, model, model_name, input_size, batch_size, num_classes,
+                            seed=seed, progress=progress, log=log)
+    tm = TimeModel(table)
+    roles = tensor_roles(model)
+    trainer = Trainer(model, engine.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
+                      SCHEMES["elastic_training"], roles)
     trainer.steps.maxsize = max(8, len(rhos) + 2)
     n = len(trainer.variables)
     rng = np.random.default_rng(seed)
@@ -88,7 +92,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     if importance == "uniform":
         importance = np.ones(len(trainer.variables))
     else:
-        importance = train.normalize(train.taylor_importance(trainer, [(x, y)]))
+        importance = normalize(taylor_importance(trainer, [(x, y)]))
     importance_kind = "uniform" if np.all(importance == 1) else "taylor"
 
     t0 = time.perf_counter()
@@ -181,7 +185,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
 
 
 def plot(result, path):
-    import plotting
+    from elastictrainer import plotting
 
     plt = plotting.pyplot()
 
@@ -214,7 +218,7 @@ def main(argv=None):
     out = args.out or os.path.join(
         "figures", f"bench_{stem}_i{result['input_size']}_b{args.batch_size}_{args.importance}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    import runlog
+    from elastictrainer import runlog
     runlog.write_json(out, result)
     plot(result, args.figure or os.path.splitext(out)[0] + ".png")
     print(f"{result['model']} input {result['input_size']} batch {result['batch_size']}: "

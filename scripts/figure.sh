@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared by every run_figure*.sh: pick the project's Python and call the one driver,
-# scripts/figures.py.  SMOKE=1 (any value but 0) adds --smoke.
+# `elastictrainer figure` (elastictrainer/figures.py).  SMOKE=1 (any value but 0) adds --smoke.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-}"
@@ -9,4 +9,6 @@ if [ -z "$python" ]; then
 fi
 smoke=()
 if [ -n "${SMOKE:-}" ] && [ "${SMOKE}" != 0 ]; then smoke=(--smoke); fi
-exec "$python" "$root/scripts/figures.py" "$@" "${smoke[@]}"
+# the clone's package, whether or not it was pip-installed into that Python
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+exec "$python" -m elastictrainer figure "$@" "${smoke[@]}"

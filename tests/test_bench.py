@@ -3,7 +3,6 @@ import os
 import subprocess
 import sys
 
-import common  # noqa: F401
 import tf_keras as keras
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,6 +1,5 @@
 """data.py: TFDS (mocked and really prepared, offline), image folders, synthetic data, shuffling."""
-import common  # noqa: F401
-from common import UserError
+from elastictrainer.common import UserError
 
 import os
 import time
@@ -11,7 +10,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-import data
+from conftest import write_image_folder
+from elastictrainer import data
+from elastictrainer.data import loaders
 
 TFDS_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120}
 
@@ -44,13 +45,13 @@ def _check_batches(bundle, input_size, batch_size):
 @pytest.fixture
 def no_network_check(monkeypatch):
     """mock_data turns download_and_prepare into a no-op; skip the reachability probe before it."""
-    monkeypatch.setattr(data, "_download_blocker", lambda builder, **kw: None)
+    monkeypatch.setattr(loaders, "_download_blocker", lambda builder, **kw: None)
 
 
 @pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
 def test_tfds_mock_data(name, tmp_path, no_network_check):
     with tfds.testing.mock_data(num_examples=10):
-        bundle = data.load_dataset(name, input_size=32, batch_size=4, seed=0, data_dir=tmp_path)
+        bundle = loaders.load_dataset(name, input_size=32, batch_size=4, seed=0, data_dir=tmp_path)
         assert bundle.name == name
         assert bundle.num_classes == TFDS_CLASSES[name]
         assert (bundle.num_train, bundle.num_test) == (10, 10)
@@ -109,7 +110,7 @@ def _prepare_fake_tfds(name, data_dir, n_train, n_test):
 @pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
 def test_tfds_prepared_on_disk(name, tmp_path):
     _prepare_fake_tfds(name, tmp_path, n_train=7, n_test=3)
-    bundle = data.load_dataset(name, input_size=24, batch_size=2, seed=0, data_dir=tmp_path,
+    bundle = loaders.load_dataset(name, input_size=24, batch_size=2, seed=0, data_dir=tmp_path,
                                download=False)
     assert (bundle.num_train, bundle.num_test, bundle.num_classes) == (7, 3, TFDS_CLASSES[name])
     _check_batches(bundle, 24, 2)
@@ -117,7 +118,7 @@ def test_tfds_prepared_on_disk(name, tmp_path):
         assert bundle.class_names[0] == "Abyssinian"
     # test split fixed, train reshuffled per epoch but reproducible under the seed
     assert np.array_equal(_arrays(bundle.test)[1], _arrays(bundle.test)[1])
-    one, two = (data.load_dataset(name, input_size=24, batch_size=2, seed=0, data_dir=tmp_path,
+    one, two = (loaders.load_dataset(name, input_size=24, batch_size=2, seed=0, data_dir=tmp_path,
                                   download=False) for _ in range(2))
     epochs = []
     for _ in range(2):
@@ -139,7 +140,7 @@ def _assert_one_line_prepare_error(excinfo, name, data_dir):
 def test_tfds_not_prepared_without_download(name, tmp_path):
     t = time.time()
     with pytest.raises(UserError) as excinfo:
-        data.load_dataset(name, data_dir=tmp_path, download=False)
+        loaders.load_dataset(name, data_dir=tmp_path, download=False)
     assert time.time() - t < 10
     _assert_one_line_prepare_error(excinfo, name, tmp_path)
     assert not any(tmp_path.iterdir())  # nothing written
@@ -150,7 +151,7 @@ def test_tfds_download_failure_is_one_line(tmp_path, monkeypatch, no_network_che
         raise ConnectionError("Max retries exceeded\nwith url: https://example.invalid/x.tgz")
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
     with pytest.raises(UserError) as excinfo:
-        data.load_dataset("stanford_dogs", data_dir=tmp_path)
+        loaders.load_dataset("stanford_dogs", data_dir=tmp_path)
     msg = _assert_one_line_prepare_error(excinfo, "stanford_dogs", tmp_path)
     assert "Max retries exceeded with url" in msg
 
@@ -161,7 +162,7 @@ def test_tfds_download_missing_module(tmp_path, monkeypatch, no_network_check):
                                   name="importlib_resources")
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
     with pytest.raises(UserError, match="pip install importlib_resources"):
-        data.load_dataset("oxford_iiit_pet", data_dir=tmp_path)
+        loaders.load_dataset("oxford_iiit_pet", data_dir=tmp_path)
 
 
 class _FakeBuilder:
@@ -174,23 +175,23 @@ def test_download_blocker_unreachable_host(monkeypatch):
 
     def refuse(address, timeout=None):
         raise OSError("Network is unreachable")
-    monkeypatch.setattr(data.socket, "create_connection", refuse)
-    problem = data._download_blocker(_FakeBuilder())
+    monkeypatch.setattr(loaders.socket, "create_connection", refuse)
+    problem = loaders._download_blocker(_FakeBuilder())
     assert "Network is unreachable" in problem and "example.invalid" in problem
 
     def hang(address, timeout=None):
         time.sleep(3)
         raise OSError("too late")
-    monkeypatch.setattr(data.socket, "create_connection", hang)
+    monkeypatch.setattr(loaders.socket, "create_connection", hang)
     t = time.time()
-    problem = data._download_blocker(_FakeBuilder(), timeout=0.3)
+    problem = loaders._download_blocker(_FakeBuilder(), timeout=0.3)
     assert time.time() - t < 2 and "within 0.3s" in problem
 
     class Conn:
         def close(self):
             pass
-    monkeypatch.setattr(data.socket, "create_connection", lambda address, timeout=None: Conn())
-    assert data._download_blocker(_FakeBuilder()) is None
+    monkeypatch.setattr(loaders.socket, "create_connection", lambda address, timeout=None: Conn())
+    assert loaders._download_blocker(_FakeBuilder()) is None
 
 
 def test_tfds_offline_fails_fast_unpatched(tmp_path, monkeypatch):
@@ -203,7 +204,7 @@ def test_tfds_offline_fails_fast_unpatched(tmp_path, monkeypatch):
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", no_download)
     t = time.time()
     with pytest.raises(UserError) as excinfo:
-        data.load_dataset("oxford_iiit_pet", data_dir=tmp_path)
+        loaders.load_dataset("oxford_iiit_pet", data_dir=tmp_path)
     assert time.time() - t < 15
     _assert_one_line_prepare_error(excinfo, "oxford_iiit_pet", tmp_path)
 
@@ -212,17 +213,6 @@ def test_tfds_offline_fails_fast_unpatched(tmp_path, monkeypatch):
 # image folders
 # ------------------------------------------------------------------------------------------------
 
-def _write_folder(root, classes=("cat", "dog", "eel"), per_class=5, fmt="png"):
-    """Uniformly coloured images of different sizes; red = class*80 + 7*i identifies each file."""
-    for c, name in enumerate(classes):
-        os.makedirs(root / name, exist_ok=True)
-        for i in range(per_class):
-            size = (10 + 3 * i, 14 + 2 * c)
-            colour = (c * 80 + 7 * i, 20 * i % 256, 200 - 30 * c)
-            Image.new("RGB", size, colour).save(root / name / f"img{i}.{fmt}")
-    return root
-
-
 def _ids(ds):
     """Each image's red value (its identity, see _write_folder)."""
     x, _ = _arrays(ds)
@@ -230,9 +220,9 @@ def _ids(ds):
 
 
 def test_folder_held_out_split(tmp_path):
-    _write_folder(tmp_path / "pets")
+    write_image_folder(tmp_path / "pets")
     (tmp_path / "pets" / "notes.txt").write_text("not an image")
-    bundle = data.load_dataset(str(tmp_path / "pets"), input_size=16, batch_size=4, seed=0)
+    bundle = loaders.load_dataset(str(tmp_path / "pets"), input_size=16, batch_size=4, seed=0)
     assert bundle.num_classes == 3 and bundle.class_names == ("cat", "dog", "eel")
     assert (bundle.num_train, bundle.num_test) == (12, 3)
     assert bundle.name == "pets"
@@ -244,25 +234,25 @@ def test_folder_held_out_split(tmp_path):
     assert sorted(y.tolist()) == [0, 1, 2]
     assert all(int(round(r)) // 80 == label for r, label in zip(x[:, 0, 0, 0], y))
     # deterministic under the seed, and the seed matters
-    again = data.load_dataset(str(tmp_path / "pets"), input_size=16, batch_size=4, seed=0)
+    again = loaders.load_dataset(str(tmp_path / "pets"), input_size=16, batch_size=4, seed=0)
     assert _ids(again.test) == test_ids
-    others = {tuple(_ids(data.load_dataset(str(tmp_path / "pets"), input_size=16, seed=s).test))
+    others = {tuple(_ids(loaders.load_dataset(str(tmp_path / "pets"), input_size=16, seed=s).test))
               for s in range(1, 6)}
     assert len(others | {tuple(test_ids)}) > 1
 
 
 def test_held_out_split_sizes():
     classes = {"a": [f"a{i}" for i in range(10)], "b": ["b0", "b1"], "c": ["c0"]}
-    train, test = data._held_out_split(classes, seed=3)
+    train, test = loaders._held_out_split(classes, seed=3)
     assert [len(test[k]) for k in "abc"] == [2, 1, 0]
     assert [len(train[k]) for k in "abc"] == [8, 1, 1]
-    assert data._held_out_split(classes, seed=3) == (train, test)
+    assert loaders._held_out_split(classes, seed=3) == (train, test)
 
 
 def test_folder_train_test_layout(tmp_path):
-    _write_folder(tmp_path / "train", per_class=4)
-    _write_folder(tmp_path / "test", per_class=2, fmt="jpg")
-    bundle = data.load_dataset(str(tmp_path), input_size=20, batch_size=3, seed=0)
+    write_image_folder(tmp_path / "train", per_class=4)
+    write_image_folder(tmp_path / "test", per_class=2, fmt="jpg")
+    bundle = loaders.load_dataset(str(tmp_path), input_size=20, batch_size=3, seed=0)
     assert (bundle.num_classes, bundle.num_train, bundle.num_test) == (3, 12, 6)
     _check_batches(bundle, 20, 3)
     assert sorted(_arrays(bundle.test)[1].tolist()) == [0, 0, 1, 1, 2, 2]
@@ -275,23 +265,23 @@ def test_folder_grayscale_and_nested(tmp_path):
     Image.new("RGB", (8, 8), (1, 2, 3)).save(tmp_path / "a" / "y.bmp")
     Image.new("RGB", (8, 8), (4, 5, 6)).save(tmp_path / "b" / "z.gif")
     Image.new("RGB", (8, 8), (7, 8, 9)).save(tmp_path / "b" / "w.JPEG")
-    bundle = data.load_dataset(str(tmp_path), input_size=8, batch_size=2)
+    bundle = loaders.load_dataset(str(tmp_path), input_size=8, batch_size=2)
     assert (bundle.num_classes, bundle.num_train, bundle.num_test) == (2, 2, 2)
     _check_batches(bundle, 8, 2)
 
 
 def test_bad_folders(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
-        data.load_dataset(str(tmp_path / "missing"))
+        loaders.load_dataset(str(tmp_path / "missing"))
     with pytest.raises(UserError, match="no class sub-folders"):
-        data.load_dataset(str(tmp_path))  # empty
+        loaders.load_dataset(str(tmp_path))  # empty
     Image.new("RGB", (8, 8)).save(tmp_path / "loose.png")
     (tmp_path / "empty_class").mkdir()
     with pytest.raises(UserError, match="no class sub-folders") as excinfo:
-        data.load_dataset(str(tmp_path))
+        loaders.load_dataset(str(tmp_path))
     assert "\n" not in str(excinfo.value)
     with pytest.raises(UserError, match="not a directory"):
-        data.load_dataset(str(tmp_path / "loose.png"))
+        loaders.load_dataset(str(tmp_path / "loose.png"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -299,7 +289,7 @@ def test_bad_folders(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 def test_synthetic_deterministic_and_shapes():
-    a, b, c = (data.load_dataset("synthetic", input_size=16, batch_size=8, seed=s, num_train=40,
+    a, b, c = (loaders.load_dataset("synthetic", input_size=16, batch_size=8, seed=s, num_train=40,
                                  num_test=20) for s in (1, 1, 2))
     assert (a.num_classes, a.num_train, a.num_test, a.name) == (10, 40, 20, "synthetic")
     _check_batches(a, 16, 8)
@@ -309,7 +299,7 @@ def test_synthetic_deterministic_and_shapes():
     assert np.array_equal(xa, xb) and np.array_equal(ya, yb)
     assert not np.array_equal(xa, xc) and not np.array_equal(ya, yc)
     assert np.bincount(ya, minlength=10).tolist() == [2] * 10  # balanced labels
-    big = data.load_dataset("synthetic", input_size=96, batch_size=4, num_classes=5, num_train=6,
+    big = loaders.load_dataset("synthetic", input_size=96, batch_size=4, num_classes=5, num_train=6,
                             num_test=3)
     _check_batches(big, 96, 4)
     x, _ = next(iter(big.train))
@@ -318,24 +308,24 @@ def test_synthetic_deterministic_and_shapes():
 
 def test_synthetic_fast_at_224():
     t = time.time()
-    bundle = data.load_dataset("synthetic", input_size=224, batch_size=64)
+    bundle = loaders.load_dataset("synthetic", input_size=224, batch_size=64)
     n = sum(int(x.shape[0]) for x, _ in bundle.train)
     assert n == 512 and time.time() - t < 10
 
 
 def test_synthetic_bad_arguments():
     with pytest.raises(UserError):
-        data.load_dataset("synthetic", num_classes=1)
+        loaders.load_dataset("synthetic", num_classes=1)
     with pytest.raises(UserError):
-        data.load_dataset("synthetic", input_size=0)
+        loaders.load_dataset("synthetic", input_size=0)
     with pytest.raises(TypeError):
-        data.load_dataset("oxford_iiit_pet", num_classes=3)
+        loaders.load_dataset("oxford_iiit_pet", num_classes=3)
 
 
 def test_synthetic_learnable_by_tiny_cnn():
     import tf_keras as keras
     keras.utils.set_random_seed(0)
-    bundle = data.load_dataset("synthetic", input_size=32, batch_size=32, seed=0)
+    bundle = loaders.load_dataset("synthetic", input_size=32, batch_size=32, seed=0)
     model = keras.Sequential([
         keras.layers.Rescaling(1 / 255.0, input_shape=(32, 32, 3)),
         keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
@@ -360,11 +350,11 @@ def test_synthetic_learnable_by_tiny_cnn():
 @pytest.mark.parametrize("source", ["synthetic", "folder"])
 def test_train_reshuffled_each_epoch_under_seed(source, tmp_path):
     if source == "folder":
-        _write_folder(tmp_path, per_class=10)
-        load = lambda seed: data.load_dataset(str(tmp_path), input_size=8, batch_size=4, seed=seed)
+        write_image_folder(tmp_path, per_class=10)
+        load = lambda seed: loaders.load_dataset(str(tmp_path), input_size=8, batch_size=4, seed=seed)
         order = lambda ds: _ids_in_order(ds)
     else:
-        load = lambda seed: data.load_dataset("synthetic", input_size=8, batch_size=4, seed=seed,
+        load = lambda seed: loaders.load_dataset("synthetic", input_size=8, batch_size=4, seed=seed,
                                               num_train=48, num_test=8)
         order = lambda ds: _arrays(ds)[0][:, :, :, 0].reshape(-1, 64).sum(axis=1).round(3).tolist()
     a, b, c = load(7), load(7), load(8)
@@ -381,13 +371,13 @@ def _ids_in_order(ds):
 
 
 def test_shuffle_buffer_zero_keeps_order():
-    bundle = data.load_dataset("synthetic", input_size=8, seed=0, num_train=20, shuffle_buffer=0)
+    bundle = loaders.load_dataset("synthetic", input_size=8, seed=0, num_train=20, shuffle_buffer=0)
     assert np.array_equal(_arrays(bundle.train)[1], _arrays(bundle.train)[1])
 
 
 def test_unknown_name():
     with pytest.raises(UserError) as excinfo:
-        data.load_dataset("imagenet")
+        loaders.load_dataset("imagenet")
     msg = str(excinfo.value)
     assert "unknown dataset 'imagenet'" in msg and "\n" not in msg
     for name in data.DATASET_NAMES:
@@ -403,6 +393,6 @@ def test_known_class_counts_match_tfds_metadata_and_synthetic():
     for name in data.TFDS_NAMES:
         builder = tfds.builder(name, data_dir="/nonexistent-offline")  # metadata from code only
         assert builder.info.features["label"].num_classes == data.NUM_CLASSES[name], name
-    bundle = data.load_dataset("synthetic", input_size=16, batch_size=4)
+    bundle = loaders.load_dataset("synthetic", input_size=16, batch_size=4)
     assert bundle.num_classes == data.NUM_CLASSES["synthetic"]
     assert set(data.NUM_CLASSES) == set(data.DATASET_NAMES)

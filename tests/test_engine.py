@@ -1,19 +1,11 @@
 import numpy as np
 import pytest
 
-import common  # noqa: F401
 import tensorflow as tf
 import tf_keras as keras
 
-import engine
-
-
-def _model(seed):
-    keras.utils.set_random_seed(seed)
-    inp = keras.Input((6,))
-    x = keras.layers.Dense(5, activation="relu", name="d1")(inp)
-    x = keras.layers.Dense(3, name="d2")(x)
-    return keras.Model(inp, x)
+from conftest import tiny_mlp
+from elastictrainer import engine
 
 
 OPTIMIZERS = {
@@ -33,7 +25,7 @@ def test_apply_updates_matches_apply_gradients(name):
     loss_fn = engine.make_loss()
     finals = []
     for mode in ("keras", "ours"):
-        model = _model(1)
+        model = tiny_mlp(1)
         opt = engine.prepare_optimizer(OPTIMIZERS[name](), model.trainable_weights)
         subset = model.trainable_weights[1:]  # d1's kernel stays frozen
 

@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from elastictrainer import cli, figures
+from elastictrainer.schemes import BASELINES
 
-import figures  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = " -m elastictrainer train "
 
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "run_figure*.sh")))
 
@@ -40,7 +41,7 @@ def test_protocol_runs_are_the_papers_with_honest_rho():
     runs = figures.plan(figures.FIGURES["fig17"])
     elastic = [r for r in runs if r.train_type == "elastic_training"]
     assert [r.rho for r in elastic] == [0.35, 0.4, 0.5, 0.6, 0.7]
-    assert {r.train_type for r in runs} - {"elastic_training"} == set(figures.BASELINES)
+    assert {r.train_type for r in runs} - {"elastic_training"} == set(BASELINES)
     assert {r.train_type for r in figures.plan(figures.FIGURES["fig17"], ego=True)} == {"elastic_training"}
     fig15 = figures.plan(figures.FIGURES["fig15"])
     assert {r.dataset for r in fig15} == set(figures.PAPER_DATASETS) and len(fig15) == 12
@@ -63,16 +64,17 @@ def test_dry_run_prints_the_reference_command_lines(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    mains = [line for line in lines if " main.py " in line]
+    mains = [line for line in lines if TRAIN in line]
     assert len(mains) == 9
     assert sum("--rho 0.35 " in line for line in mains) == 1 and "0.367" not in out.stdout
     assert all("--input_size 224 --batch_size 4 --num_epochs 12 --interval 4" in line for line in mains)
-    assert any(" profiler.py --model_name resnet50 " in line for line in lines)
+    assert any(" -m elastictrainer profile --model_name resnet50 --optimizer sgd " in line
+               for line in lines)
     assert not os.path.exists(tmp_path / "logs")  # nothing ran
 
 
 def test_bad_figure_name_is_one_line_exit_2():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "figures.py"), "fig99"],
+    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig99"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "fig15" in out.stderr and len(out.stderr.strip().splitlines()) == 1
@@ -101,15 +103,16 @@ def test_smoke_figure_end_to_end_then_resumes_without_rerunning(tmp_path):
     again = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("not run again") == 4 and " main.py " not in again.stdout
+    assert again.stdout.count("not run again") == 4 and TRAIN not in again.stdout
 
 
 def _fake_table(folder, t_fp=4.5, t_full=10.0):
+    """The smoke protocol's table (Adam, so the _adam name)."""
     import json
     table = {"model": "smallcnn", "input_size": 32, "batch_size": 8, "num_classes": 10,
-             "t_fp_ms": t_fp, "t_bp_ms": t_full - t_fp, "t_full_ms": t_full, "coverage": 1.0,
-             "unattributed": [], "tensors": []}
-    (folder / "smallcnn_i32_b8_c10.json").write_text(json.dumps(table))
+             "optimizer": "adam", "t_fp_ms": t_fp, "t_bp_ms": t_full - t_fp, "t_full_ms": t_full,
+             "coverage": 1.0, "unattributed": [], "tensors": []}
+    (folder / "smallcnn_i32_b8_c10_adam.json").write_text(json.dumps(table))
 
 
 def test_rho_below_the_forward_floor_is_skipped_with_a_reason(tmp_path):
@@ -121,30 +124,30 @@ def test_rho_below_the_forward_floor_is_skipped_with_a_reason(tmp_path):
     assert not failed
     skipped = [line for line in lines if "forward floor 0.55" in line]
     assert len(skipped) == 2  # rho 0.5, as it happens and in the final report
-    assert sum(" main.py " in line and "--rho" in line for line in lines) == 4  # 0.6 to 0.9
+    assert sum(TRAIN in line and "--rho" in line for line in lines) == 4  # 0.6 to 0.9
 
 
 def test_ctrl_c_in_a_run_stops_the_driver_and_says_how_to_go_on(tmp_path):
     _fake_table(tmp_path, t_fp=2.0)
     fake = tmp_path / "fake_python"
-    fake.write_text("#!/bin/sh\nexit 130\n")  # what main.py returns after Ctrl-C
+    fake.write_text("#!/bin/sh\nexit 130\n")  # what training returns after Ctrl-C
     fake.chmod(0o755)
     lines = []
     driver = figures.Driver("fig15", smoke=True, python=str(fake), log=lines.append,
                             logdir=str(tmp_path / "logs"), profiles=str(tmp_path))
     with pytest.raises(KeyboardInterrupt):
         driver()
-    assert sum(" main.py " in line for line in lines) == 1  # stopped at the first run
+    assert sum(TRAIN in line for line in lines) == 1  # stopped at the first run
     assert "run the same command again" in lines[-1]
 
 
 def test_comma_lists_parse_or_fail_as_usage_errors():
     import argparse
 
-    import common
+    from elastictrainer import common
     assert common.comma_list(float)("0.4, 0.5,") == (0.4, 0.5)
-    assert figures.build_parser().parse_args(["fig17"]).seeds == (0,)
-    assert figures.build_parser().parse_args(["fig17", "--seeds", "0,1,2"]).seeds == (0, 1, 2)
+    assert cli.figure_parser().parse_args(["fig17"]).seeds == (0,)
+    assert cli.figure_parser().parse_args(["fig17", "--seeds", "0,1,2"]).seeds == (0, 1, 2)
     for bad in ("x", "", " , "):
         with pytest.raises(argparse.ArgumentTypeError):
             common.comma_list(int, "integers")(bad)

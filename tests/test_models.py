@@ -1,6 +1,5 @@
 """models/: built-in builders, weights handling (imagenet offline, PATH, user models), ViT .npz loader."""
-import common  # noqa: F401
-from common import UserError
+from elastictrainer.common import UserError
 
 import os
 import time
@@ -10,8 +9,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from models import MODEL_NAMES, build_model, load_weights_file
-from models.vit import MultiHeadDotProductAttention, build_vit, load_vit_npz, npz_table
+from elastictrainer.models import MODEL_NAMES
+from elastictrainer.models.build import build_model, load_weights as load_weights_file
+from elastictrainer.models.vit import MultiHeadDotProductAttention, build_vit, load_vit_npz, npz_table
 
 TINY_VIT = dict(patch_size=8, hidden=32, depth=2, heads=4, mlp_dim=64)
 
@@ -20,8 +20,9 @@ def _images(size, batch=2, seed=0):
     return np.random.default_rng(seed).uniform(0, 255, (batch, size, size, 3)).astype("float32")
 
 
-def _tiny_vit(input_size=32, num_classes=5, **kw):
-    return build_vit(input_size, num_classes, **{**TINY_VIT, **kw})
+def _tiny_vit(input_size=32, num_classes=5, weights=None, **kw):
+    model = build_vit(input_size, num_classes, **{**TINY_VIT, **kw})
+    return load_weights_file(model, weights) if weights else model
 
 
 # ------------------------------------------------------------------------------------------------

@@ -5,12 +5,12 @@ import os
 import numpy as np
 import pytest
 
-import common
+from elastictrainer import common
 import tensorflow as tf
 
 import plot
-import plotting
-import runlog
+from elastictrainer import plotting
+from elastictrainer import runlog
 
 SPE = 250  # steps per epoch of the fake runs
 
@@ -18,7 +18,7 @@ SPE = 250  # steps per epoch of the fake runs
 def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_type="full_training",
              rho=None, seed=0, epoch_s=900.0, accs=(40.0, 55.0, 61.0, 63.0), status="finished",
              masks=None, selections_in_summary=True, n_tensors=6):
-    """A run directory as train.run() writes it: config.json, summary.json and event files.
+    """A run directory as loop.run() writes it: config.json, summary.json and event files.
 
     Epoch k ends at step k*SPE after k*epoch_s seconds; the training loss is logged every 200
     steps and at each epoch end; `masks` (elastic runs) are re-selected every half epoch.
@@ -250,18 +250,14 @@ def test_plots_a_real_tiny_elastic_run(tmp_path, capsys):
     import tf_keras as keras
 
     import main as main_cli
-    import tensor_timing as tt
+    from conftest import tiny_model
+    from elastictrainer.profiler import run as prun, table as ptable
 
-    inp = keras.Input((16, 16, 3))
-    x = keras.layers.Conv2D(8, 3, padding="same")(keras.layers.Rescaling(1 / 255.0)(inp))
-    x = keras.layers.BatchNormalization()(x)
-    x = keras.layers.Conv2D(8, 3, padding="same")(keras.layers.ReLU()(x))
-    x = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x))
-    model = keras.Model(inp, x)  # 8 trainable tensors
+    model = tiny_model()  # 8 trainable tensors
     model.save(str(tmp_path / "tiny.keras"))
-    table = tt.profile_model(model, str(tmp_path / "tiny.keras"), 16, 4, 10, num_iterations=2,
+    table = prun.profile_model(model, str(tmp_path / "tiny.keras"), 16, 4, 10, num_iterations=2,
                              progress=False)
-    tt.save_table(table, str(tmp_path / "table.json"))
+    ptable.save_table(table, str(tmp_path / "table.json"))
     assert main_cli.main([
         "--model_name", str(tmp_path / "tiny.keras"), "--dataset_name", "synthetic",
         "--input_size", "16", "--weights", "none", "--num_epochs", "2", "--steps_per_epoch", "4",

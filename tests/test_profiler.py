@@ -6,57 +6,18 @@ import sys
 import numpy as np
 import pytest
 
-import common  # noqa: F401
 import tensorflow as tf
 import tf_keras as keras
 
-import engine
-import tensor_timing as tt
-from common import UserError
+from elastictrainer import engine
+from elastictrainer import plotting, time_model
+from elastictrainer.profiler import attribution, calibration, dataflow, trace
+from elastictrainer.profiler import run as prun, table as ptable
+from elastictrainer.common import UserError
+
+from conftest import tiny_attention, tiny_cnn  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_cnn(num_classes=5):
-    inp = keras.Input((24, 24, 3))
-    x = keras.layers.Rescaling(1 / 255.0)(inp)
-    x = keras.layers.Conv2D(8, 3, name="c1")(x)
-    x = keras.layers.BatchNormalization(name="bn1")(x)
-    x = keras.layers.ReLU(name="r1")(x)
-    x = keras.layers.DepthwiseConv2D(3, name="dw")(x)
-    x = keras.layers.MaxPooling2D(name="pool")(x)
-    x = keras.layers.Conv2D(16, 3, name="c2", activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
-    x = keras.layers.Dense(num_classes, name="fc")(x)
-    return keras.Model(inp, x)
-
-
-def tiny_attention(num_classes=5):
-    inp = keras.Input((16, 16, 3))
-    x = keras.layers.Conv2D(16, 4, strides=4, name="patch")(inp)
-    x = keras.layers.Reshape((16, 16), name="tokens")(x)
-    h = keras.layers.LayerNormalization(name="ln1")(x)
-    h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(h, h)
-    x = keras.layers.Add(name="res1")([x, h])
-    h = keras.layers.LayerNormalization(name="ln2")(x)
-    h = keras.layers.Dense(32, activation="gelu", name="mlp1")(h)
-    h = keras.layers.Dense(16, name="mlp2")(h)
-    x = keras.layers.Add(name="res2")([x, h])
-    x = keras.layers.GlobalAveragePooling1D(name="gap")(x)
-    x = keras.layers.Dense(num_classes, name="head")(x)
-    return keras.Model(inp, x)
-
-
-@pytest.fixture(scope="module")
-def cnn_table():
-    model = tiny_cnn()
-    return model, tt.profile_model(model, "tiny_cnn", 24, 4, 5, num_iterations=3, progress=False)
-
-
-@pytest.fixture(scope="module")
-def attn_table():
-    model = tiny_attention()
-    return model, tt.profile_model(model, "tiny_attn", 16, 4, 5, num_iterations=3, progress=False)
 
 
 @pytest.mark.parametrize("which", ["cnn_table", "attn_table"])
@@ -111,7 +72,7 @@ def _analysed(model, batch=2):
     x = tf.zeros(shape)
     y = tf.zeros((batch,), tf.int32)
     graph = step.get_concrete_function(x, y).graph
-    return tt.GraphInfo(graph, cap["loss"], cap["grads"], variables, opt.variables), variables
+    return dataflow.GraphInfo(graph, cap["loss"], cap["grads"], variables, opt.variables), variables
 
 
 def test_graph_classifies_weight_and_error_gradient_ops():
@@ -160,7 +121,7 @@ def test_missing_ops_are_estimated_from_flops():
     for name, kind in info.kind.items():
         if kind in ("backward", "update") and info.mask[name] != 1 << k["c2/kernel:0"]:
             times[name] = 1.0
-    att = tt.attribute(info, times, {}, num_steps=1)
+    att = attribution.attribute(info, times, {}, num_steps=1)
     assert not att["covered"][k["c2/kernel:0"]]
     assert att["covered"][k["c1/kernel:0"]]
     flops = info.dw_flops(variables, 2)
@@ -172,7 +133,7 @@ def test_attribution_time_model_is_additive():
     model = tiny_cnn()
     info, _ = _analysed(model)
     times = {name: 0.5 for name, kind in info.kind.items() if kind != "other"}
-    att = tt.attribute(info, times, {}, num_steps=2)
+    att = attribution.attribute(info, times, {}, num_steps=2)
     attributed = sum(0.25 for n, kd in info.kind.items() if kd in ("backward", "update") and info.mask[n])
     assert sum(att["t_dw"]) + sum(att["t_dy"]) == pytest.approx(attributed)
     assert att["coverage"] == pytest.approx(1.0)
@@ -206,7 +167,7 @@ def _xspace(tmp_path):
 
 
 def test_read_op_times_host_and_device(tmp_path):
-    times, kinds = tt.read_op_times(_xspace(tmp_path))
+    times, kinds = trace.read_op_times(_xspace(tmp_path))
     assert times["gradient_tape/a/MatMul"] == pytest.approx(3.0)
     assert kinds["gradient_tape/a/MatMul"] == "_MklMatMul"
     assert "step" not in times and "fn" not in times  # not ops / call wrappers
@@ -217,31 +178,31 @@ def test_read_op_times_host_and_device(tmp_path):
 def test_table_roundtrip_and_validation(tmp_path, cnn_table):
     model, table = cnn_table
     path = str(tmp_path / "t.json")
-    tt.save_table(table, path)
-    assert tt.load_table(path, model=model, input_size=24, batch_size=4)["model"] == "tiny_cnn"
+    ptable.save_table(table, path)
+    assert ptable.load_table(path, model=model, input_size=24, batch_size=4)["model"] == "tiny_cnn"
     with pytest.raises(UserError, match="input size"):
-        tt.load_table(path, input_size=32)
+        ptable.load_table(path, input_size=32)
     with pytest.raises(UserError, match="batch size"):
-        tt.load_table(path, batch_size=8)
+        ptable.load_table(path, batch_size=8)
     with pytest.raises(UserError, match="tensors"):
-        tt.load_table(path, model=tiny_attention())
+        ptable.load_table(path, model=tiny_attention())
     other = tiny_cnn()  # same structure, other variable names
     if [v.name for v in other.trainable_weights] != [v.name for v in model.trainable_weights]:
         with pytest.raises(UserError, match="does not match"):
-            tt.load_table(path, model=other)
+            ptable.load_table(path, model=other)
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(UserError, match="corrupt"):
-        tt.load_table(str(tmp_path / "bad.json"))
+        ptable.load_table(str(tmp_path / "bad.json"))
     (tmp_path / "partial.json").write_text(json.dumps({"model": "x"}))
     with pytest.raises(UserError, match="missing"):
-        tt.load_table(str(tmp_path / "partial.json"))
+        ptable.load_table(str(tmp_path / "partial.json"))
     with pytest.raises(UserError, match="profiler.py"):
-        tt.load_table(str(tmp_path / "absent.json"))
+        ptable.load_table(str(tmp_path / "absent.json"))
 
 
 def test_plot_writes_png_and_pdf(tmp_path, cnn_table):
     _, table = cnn_table
-    png = tt.plot_table(table, str(tmp_path / "p.png"))
+    png = plotting.draw_profile(table, str(tmp_path / "p.png"))
     assert os.path.getsize(png) > 1000 and os.path.getsize(str(tmp_path / "p.pdf")) > 1000
 
 
@@ -260,7 +221,7 @@ def test_cli_profiles_a_user_model_file(tmp_path):
     assert r.returncode == 0, r.stderr
     table = json.load(open(out))
     assert table["input_size"] == 24 and table["num_classes"] == 3
-    for key in tt.REQUIRED_KEYS:
+    for key in ptable.REQUIRED_KEYS:
         assert key in table
     assert os.path.exists(tmp_path / "fig.png")
     assert os.path.isdir(tmp_path / "traces" / "table")  # the real trace is kept
@@ -284,9 +245,9 @@ def test_default_table_path_of_a_user_model_uses_its_own_sizes(tmp_path, monkeyp
     path = str(tmp_path / "mine.keras")
     tiny_cnn(num_classes=3).save(path)
     monkeypatch.chdir(tmp_path)
-    table, out = tt.profile_configuration(path, batch_size=2, num_iterations=1, warmup=1,
+    table, out = prun.profile_configuration(path, batch_size=2, num_iterations=1, warmup=1,
                                           figure="", progress=False)
-    assert out == tt.default_table_path(path, 24, 2, 3)
+    assert out == ptable.default_table_path(path, 24, 2, 3)
     assert os.path.exists(out)
 
 
@@ -318,19 +279,19 @@ def test_calibration_recovers_known_overlap_and_matches_naive_fit():
     a_true = 0.4  # weight-gradient ops mostly hidden behind the error-gradient chain
     b_true = (60.0 - a_true * t_dw.sum()) / t_dy.sum()
     t_full = t_fp + 60.0
-    refs = tt.reference_selections(rank)
+    refs = calibration.reference_selections(rank)
     assert set(refs) == {"dy_to_input", "dy_to_half", "all_to_half"}
     assert refs["dy_to_input"][np.argmax(rank)] and refs["dy_to_input"].sum() == 1
 
     def true_ratio(mask):
-        dw, dy = tt.selection_sums(t_dw, t_dy, rank, mask)
+        dw, dy = time_model.selection_sums(t_dw, t_dy, rank, mask)
         return (t_fp + a_true * dw + b_true * dy) / t_full
 
     exact = {k: (m, true_ratio(m)) for k, m in refs.items()}
-    a, b = tt.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, exact)
+    a, b = calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, exact)
     assert (a, b) == pytest.approx((a_true, b_true), rel=1e-9)
     noisy = {k: (m, r * rng.uniform(0.95, 1.05)) for k, (m, r) in exact.items()}
-    a, b = tt.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, noisy)
+    a, b = calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, noisy)
     na, nb = _naive_constrained_fit(t_dw, t_dy, rank, t_fp, t_full, noisy)
     grid = (t_full - t_fp) / t_dw.sum() / 20000  # the naive fit's resolution
     assert a == pytest.approx(na, abs=2 * grid) and b == pytest.approx(nb, rel=1e-3)
@@ -342,14 +303,14 @@ def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
     t_dw, t_dy, rank = np.ones(4), np.ones(4), np.arange(4)
     # a measured ratio far above anything reachable pushes a below zero: clipped
     mask = np.array([0, 0, 0, 1], bool)
-    a, b = tt.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {"x": (mask, 5.0)})
+    a, b = calibration.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {"x": (mask, 5.0)})
     assert a == 0.0 and b == pytest.approx(8.0 / 4)
-    assert tt.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {}) == (1.0, 1.0)
-    assert tt.fit_calibration(t_dw, np.zeros(4), rank, 2.0, 10.0, {"x": (mask, 0.5)}) == (2.0, 2.0)
+    assert calibration.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {}) == (1.0, 1.0)
+    assert calibration.fit_calibration(t_dw, np.zeros(4), rank, 2.0, 10.0, {"x": (mask, 0.5)}) == (2.0, 2.0)
 
 
 def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
-    import train
+    from elastictrainer import cli, config, importance, loop, roles, schemes, time_model, trainer
 
     model, table = cnn_table
     cal = table["calibration"]
@@ -357,31 +318,31 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
     for r in cal["references"]:
         assert 0 < r["measured_ratio"] < 2 and np.isfinite(r["calibrated_ratio"])
     assert cal["dw_scale"] >= 0 and cal["dy_scale"] >= 0
-    tm = train.TimeModel(table)
+    tm = time_model.TimeModel(table)
     assert tm.calibrated
     raw_dw = np.array([t["t_dw_ms"] for t in table["tensors"]])
     assert tm.t_dw == pytest.approx(raw_dw * cal["dw_scale"])
     assert tm.predicted_ratio(np.ones(len(raw_dw), bool)) == pytest.approx(1.0)
     for r in cal["references"]:  # the stored prediction is the time model's
-        mask = tt.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
+        mask = calibration.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
         assert tm.predicted_ratio(mask) == pytest.approx(r["calibrated_ratio"])
-    assert "calibrated on 3 timed selections" in tt.summarize(table)
+    assert "calibrated on 3 timed selections" in ptable.summarize(table)
     noisy = json.loads(json.dumps(table))
     noisy["calibration"]["references"][0]["measured_ratio"] *= 1.5
-    assert "profile again" in tt.summarize(noisy)
+    assert "profile again" in ptable.summarize(noisy)
 
 
 def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
-    import train
+    from elastictrainer import cli, config, importance, loop, roles, schemes, time_model, trainer
 
     model = tiny_cnn()
-    table = tt.profile_model(model, "tiny_cnn", 24, 2, 5, num_iterations=1, warmup=1,
+    table = prun.profile_model(model, "tiny_cnn", 24, 2, 5, num_iterations=1, warmup=1,
                              progress=False, calibrate=False)
-    assert table["calibration"] is None and not train.TimeModel(table).calibrated
-    assert "not calibrated" in tt.summarize(table)
+    assert table["calibration"] is None and not time_model.TimeModel(table).calibrated
+    assert "not calibrated" in ptable.summarize(table)
     table["calibration"] = {"dw_scale": float("nan"), "dy_scale": 1.0, "references": []}
     path = str(tmp_path / "t.json")
     with open(path, "w") as f:
         json.dump(table, f)
     with pytest.raises(UserError, match="bad calibration"):
-        tt.load_table(path)
+        ptable.load_table(path)

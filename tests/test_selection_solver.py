@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from selection_solver_DP import SelectionResult, select_tensors, selection_DP
+from elastictrainer.selector import SelectionResult, select_tensors, selection_DP
 
 
 def all_masks(n):

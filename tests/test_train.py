@@ -7,46 +7,27 @@ import sys
 import numpy as np
 import pytest
 
-import common  # noqa: F401
 import tensorflow as tf
 import tf_keras as keras
 
 import main as main_cli
-import runlog
-import tensor_timing as tt
-import train
-from common import RunError, UserError
+from elastictrainer import runlog
+from elastictrainer import plotting, time_model
+from elastictrainer.profiler import attribution, calibration, dataflow, trace
+from elastictrainer.profiler import run as prun, table as ptable
+from elastictrainer import cli, config, importance, loop, schemes, time_model, trainer
+from elastictrainer.roles import tensor_roles
+from elastictrainer.common import RunError, UserError
+
+from conftest import batch, snapshot, tiny_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_model(num_classes=10, size=16):
-    """Deterministic (no dropout, no augmentation) conv/BN/dense model."""
-    inp = keras.Input((size, size, 3))
-    x = keras.layers.Rescaling(1 / 255.0, name="scale")(inp)
-    x = keras.layers.Conv2D(8, 3, padding="same", name="c1")(x)
-    x = keras.layers.BatchNormalization(name="bn1")(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.Conv2D(8, 3, padding="same", name="c2")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    x = keras.layers.Dense(num_classes, name="head")(x)
-    return keras.Model(inp, x)
-
-
-def batch(n=4, size=16, num_classes=10, seed=0):
-    rng = np.random.default_rng(seed)
-    return (tf.constant(rng.uniform(0, 255, (n, size, size, 3)), tf.float32),
-            tf.constant(rng.integers(0, num_classes, n), tf.int32))
-
-
-def snapshot(variables):
-    return [v.numpy().copy() for v in variables]
 
 
 # ----------------------------------------------------------------- roles and schemes
 def test_tensor_roles_are_rules_over_layers():
     model = tiny_model()
-    roles = dict(zip([v.name for v in model.trainable_weights], train.tensor_roles(model)))
+    roles = dict(zip([v.name for v in model.trainable_weights], tensor_roles(model)))
     assert roles == {"c1/kernel:0": "kernel", "c1/bias:0": "bias", "bn1/gamma:0": "norm",
                      "bn1/beta:0": "norm", "c2/kernel:0": "kernel", "c2/bias:0": "bias",
                      "head/kernel:0": "head", "head/bias:0": "head"}
@@ -66,9 +47,9 @@ EXPECTED = {
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixed_schemes_train_exactly_their_tensors(name):
     model = tiny_model()
-    scheme = train.SCHEMES[name]
-    roles = train.tensor_roles(model)
-    tr = train.Trainer(model, keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3), scheme, roles)
+    scheme = schemes.SCHEMES[name]
+    roles = tensor_roles(model)
+    tr = trainer.Trainer(model, keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3), scheme, roles)
     before = snapshot(tr.variables)
     tr.step_for(scheme.fixed_selection(roles))(*batch())
     changed = {v.name for v, b in zip(tr.variables, before) if not np.array_equal(v.numpy(), b)}
@@ -81,9 +62,9 @@ def test_prunetrain_adds_l1_on_kernels_only():
     for name in ("full_training", "prunetrain"):
         keras.utils.set_random_seed(1)
         model = tiny_model()
-        roles = train.tensor_roles(model)
-        scheme = train.SCHEMES[name]
-        tr = train.Trainer(model, keras.optimizers.SGD(0.1), scheme, roles)
+        roles = tensor_roles(model)
+        scheme = schemes.SCHEMES[name]
+        tr = trainer.Trainer(model, keras.optimizers.SGD(0.1), scheme, roles)
         w0 = snapshot(tr.variables)
         tr.step_for(scheme.fixed_selection(roles))(x, y)
         results[name] = [v.numpy() - w for v, w in zip(tr.variables, w0)]
@@ -99,17 +80,17 @@ def test_prunetrain_adds_l1_on_kernels_only():
 
 def test_unknown_scheme_lists_valid_names():
     with pytest.raises(UserError) as e:
-        train.Config(train_type="elastic").validate()
-    for name in train.SCHEMES:
+        config.Config(train_type="elastic").validate()
+    for name in schemes.SCHEMES:
         assert name in str(e.value)
 
 
 # ----------------------------------------------------------------- importance
 def _trainer(model=None, optimizer=None):
     model = model or tiny_model()
-    roles = train.tensor_roles(model)
-    return train.Trainer(model, optimizer or keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=1e-3),
-                         train.SCHEMES["elastic_training"], roles)
+    roles = tensor_roles(model)
+    return trainer.Trainer(model, optimizer or keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=1e-3),
+                         schemes.SCHEMES["elastic_training"], roles)
 
 
 def test_importance_restores_weights_and_optimizer_state_bit_identical():
@@ -118,7 +99,7 @@ def test_importance_restores_weights_and_optimizer_state_bit_identical():
         tr.step_for(range(len(tr.variables)))(*batch(seed=s))
     w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
     nt0 = snapshot(tr.model.non_trainable_weights)
-    imp = train.taylor_importance(tr, [batch(seed=7), batch(seed=8)])
+    imp = importance.taylor_importance(tr, [batch(seed=7), batch(seed=8)])
     assert imp.shape == (len(tr.variables),) and np.all(np.isfinite(imp))
     for a, b in zip(w0, snapshot(tr.variables)):
         assert np.array_equal(a, b)
@@ -153,18 +134,18 @@ def test_taylor_importance_matches_a_naive_computation():
         v.assign(w)
     for v, w in zip(model.non_trainable_weights, bn0):
         v.assign(w)
-    fast = train.taylor_importance(tr, [(x, y)])
+    fast = importance.taylor_importance(tr, [(x, y)])
     np.testing.assert_allclose(fast, naive, rtol=2e-2, atol=1e-9)
     assert fast[-1] > 0  # the head's update lowers the loss
 
 
 def test_ablation_importances():
     tr = _trainer()
-    wm = train.weight_magnitude_importance(tr, [])
+    wm = importance.weight_magnitude_importance(tr, [])
     np.testing.assert_allclose(wm, [np.abs(v.numpy()).sum() for v in tr.variables], rtol=1e-6)
-    gm = train.grad_magnitude_importance(tr, [batch()])
+    gm = importance.grad_magnitude_importance(tr, [batch()])
     assert np.all(gm >= 0) and gm.sum() > 0
-    norm = train.normalize(np.array([2.0, -4.0, 1.0]))
+    norm = importance.normalize(np.array([2.0, -4.0, 1.0]))
     np.testing.assert_allclose(norm, [0.5, -1.0, 0.25])
 
 
@@ -192,7 +173,7 @@ def fake_table(model, t_fp=10.0, t_full=30.0):
 
 def test_time_model_predicts_full_step_and_selection_fits_rho():
     model = tiny_model()
-    tm = train.TimeModel(fake_table(model))
+    tm = time_model.TimeModel(fake_table(model))
     n = len(model.trainable_weights)
     assert tm.predicted_ratio(np.ones(n, bool)) == pytest.approx(1.0)
     assert tm.predicted_ratio(np.zeros(n, bool)) == pytest.approx(tm.rho_floor)
@@ -217,11 +198,11 @@ def test_time_model_predicts_full_step_and_selection_fits_rho():
 def test_rho_validation():
     for rho in (0.0, -0.5, 1.5):
         with pytest.raises(UserError, match="rho"):
-            train.Config(rho=rho).validate()
+            config.Config(rho=rho).validate()
     with pytest.raises(UserError, match="interval"):
-        train.Config(interval=0).validate()
+        config.Config(interval=0).validate()
     with pytest.raises(UserError, match="num_epochs"):
-        train.Config(num_epochs=-1).validate()
+        config.Config(num_epochs=-1).validate()
 
 
 # ----------------------------------------------------------------- whole runs through main.py
@@ -230,8 +211,8 @@ def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     model = tiny_model(num_classes=10, size=16)
     model.save(str(d / "tiny.keras"))
-    table = tt.profile_model(model, str(d / "tiny.keras"), 16, 4, 10, num_iterations=2, progress=False)
-    tt.save_table(table, str(d / "table.json"))
+    table = prun.profile_model(model, str(d / "tiny.keras"), 16, 4, 10, num_iterations=2, progress=False)
+    ptable.save_table(table, str(d / "table.json"))
     return d
 
 
@@ -250,7 +231,7 @@ def _scalars(run):
     return acc
 
 
-@pytest.mark.parametrize("train_type", sorted(train.SCHEMES))
+@pytest.mark.parametrize("train_type", sorted(schemes.SCHEMES))
 def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
     assert main_cli.main(_argv(workdir, train_type, train_type)) == 0
     run = workdir / "logs" / train_type
@@ -266,7 +247,7 @@ def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
     tags = set(acc.Tags()["tensors"]) | set(acc.Tags()["scalars"])
     assert {runlog.TRAIN_ACCURACY, runlog.TRAIN_LOSS, runlog.LEARNING_RATE, runlog.TEST_ACCURACY,
             runlog.TEST_LOSS} <= tags
-    if train.SCHEMES[train_type].elastic:
+    if schemes.SCHEMES[train_type].elastic:
         assert {runlog.NUM_SELECTED, runlog.PREDICTED_RATIO, runlog.SELECTION_MASK} <= tags
         # interval 0.5 with 4 steps an epoch: a selection at steps 0, 2, 4, 6
         assert [s["step"] for s in summary["selections"]] == [0, 2, 4, 6]
@@ -284,8 +265,8 @@ def test_save_model_and_txt_then_weights_path_loads(workdir):
     run = workdir / "logs" / "saved"
     hours, best = np.loadtxt(run / "saved.txt")
     assert best == pytest.approx(json.load(open(run / runlog.SUMMARY_FILE))["best_test_accuracy"])
-    import models
-    model = models.build_model(str(workdir / "tiny.keras"), weights=str(run / runlog.BEST_WEIGHTS_FILE))
+    from elastictrainer.models.build import build_model
+    model = build_model(str(workdir / "tiny.keras"), weights=str(run / runlog.BEST_WEIGHTS_FILE))
     assert len(model.trainable_weights) == 8
 
 
@@ -293,9 +274,9 @@ def test_ctrl_c_keeps_finished_epochs_and_exits_130(workdir):
     def log(msg):
         if msg.startswith("epoch 1:"):
             os.kill(os.getpid(), signal.SIGINT)
-    cfg = main_cli.config_from_args(main_cli.build_parser().parse_args(
+    cfg = cli.config_from_args(cli.train_parser().parse_args(
         _argv(workdir, "full_training", "interrupted") + ["--num_epochs", "4"]))
-    summary = train.run(cfg, log=log)
+    summary = loop.run(cfg, log=log)
     assert summary["status"] == "interrupted"
     on_disk = json.load(open(workdir / "logs" / "interrupted" / runlog.SUMMARY_FILE))
     assert on_disk["status"] == "interrupted" and 1 <= len(on_disk["epochs"]) < 4
@@ -325,4 +306,4 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
 
 
 def test_help_lists_every_registered_scheme():
-    assert set(main_cli.TRAIN_TYPES) == set(train.SCHEMES)
+    assert set(tuple(schemes.SCHEMES)) == set(schemes.SCHEMES)

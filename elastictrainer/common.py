@@ -1,41 +1,9 @@
-"""Small pieces every entry point shares: user-facing errors, registries, quiet TensorFlow logs."""
+"""Small pieces every entry point shares: user-facing errors, registries, argparse types.
+
+Imports nothing heavy: `--help`, `plot` and the package itself must start without TensorFlow.
+"""
 import argparse
-import os
 import sys
-
-# TensorFlow prints C++ banners (oneDNN, CUDA stubs) on import; users asked for clean CLIs.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def _import_tensorflow_quietly():
-    """Import TensorFlow with the C-level stderr silenced.
-
-    TF 2.21 logs through absl before absl reads any log level, so TF_CPP_MIN_LOG_LEVEL cannot
-    stop its banners; pointing fd 2 at /dev/null for the import can.  An import failure is
-    re-raised with what TensorFlow printed.
-    """
-    if "tensorflow" in sys.modules or os.environ.get("ET_TF_VERBOSE"):
-        return
-    import tempfile
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            import tensorflow  # noqa: F401
-            import tf_keras  # noqa: F401
-            tensorflow.config.list_logical_devices()  # device set-up logs (cuInit) too
-        except BaseException:
-            os.dup2(saved, 2)
-            sink.seek(0)
-            sys.stderr.write(sink.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-_import_tensorflow_quietly()
 
 
 class UserError(Exception):
@@ -47,7 +15,10 @@ class RunError(Exception):
 
 
 class Registry(dict):
-    """Name -> object map whose lookup failure lists the valid names (the official/core habit)."""
+    """Name -> object map whose lookup failure lists the valid names (the official/core habit).
+
+    Insertion order is kept: CLI choices and plot legends list entries in registration order.
+    """
 
     def __init__(self, kind):
         super().__init__()
@@ -65,6 +36,12 @@ class Registry(dict):
         if name not in self:
             raise UserError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self))}")
         return self[name]
+
+
+def one_line(exc, limit=400):
+    """An exception's message squeezed onto one line (UserError messages must be one line)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def run_cli(fn, argv=None):
@@ -107,11 +84,22 @@ def str2bool(s):
     raise argparse.ArgumentTypeError(f"expected true/false/1/0, got {s!r}")
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: X)" to a flag's help unless the help already names its default or the
+    default is None (which means "derived", and the help says from what)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with a one-line error (usage is one `--help` away) and exit code 2."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message):

@@ -1,34 +1,19 @@
-"""Every dataset the trainer and profiler use, as batched tf.data pipelines.
+"""The dataset loaders: TFDS, image folders and the built-in synthetic set, as batched tf.data
+pipelines (see the package docstring for what each returns)."""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
-    bundle = load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=None)
-
-Sources:
-  * TFDS: caltech_birds2011, oxford_iiit_pet, stanford_dogs (the paper's --dataset_name values),
-    read from `data_dir` (None = TFDS default, ~/tensorflow_datasets or $TFDS_DATA_DIR).
-  * synthetic: class-specific oriented gratings made on the fly (no files), see synthetic_dataset.
-  * a directory: one sub-folder per class holding images, optionally split into train/ and test/.
-
-Every element is (images float32 [B, S, S, 3] in [0, 255], labels int32 [B]). The train split is
-reshuffled on every pass under `seed` (the reference code never shuffled); the test split is fixed.
-"""
 import os
 import socket
 import threading
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from common import UserError, Registry
-
 import numpy as np
 import tensorflow as tf
 
-DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic")
-TFDS_NAMES = DATASET_NAMES[:3]
-# Class counts of the built-in datasets, known without loading them (the figure scripts size
-# heads and timing tables up front); a test checks them against TFDS's own metadata.
-NUM_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120,
-               "synthetic": 10}
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+from elastictrainer.common import Registry, UserError, one_line
+from elastictrainer.data import DATASET_NAMES, IMAGE_EXTENSIONS, NUM_CLASSES, TFDS_NAMES
+
 HELD_OUT_FRACTION = 0.2
 # Test splits of image folders whose resized float32 images fit in this many bytes stay in memory.
 CACHE_BUDGET_BYTES = 256 * 2**20
@@ -121,7 +106,7 @@ def _tfds_loader(name, *, input_size, batch_size, seed, shuffle_buffer, data_dir
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as e:  # e.g. unreadable data_dir
-        raise UserError(f"cannot open TFDS dataset {name!r} in {data_dir}: {_one_line(e)}"
+        raise UserError(f"cannot open TFDS dataset {name!r} in {data_dir}: {one_line(e, 200)}"
                         ) from None
     if not builder.is_prepared():
         _prepare(builder, name, download)
@@ -189,9 +174,9 @@ def _prepare(builder, name, download):
             return
         except ImportError as e:
             problem = (f"missing Python module {e.name!r} (pip install {e.name})" if e.name
-                       else _one_line(e))
+                       else one_line(e, 200))
         except Exception as e:  # network, checksum, disk... anything TFDS raises
-            problem = _one_line(e)
+            problem = one_line(e, 200)
     raise UserError(f"TFDS dataset {name!r} is not prepared in {root} and downloading it failed "
                     f"({problem}); " + _prepare_hint(name))
 
@@ -221,7 +206,7 @@ def _download_blocker(builder, timeout=NETWORK_CHECK_SECONDS):
             try:
                 socket.create_connection((host, port), timeout=timeout).close()
             except OSError as e:
-                result["problem"] = f"cannot reach {host}:{port}: {_one_line(e)}"
+                result["problem"] = f"cannot reach {host}:{port}: {one_line(e, 200)}"
                 return
         result["problem"] = None
 
@@ -232,11 +217,6 @@ def _download_blocker(builder, timeout=NETWORK_CHECK_SECONDS):
     if "problem" not in result:
         return f"no answer from {', '.join(h for h, _ in sorted(targets))} within {timeout:g}s"
     return result["problem"]
-
-
-def _one_line(e, limit=200):
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ----------------------------------------------------------------------------- image folders

@@ -1,16 +1,17 @@
 """The one driver behind scripts/run_figure*.sh: profile, train every run of a paper figure, plot.
 
-    python scripts/figures.py fig17            # the paper's protocol (hours to days on a device)
-    python scripts/figures.py fig17 --ego      # ElasticTrainer runs only
-    python scripts/figures.py fig17 --smoke    # same pipeline, synthetic data, small model, minutes
-    python scripts/figures.py fig17 --dry_run  # list the commands
+    elastictrainer figure fig17            # the paper's protocol (hours to days on a device)
+    elastictrainer figure fig17 --ego      # ElasticTrainer runs only
+    elastictrainer figure fig17 --smoke    # same pipeline, synthetic data, small model, minutes
+    elastictrainer figure fig17 --dry_run  # list the commands
 
-A figure is data (FIGURES in scripts/figures.py): models x datasets x (ElasticTrainer at each
-rho + baselines), and the plots drawn from the run directories.  Runs are `python main.py ...`
-processes with fixed run names under --logdir; a run whose summary.json says "finished" is not
-run again, so an interrupted script picks up where it stopped (the run in progress starts over).
-Figures are drawn by plot.py from summary.json and the TensorBoard events, and written as
-PNG + PDF under --figdir.
+A figure is data (FIGURES below): models x datasets x (ElasticTrainer at each rho + baselines),
+and the plots drawn from the run directories.  Runs are `elastictrainer train ...` processes
+with fixed run names under --logdir; a run whose summary.json says "finished" is not run again,
+so an interrupted script picks up where it stopped (the run in progress starts over).  Figures
+are drawn by `elastictrainer plot` from summary.json and the TensorBoard events, and written as
+PNG + PDF under --figdir.  Paths default to logs/, figures/ and profiles/ in the current
+directory.
 """
 import os
 import subprocess
@@ -18,14 +19,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import common  # noqa: E402
-import runlog  # noqa: E402
-from common import ArgumentParser, UserError  # noqa: E402
-
-BASELINES = ("full_training", "traditional_tl_training", "bn_plus_bias_training", "prunetrain")
+from elastictrainer import runlog
+from elastictrainer.common import RunError, UserError
+from elastictrainer.data import NUM_CLASSES
+from elastictrainer.profiler.table import default_table_path, load_table
+from elastictrainer.schemes import BASELINES
 PAPER_DATASETS = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs")
 
 
@@ -66,7 +64,7 @@ FIGURES = {
 
 @dataclass(frozen=True)
 class Protocol:
-    """main.py flags shared by every run of a figure."""
+    """Training flags shared by every run of a figure."""
     input_size: int = 224
     batch_size: int = 4
     num_epochs: int = 12
@@ -108,8 +106,7 @@ class Run:
 
     @property
     def num_classes(self):
-        import data
-        return data.NUM_CLASSES[self.dataset]
+        return NUM_CLASSES[self.dataset]
 
     def name(self, seed):
         rho = f"_rho{self.rho:g}" if self.rho is not None else ""
@@ -131,9 +128,9 @@ def plan(figure, ego=False, smoke=False):
 
 
 def table_path(run, protocol, profiles):
-    import tensor_timing
-    return tensor_timing.default_table_path(run.model, protocol.input_size, protocol.batch_size,
-                                            run.num_classes, folder=profiles)
+    return default_table_path(run.model, protocol.input_size, protocol.batch_size,
+                              run.num_classes, protocol.flags(run.model)["optimizer"],
+                              folder=profiles)
 
 
 def run_status(run_dir):
@@ -153,11 +150,10 @@ class Driver:
         self.protocol = SMOKE if smoke else PAPER
         self.seeds = tuple(seeds)
         self.suffix = "_ego" if ego else ""
-        # absolute, because the runs are started from the repository root
         self.logdir = os.path.abspath(logdir or os.path.join(
-            ROOT, "logs", "smoke" if smoke else "figures", key))
-        self.figdir = os.path.abspath(figdir or os.path.join(ROOT, "figures", "smoke" if smoke else ""))
-        self.profiles = os.path.abspath(profiles or os.path.join(ROOT, "profiles"))
+            "logs", "smoke" if smoke else "figures", key))
+        self.figdir = os.path.abspath(figdir or os.path.join("figures", "smoke" if smoke else ""))
+        self.profiles = os.path.abspath(profiles or "profiles")
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.dry_run = dry_run
         self.python = python
@@ -166,12 +162,16 @@ class Driver:
         self.runs = plan(self.figure, ego, smoke)
 
     # ----------------------------------------------------------------------------- commands
+    def command(self, sub):
+        """argv of an `elastictrainer SUB` process in this Python (no PATH lookup needed)."""
+        return [self.python, "-m", "elastictrainer", sub]
+
     def _call(self, argv, what):
         self.log("$ " + " ".join(argv))
         if self.dry_run:
             return 0
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=ROOT)
+        proc = subprocess.Popen(argv)
         try:
             rc = proc.wait()
         except KeyboardInterrupt:
@@ -189,21 +189,21 @@ class Driver:
         if os.path.exists(path):
             self.log(f"timing table {path} exists; reusing it")
             return path
-        argv = [self.python, "profiler.py", "--model_name", run.model,
+        argv = self.command("profile") + ["--model_name", run.model,
+                "--optimizer", self.protocol.flags(run.model)["optimizer"],
                 "--input_size", str(self.protocol.input_size),
                 "--batch_size", str(self.protocol.batch_size),
                 "--num_classes", str(run.num_classes), "--output", path, "--figure", "", "--quiet"]
         if self._call(argv, f"profile {run.model}") != 0:
-            raise common.RunError(f"profiling {run.model} failed (see above)")
+            raise RunError(f"profiling {run.model} failed (see above)")
         return path
 
     def rho_floor(self, run):
         """The forward pass's share of a step: no selection can go below it."""
-        import tensor_timing
         path = table_path(run, self.protocol, self.profiles)
         if self.dry_run and not os.path.exists(path):
             return 0.0
-        table = tensor_timing.load_table(path)
+        table = load_table(path)
         return table["t_fp_ms"] / table["t_full_ms"]
 
     def train(self, run, seed):
@@ -213,7 +213,7 @@ class Driver:
             self.log(f"{run_name}: finished before; not run again")
             return run_dir, "finished"
         flags = self.protocol.flags(run.model)
-        argv = [self.python, "main.py", "--model_name", run.model, "--dataset_name", run.dataset,
+        argv = self.command("train") + ["--model_name", run.model, "--dataset_name", run.dataset,
                 "--train_type", run.train_type, "--num_classes", str(run.num_classes),
                 "--seed", str(seed), "--logdir", self.logdir, "--run_name", run_name,
                 "--timing_table", table_path(run, self.protocol, self.profiles), "--quiet"]
@@ -231,7 +231,7 @@ class Driver:
             outs = []
             for key, table in tables.items():
                 name = out if len(tables) == 1 else f"{out}_{key}"
-                self._call([self.python, "plot.py", "profile", table, "--out", name], "plot")
+                self._call(self.command("plot") + ["profile", table, "--out", name], "plot")
                 outs.append(name)
             return outs
         if kind == "selection":
@@ -242,7 +242,7 @@ class Driver:
             runs = [d for _, d in runs]
         if not runs:
             return []
-        self._call([self.python, "plot.py", kind] + runs + ["--out", out], "plot")
+        self._call(self.command("plot") + [kind] + runs + ["--out", out], "plot")
         return [out]
 
     def _train_all(self, done, skipped, failed):
@@ -294,36 +294,3 @@ class Driver:
         for line in failed:
             self.log(f"  FAILED {line}")
         return written, failed
-
-
-def build_parser():
-    import argparse
-    # the module docstring, examples included; each help names its own default
-    p = ArgumentParser(prog="figures.py", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("figure", help=" | ".join(FIGURES))
-    p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
-    p.add_argument("--smoke", action="store_true",
-                   help="synthetic data, smallcnn at 32 px: the whole pipeline in minutes")
-    p.add_argument("--seeds", default="0", type=common.comma_list(int, "integers"), help="comma-separated seeds; each run once per seed "
-                                                "(default 0)")
-    p.add_argument("--logdir", default=None,
-                   help="run directories (default logs/figures/FIG, smoke: logs/smoke/FIG)")
-    p.add_argument("--figdir", default=None, help="figures (default figures/, smoke: figures/smoke/)")
-    p.add_argument("--profiles", default=None, help="timing tables (default profiles/)")
-    p.add_argument("--data_dir", default=None, help="TFDS data directory (default: TFDS's)")
-    p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
-    return p
-
-
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
-                    logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
-                    data_dir=args.data_dir, dry_run=args.dry_run)
-    _, failed = driver()
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    common.run_cli(main)

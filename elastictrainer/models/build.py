@@ -1,33 +1,18 @@
-"""Model zoo: `build_model(name_or_path, input_size, num_classes, weights)` -> uncompiled tf_keras.Model.
+"""Build a model by name (models.MODELS) or load a user's saved Keras model; load weight files.
 
-Built-in names: resnet50, vgg16, mobilenetv2, vit, and smallcnn (random init only, for offline
-demos and smoke runs); see models/builders.py and models/vit.py for the structure.  A name ending
-in .keras or .h5 is a user's own saved Keras model instead.
-
-weights: "none" (random init), "imagenet" (keras cache ~/.keras/models or $KERAS_HOME/models,
-downloaded when online), or a PATH saved with `model.save_weights` (.h5 / TF checkpoint; for vit
-also a published-layout .npz).
+    model = build_model(name_or_path, input_size=224, num_classes=200, weights="none")
 """
-import common  # noqa: F401  (quiets TF logs; must come first)
-from common import UserError
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import importlib
 import os
 
 import tf_keras as keras
 
-from models.builders import (  # noqa: F401  (re-exported)
-    DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, build_cnn, load_weights_file, one_line, weights_kind,
-)
-from models.vit import build_vit, load_vit_npz, vit_b16  # noqa: F401  (also registers "vit")
-
-MODEL_NAMES = ("resnet50", "vgg16", "mobilenetv2", "vit", "smallcnn")
-assert set(MODEL_NAMES) == set(MODELS), sorted(MODELS)
-
-USER_MODEL_SUFFIXES = (".keras", ".h5")
-
-
-def is_user_model(name_or_path):
-    return os.fspath(name_or_path).lower().endswith(USER_MODEL_SUFFIXES)
+from elastictrainer.common import UserError, one_line
+from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, is_user_model
+from elastictrainer.models import vit
+from elastictrainer.models.base import load_weights_file, weights_kind
 
 
 def build_model(name_or_path, input_size=None, num_classes=None, weights="none"):
@@ -41,10 +26,17 @@ def build_model(name_or_path, input_size=None, num_classes=None, weights="none")
     name = os.fspath(name_or_path)
     if is_user_model(name):
         return _load_user_model(name, num_classes, weights)
-    builder = MODELS.get_or_fail(name.strip().lower())
-    return builder(input_size=DEFAULT_INPUT_SIZE if input_size is None else input_size,
-                   num_classes=DEFAULT_NUM_CLASSES if num_classes is None else num_classes,
-                   weights=weights)
+    spec = MODELS.get_or_fail(name.strip().lower())
+    module, function = spec.builder.split(":")
+    builder = getattr(importlib.import_module(module), function)
+    kind = weights_kind(weights)
+    model = builder(**spec.kwargs,
+                    input_size=DEFAULT_INPUT_SIZE if input_size is None else input_size,
+                    num_classes=DEFAULT_NUM_CLASSES if num_classes is None else num_classes,
+                    weights="none" if kind == "path" else weights)
+    if kind == "path":
+        load_weights(model, weights)
+    return model
 
 
 def build_sized(name_or_path, input_size=None, num_classes=None, weights="none"):
@@ -53,6 +45,18 @@ def build_sized(name_or_path, input_size=None, num_classes=None, weights="none")
     model = build_model(name_or_path, input_size=input_size, num_classes=num_classes,
                         weights=weights)
     return model, int(model.input_shape[1]), int(model.output_shape[-1])
+
+
+def load_weights(model, path):
+    """Weights from a PATH: a published-layout ViT .npz, or what `model.save_weights` wrote."""
+    path = os.path.expanduser(os.fspath(path))
+    if path.lower().endswith(".npz"):
+        if not vit.is_vit(model):
+            raise UserError(f"{path}: .npz weights are only supported for the vit model, "
+                            f"not {model.name}")
+        vit.load_vit_npz(model, path)
+        return model
+    return load_weights_file(model, path)
 
 
 def _load_user_model(path, num_classes, weights):
@@ -69,5 +73,5 @@ def _load_user_model(path, num_classes, weights):
     if num_classes is not None and units != num_classes:
         raise UserError(f"{path} outputs {units} classes but {num_classes} were requested")
     if weights_kind(weights) == "path":
-        load_weights_file(model, weights)
+        load_weights(model, weights)
     return model

@@ -1,4 +1,4 @@
-"""The paper's figures from run directories written by train.py (see plot.py for the CLI).
+"""The paper's figures from run directories written by the training loop (CLI: `plot`).
 
 Everything is read from summary.json and the TensorBoard events (runlog.read_scalars /
 read_tensors), never from stdout.  Each figure is written as <out>.png and <out>.pdf.
@@ -9,22 +9,14 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-import runlog
-from common import UserError
+from elastictrainer import runlog
+from elastictrainer.common import UserError
+from elastictrainer.schemes import SCHEMES
 
 # --------------------------------------------------------------------------- schemes and styles
-# train_type -> (legend label, color).  A baseline has one fixed color; an elastic scheme has a
-# (light, dark) pair and its runs get shades in between, ordered by rho.  Dict order is the
-# legend order: elastic schemes (by rho) first, then the baselines as in the paper's figures.
-SCHEMES = OrderedDict([
-    ("elastic_training", ("ElasticTrainer", ("#fc9272", "#99000d"))),
-    ("elastic_training_weight_magnitude", ("ElasticTrainer |w|", ("#fdd0a2", "#a63603"))),
-    ("elastic_training_grad_magnitude", ("ElasticTrainer |g|", ("#fcc5c0", "#7a0177"))),
-    ("full_training", ("Full training", "#1f77b4")),
-    ("traditional_tl_training", ("Traditional TL", "#2ca02c")),
-    ("bn_plus_bias_training", ("BN+Bias", "#9467bd")),
-    ("prunetrain", ("PruneTrain", "#7f7f7f")),
-])
+# A baseline has one fixed colour; an elastic scheme has a (light, dark) pair and its runs get
+# shades in between, ordered by rho (schemes.py carries both).  Legend order: elastic schemes (by
+# rho) first, then the baselines in registration order, as in the paper's figures.
 _SPARE_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#8c564b", "#000000")  # unknown train_types
 
 SchemeKey = namedtuple("SchemeKey", "train_type rho")  # rho None for non-elastic runs
@@ -36,7 +28,7 @@ STATUS_FLAGS = {"running": "unfinished", "interrupted": "unfinished", "nan": "di
 
 def scheme_label(train_type, rho=None):
     """'ElasticTrainer (ρ=0.4)', 'Full training', ...; an unknown train_type is shown as is."""
-    base = SCHEMES.get(train_type, (train_type,))[0]
+    base = SCHEMES[train_type].label if train_type in SCHEMES else train_type
     return f"{base} (ρ={rho:g})" if rho is not None else base
 
 
@@ -57,7 +49,7 @@ def scheme_styles(keys):
     spare = iter(_SPARE_COLORS * 10)
     for train_type in OrderedDict.fromkeys(k.train_type for k in keys):
         mine = [k for k in keys if k.train_type == train_type]
-        color = SCHEMES.get(train_type, (None, None))[1]
+        color = SCHEMES[train_type].color if train_type in SCHEMES else None
         for i, k in enumerate(mine):
             if isinstance(color, tuple):
                 t = 1.0 if len(mine) == 1 else 0.3 + 0.7 * i / (len(mine) - 1)
@@ -69,7 +61,7 @@ def scheme_styles(keys):
 
 
 def _order_key(key):
-    names = list(SCHEMES)
+    names = sorted(SCHEMES, key=lambda n: not SCHEMES[n].elastic)  # stable: elastic first
     rank = names.index(key.train_type) if key.train_type in names else len(names)
     return (rank, key.train_type, -1.0 if key.rho is None else key.rho)
 
@@ -515,10 +507,36 @@ def plot_selection(run_dir, out):
 
 # --------------------------------------------------------------------------- profiler table
 def plot_profile(table_path, out):
-    """The profiler's t_dw/t_dy bars (tensor_timing.plot_table).  Returns the written paths."""
-    import tensor_timing
+    """The profiler's t_dw/t_dy bars from a table file.  Returns the written paths."""
+    from elastictrainer.profiler.table import load_table
 
-    table = tensor_timing.load_table(table_path)
     base = out_base(out)
-    tensor_timing.plot_table(table, base + ".png")  # it writes <base>.png and <base>.pdf
+    draw_profile(load_table(table_path), base + ".png")  # it writes <base>.png and <base>.pdf
     return [base + ".png", base + ".pdf"]
+
+
+def draw_profile(table, path):
+    """Bars of t_dw and t_dy per tensor from the input (left) to the output (right); PNG + PDF.
+    Returns the PNG's path."""
+    plt = pyplot()
+
+    tensors = sorted(table["tensors"], key=lambda t: -t["rank"])
+    n = len(tensors)
+    x = np.arange(n)
+    dw = np.array([t["t_dw_ms"] for t in tensors])
+    dy = np.array([t["t_dy_ms"] for t in tensors])
+    est = np.array([t["estimated"] for t in tensors])
+    fig, ax = plt.subplots(figsize=(max(6.0, min(18.0, 0.08 * n + 4)), 3.6))
+    ax.bar(x, dw, color="#1f77b4", label="t_dw (weight gradient + update)")
+    ax.bar(x, dy, bottom=dw, color="#ff7f0e", label="t_dy (error gradient)")
+    if est.any():
+        ax.bar(x[est], dw[est], color="none", edgecolor="k", hatch="//", label="estimated (FLOPs)")
+    ax.set_xlabel("tensor (input → output)")
+    ax.set_ylabel("op time per step (ms)")
+    ax.margins(x=0.01, y=0.08)  # the tallest bar clear of the frame
+    ax.set_title(f"{table['model']}: input {table['input_size']}, batch {table['batch_size']}; "
+                 f"forward {table['t_fp_ms']:.0f} ms, full step {table['t_full_ms']:.0f} ms")
+    ax.set_xlim(-1, n)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, os.path.splitext(path)[0])[0]

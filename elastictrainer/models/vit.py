@@ -32,8 +32,7 @@ The position embedding of a checkpoint trained at another resolution is resized 
 patch grid (the class-token row is kept as is). The MLP uses exact (erf) GELU; the published flax
 models use the tanh approximation, which differs by < 1e-3 and does not matter for fine-tuning.
 """
-import common  # noqa: F401  (quiets TF logs; must come first)
-from common import UserError
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import math
 import os
@@ -42,10 +41,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from models.builders import (
-    DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, augment, check_input_size, check_num_classes,
-    fetch_pretrained, image_input, load_weights_file, one_line, register_serializable,
-    scale_to_unit_range, weights_kind,
+from elastictrainer.common import UserError, one_line
+from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES
+from elastictrainer.models.base import (
+    augment, check_input_size, check_num_classes, fetch_pretrained, image_input,
+    register_serializable, scale_to_unit_range, weights_kind,
 )
 
 # The checkpoint vit-keras downloaded for vit_b16(pretrained=True): ImageNet-21k pre-trained,
@@ -194,9 +194,9 @@ def build_vit(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, pa
     check_num_classes(num_classes)
     if hidden % heads:
         raise UserError(f"vit hidden size {hidden} must be divisible by the number of heads {heads}")
-    kind = weights_kind(weights)
-    if kind == "imagenet":
-        raise UserError("build_vit has no ImageNet weights for a custom config; use vit_b16 or an .npz PATH")
+    if weights_kind(weights) != "none":
+        raise UserError("build_vit builds random weights; load ImageNet ones with vit_b16 or a "
+                        "PATH with models.build.load_weights")
     grid = input_size // patch_size
 
     inputs = image_input(input_size)
@@ -212,26 +212,19 @@ def build_vit(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, pa
     x = keras.layers.LayerNormalization(epsilon=1e-6, name="Transformer_encoder_norm")(x)
     x = TakeClassToken(name="class_token")(x)
     outputs = keras.layers.Dense(num_classes, name="head")(x)
-    model = keras.Model(inputs, outputs, name=name)
-    if kind == "path":
-        load_weights_file(model, weights)
-    return model
+    return keras.Model(inputs, outputs, name=name)
 
 
 def vit_b16(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, weights="none"):
-    """ViT-B/16; weights "imagenet" = the ImageNet-21k + ImageNet-2012 checkpoint (.npz, keras cache)."""
-    kind = weights_kind(weights)
+    """ViT-B/16; weights "imagenet" = the ImageNet-21k + ImageNet-2012 checkpoint (.npz, keras
+    cache), "none" = random."""
     npz = None
-    if kind == "imagenet":  # fetch first: fail fast before building 86M parameters
+    if weights_kind(weights) == "imagenet":  # fetch first: fail fast before building 86M parameters
         npz = fetch_pretrained(VIT_B16_NPZ, VIT_B16_URL, "vit")
-    model = build_vit(input_size, num_classes, name="vit_b16", weights="none" if kind == "imagenet" else weights,
-                      **VIT_B16)
+    model = build_vit(input_size, num_classes, name="vit_b16", **VIT_B16)
     if npz is not None:
         load_vit_npz(model, npz)
     return model
-
-
-MODELS.register("vit")(vit_b16)
 
 
 # ----------------------------------------------------------------------------------------------

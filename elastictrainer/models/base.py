@@ -1,31 +1,27 @@
-"""Built-in CNN classifiers (resnet50, vgg16, mobilenetv2) and the helpers every model shares.
+"""What every built-in model shares: argument checks, the keras weights cache, weight files,
+the reference's front end (augmentation, preprocessing) and its classifier head.
 
-Structure of every built-in model (the reference's):
+Structure of every built-in CNN (the reference's):
     Input(size, size, 3) float images in [0, 255]
     -> "augment_flip" RandomFlip("horizontal") -> "augment_rotation" RandomRotation(0.2)
     -> "preprocess" (caffe style for resnet50/vgg16, scale to [-1, 1] for mobilenetv2/vit)
-    -> backbone (keras.applications, include_top=False) called with training=False, so its
-       BatchNorm layers use their moving statistics while gamma/beta still train
+    -> backbone called with training=False, so its BatchNorm layers use their moving statistics
+       while gamma/beta still train
     -> "global_pool" GlobalAveragePooling2D -> "dropout" Dropout(0.2) -> "classifier" Dense logits.
 
 ImageNet weights come from keras' own cache/download (keras.utils.get_file, cache_subdir "models")
 rooted at $KERAS_HOME or ~/.keras. We fetch the file ourselves *before* building, so an offline
 machine fails fast with a one-line UserError naming the expected cache file.
 """
-import common  # noqa: F401  (quiets TF logs; must come first)
-from common import Registry, UserError
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
-import functools
 import os
 import re
 
 import tensorflow as tf
 import tf_keras as keras
 
-MODELS = Registry("model")
-
-DEFAULT_INPUT_SIZE = 224
-DEFAULT_NUM_CLASSES = 200
+from elastictrainer.common import UserError, one_line
 
 _SERIALIZABLE_PACKAGE = "elastictrainer"
 
@@ -33,12 +29,6 @@ _SERIALIZABLE_PACKAGE = "elastictrainer"
 def register_serializable(cls):
     """Register a custom layer so `keras.models.load_model` finds it once `models` is imported."""
     return keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)(cls)
-
-
-def one_line(exc):
-    """An exception's message squeezed onto one line (UserError messages must be one line)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 400 else text[:397] + "..."
 
 
 # ----------------------------------------------------------------------------------------------
@@ -112,17 +102,11 @@ def _looks_like_tf_checkpoint(path):
 def load_weights_file(model, path):
     """Load a weights file saved by this project (`model.save_weights`) into `model`.
 
-    Accepts .h5 files, TF checkpoints (the prefix, e.g. run/ckpt for run/ckpt.index, or a directory
-    holding a `checkpoint` file), and for ViT models a .npz in the published ViT layout.
-    Missing or mismatching files raise a one-line UserError.
+    Accepts .h5 files and TF checkpoints (the prefix, e.g. run/ckpt for run/ckpt.index, or a
+    directory holding a `checkpoint` file).  Missing or mismatching files raise a one-line
+    UserError.  (build.load_weights also takes ViT .npz checkpoints.)
     """
     path = os.path.expanduser(os.fspath(path))
-    if path.lower().endswith(".npz"):
-        from models import vit  # lazy: vit imports this module
-        if not vit.is_vit(model):
-            raise UserError(f"{path}: .npz weights are only supported for the vit model, not {model.name}")
-        vit.load_vit_npz(model, path)
-        return model
     if os.path.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
@@ -148,7 +132,7 @@ def load_weights_file(model, path):
     return model
 
 
-def _load_pretrained_h5(backbone, path, what):
+def load_pretrained_h5(backbone, path, what):
     try:
         backbone.load_weights(path)
     except Exception as e:
@@ -200,114 +184,14 @@ def scale_to_unit_range(x):
     return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocess")(x)
 
 
-# ----------------------------------------------------------------------------------------------
-# CNNs
-# ----------------------------------------------------------------------------------------------
-# ImageNet "no top" weight files exactly as tf_keras 2.21's applications name, locate and hash them
-# (tf_keras/src/applications/{resnet,vgg16,mobilenet_v2}.py).
-_APPS_URL = "https://storage.googleapis.com/tensorflow/keras-applications/"
-
-
-def _resnet50_file(input_size):
-    fname = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
-    return fname, _APPS_URL + "resnet/" + fname, "4d473c1dd8becc155b73f8504c6f6626"
-
-
-def _vgg16_file(input_size):
-    fname = "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5"
-    return fname, _APPS_URL + "vgg16/" + fname, "6d6bbae143d832006294945121d1f1fc"
-
-
-def _mobilenetv2_file(input_size):
-    # keras ships weights for these square sizes and falls back to the 224 file otherwise; the
-    # convolution weights do not depend on the input size, so any size loads them.
-    rows = input_size if input_size in (96, 128, 160, 192, 224) else 224
-    fname = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}_no_top.h5"
-    return fname, _APPS_URL + "mobilenet_v2/" + fname, None
-
-
-_CNNS = {
-    "resnet50": (lambda **kw: keras.applications.ResNet50(**kw), "caffe", _resnet50_file),
-    "vgg16": (lambda **kw: keras.applications.VGG16(**kw), "caffe", _vgg16_file),
-    "mobilenetv2": (lambda **kw: keras.applications.MobileNetV2(**kw), "unit", _mobilenetv2_file),
-}
-
-
-def build_cnn(arch, input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, weights="none"):
-    """A keras.applications backbone wrapped in the reference's augmentation + classifier head."""
-    make_backbone, preprocess, weight_file = _CNNS[arch]
-    check_input_size(input_size, minimum=32, model=arch)
-    check_num_classes(num_classes)
-    kind = weights_kind(weights)
-    pretrained = None
-    if kind == "imagenet":  # fetch first: fail fast, before spending time building
-        fname, url, file_hash = weight_file(input_size)
-        pretrained = fetch_pretrained(fname, url, arch, file_hash)
-
-    def backbone():
-        # weights=None + explicit input_shape: no download and no "non-standard size" warning; we
-        # load the ImageNet file ourselves exactly like keras does (backbone.load_weights).
-        net = make_backbone(include_top=False, weights=None, input_shape=(input_size, input_size, 3))
-        if pretrained is not None:
-            _load_pretrained_h5(net, pretrained, arch)
-        return net
-
-    def prepare(x):
-        if preprocess == "caffe":
-            return ImagenetPreprocess(arch, name="preprocess")(x)
-        return scale_to_unit_range(x)
-
-    return classifier(input_size, num_classes, prepare, backbone, f"{arch}_classifier", weights)
-
-
-def classifier(input_size, num_classes, preprocess, make_backbone, name, weights):
+def classifier(input_size, num_classes, preprocess, make_backbone, name):
     """The reference's model around a backbone: augment -> preprocess -> backbone (built by
     `make_backbone()` after the preprocessing layers) in inference mode -> global pool ->
-    Dropout(0.2) -> Dense logits; weights from a PATH loaded last."""
+    Dropout(0.2) -> Dense logits."""
     inputs = image_input(input_size)
     x = preprocess(augment(inputs))
     x = make_backbone()(x, training=False)
     x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
     x = keras.layers.Dropout(0.2, name="dropout")(x)
     outputs = keras.layers.Dense(num_classes, name="classifier")(x)
-    model = keras.Model(inputs, outputs, name=name)
-    if weights_kind(weights) == "path":
-        load_weights_file(model, weights)
-    return model
-
-
-for _arch in _CNNS:
-    MODELS.register(_arch)(functools.partial(build_cnn, _arch))
-
-
-# ----------------------------------------------------------------------------------------------
-# a small CNN for offline demos and smoke runs
-# ----------------------------------------------------------------------------------------------
-SMALLCNN_WIDTHS = (16, 32, 64)  # two conv-BN-ReLU blocks per stage, the first one strided
-
-
-@MODELS.register("smallcnn")
-def build_smallcnn(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSES, weights="none"):
-    """Six conv-BN-ReLU blocks in the built-in models' structure (augment -> preprocess ->
-    backbone in inference mode -> pool -> dropout -> classifier), 20 trainable tensors.  There
-    are no pretrained weights: it exists so that the whole pipeline (profiling, selection,
-    figures) runs in minutes on the built-in synthetic data, from random init."""
-    check_input_size(input_size, minimum=16, model="smallcnn")
-    check_num_classes(num_classes)
-    if weights_kind(weights) == "imagenet":
-        raise UserError("smallcnn has no pretrained weights; pass --weights none (random init) "
-                        "or --weights PATH")
-    def backbone():
-        image = keras.Input(shape=(input_size, input_size, 3), name="features_in")
-        x = image
-        for stage, width in enumerate(SMALLCNN_WIDTHS, 1):
-            for block in (1, 2):
-                name = f"stage{stage}_block{block}"
-                x = keras.layers.Conv2D(width, 3, strides=2 if block == 1 else 1, padding="same",
-                                        use_bias=False, name=f"{name}_conv")(x)
-                x = keras.layers.BatchNormalization(name=f"{name}_bn")(x)
-                x = keras.layers.ReLU(name=f"{name}_relu")(x)
-        return keras.Model(image, x, name="smallcnn")
-
-    return classifier(input_size, num_classes, scale_to_unit_range, backbone,
-                      "smallcnn_classifier", weights)
+    return keras.Model(inputs, outputs, name=name)

@@ -1,0 +1,18 @@
+"""ElasticTrainer (MobiSys'23) on TensorFlow: on-device fine-tuning that trains, at any moment,
+only the tensors that matter most within a requested step-time ratio rho.
+
+One module per component of the paper:
+    profiler/       Tensor Timing Profiler (Sec. 5): per-tensor t_dw / t_dy from a real trace
+    time_model.py   the time model of eq. 3, calibrated
+    importance.py   tensor importance (eq. 4-6) and the ablations
+    selector.py     the exact DP tensor selector (eq. 3)
+    schemes.py      what each --train_type trains
+    loop.py         the one training loop; trainer.py, engine.py its compiled steps
+    models/, data/  the model zoo and the datasets
+    runlog.py       run directories, TensorBoard tags, file formats
+    plotting.py     the paper's figures; figures.py runs them
+    cli.py          `elastictrainer train|profile|plot|figure` (and main.py, profiler.py, plot.py)
+
+Importing the package imports no TensorFlow.
+"""
+__version__ = "0.2.0"

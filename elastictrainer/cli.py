@@ -1,0 +1,308 @@
+"""The command line: `elastictrainer {train,profile,plot,figure}` and the paper's own scripts
+(main.py, profiler.py, plot.py) are the same parsers and the same functions.
+
+Parsing imports no TensorFlow (every name list comes from a light registry), so `--help` and bad
+flags answer at once; each command imports what it runs only after its flags parsed.
+"""
+import argparse
+import os
+import sys
+
+from elastictrainer import __version__
+from elastictrainer.common import ArgumentParser, UserError, comma_list, run_cli, str2bool
+from elastictrainer.config import OPTIMIZERS, Config
+from elastictrainer import data, models, schemes
+
+
+def _add_model_flags(p, num_classes_help):
+    p.add_argument("--model_name", default="resnet50",
+                   help=f"{models.choices_help()}; or the path of your own saved Keras model "
+                        "(.keras or .h5)")
+    p.add_argument("--input_size", type=int, default=224, help="image height and width")
+    p.add_argument("--num_classes", type=int, default=None, help=num_classes_help)
+    p.add_argument("--optimizer", default="sgd", choices=tuple(OPTIMIZERS),
+                   help="; ".join(f"{k}: {v}" for k, v in OPTIMIZERS.items()))
+
+
+# ----------------------------------------------------------------------------------- train
+def train_parser(prog="elastictrainer train"):
+    p = ArgumentParser(
+        prog=prog,
+        description="Fine-tune a vision model on the device with ElasticTrainer (train the "
+                    "tensors that matter most within a step-time budget) or one of its "
+                    "baselines. Writes TensorBoard events, config.json and summary.json under "
+                    "LOGDIR/RUN_NAME.")
+    _add_model_flags(p, "classifier outputs (default: the dataset's class count)")
+    p.add_argument("--dataset_name", default="caltech_birds2011", help=data.choices_help())
+    p.add_argument("--train_type", default="elastic_training", choices=tuple(schemes.SCHEMES),
+                   metavar="TRAIN_TYPE", help=schemes.choices_help())
+    p.add_argument("--batch_size", type=int, default=4, help="training batch (test: 2x)")
+    p.add_argument("--learning_rate", type=float, default=1e-4, help="initial learning rate")
+    p.add_argument("--weight_decay", type=float, default=5e-4,
+                   help="sgd's decoupled weight decay, applied as lr_t x weight_decay")
+    p.add_argument("--num_epochs", type=int, default=12, help="training epochs")
+    p.add_argument("--run_name", default=None,
+                   help="run directory name under --logdir (default: "
+                        "model_dataset_scheme_..._time)")
+    p.add_argument("--save_model", type=str2bool, default=False,
+                   help="save the best weights as LOGDIR/RUN_NAME/best.weights.h5 (load them "
+                        "with --weights PATH)")
+    p.add_argument("--save_txt", type=str2bool, default=False,
+                   help="write the reference's [hours, best accuracy %%] text file")
+    p.add_argument("--interval", type=float, default=4,
+                   help="epochs between importance evaluations and re-selections (0.5 = twice "
+                        "an epoch)")
+    p.add_argument("--rho", type=float, default=0.5,
+                   help="requested elastic step time / full step time (0.5 = 2x faster); must "
+                        "be above the forward pass's share of a step and at most 1")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, data order and probes")
+    p.add_argument("--weights", default="imagenet",
+                   help="imagenet (keras cache, downloaded when online) | none | PATH")
+    p.add_argument("--data_dir", default=None,
+                   help="TFDS data directory (default: TFDS's, ~/tensorflow_datasets)")
+    p.add_argument("--logdir", default="logs", help="where run directories are written")
+    p.add_argument("--probe_batches", type=int, default=1,
+                   help="fresh training batches per importance evaluation")
+    p.add_argument("--timing_table", default=None,
+                   help="the profiler's table (default: profiles/<model>_i<input>_b<batch>"
+                        "_c<classes>[_<optimizer>].json; profiled first if absent)")
+    p.add_argument("--steps_per_epoch", type=int, default=None,
+                   help="cap on training steps per epoch, for quick trials (default: the whole "
+                        "set)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def config_from_args(args):
+    fields = {f: getattr(args, f) for f in Config.__dataclass_fields__ if hasattr(args, f)}
+    fields["progress"] = not args.quiet
+    return Config(**fields)
+
+
+def train_main(argv=None, prog="elastictrainer train"):
+    args = train_parser(prog).parse_args(argv)
+    cfg = config_from_args(args)
+    cfg.validate()  # bad flags fail before TensorFlow, data or model is loaded
+    from elastictrainer.loop import run
+
+    summary = run(cfg)
+    return 130 if summary["status"] == "interrupted" else 0
+
+
+# ----------------------------------------------------------------------------------- profile
+def profile_parser(prog="elastictrainer profile"):
+    p = ArgumentParser(
+        prog=prog,
+        description="Profile per-tensor backward times (t_dw, t_dy) and forward/full step times "
+                    "of a model on this device, and write them as a JSON timing table.")
+    _add_model_flags(p, "classifier outputs (default: 200, as the paper's CUB-200; a saved "
+                        "model file keeps its own)")
+    p.add_argument("--batch_size", type=int, default=4, help="training batch size to profile")
+    p.add_argument("--weights", default="none",
+                   help="imagenet | none | PATH; timings do not depend on the values, so the "
+                        "default avoids a download")
+    p.add_argument("--num_iterations", type=int, default=5,
+                   help="profiled training steps (also the number of timed steps)")
+    p.add_argument("--calibrate", type=str2bool, default=True,
+                   help="also time a few real partial selections and fit separate t_dw / t_dy "
+                        "scales, so that rho holds when ops overlap (default true; adds about "
+                        "3 compiles and 10 steps per selection)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
+    p.add_argument("--output", default=None,
+                   help="table path (default: profiles/<model>_i<input>_b<batch>_c<classes>"
+                        "[_<optimizer>].json, where training looks for it)")
+    p.add_argument("--trace_dir", default=None,
+                   help="where tf.profiler writes its trace (default: profiles/traces/<table "
+                        "name>; open it with `tensorboard --logdir` and the Profile tab)")
+    p.add_argument("--figure", default=None,
+                   help="t_dw/t_dy bar chart (default: figures/profile_<table name>.png; '' = "
+                        "none)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random profiling batch")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def profile_main(argv=None, prog="elastictrainer profile"):
+    args = profile_parser(prog).parse_args(argv)
+    for flag in ("input_size", "batch_size", "num_classes", "num_iterations"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UserError(f"--{flag} must be a positive integer")
+    if args.warmup < 0:
+        raise UserError("--warmup must be >= 0")
+    from elastictrainer.profiler.run import profile_configuration
+    from elastictrainer.profiler.table import summarize
+
+    table, path = profile_configuration(
+        args.model_name, args.input_size, args.batch_size, args.num_classes, args.weights,
+        args.num_iterations, args.warmup, args.output, args.trace_dir, args.figure, args.seed,
+        progress=not args.quiet, calibrate=args.calibrate, optimizer=args.optimizer)
+    print(summarize(table))
+    print(f"timing table written to {path}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------- plot
+RUNS_HELP = "run directories written by training (each holds summary.json and event files)"
+PLOT_EXAMPLES = """examples:
+  {prog} curves logs/resnet50_caltech_birds2011_* --out figures/fig15
+  {prog} bars logs/* --out figures/fig19
+  {prog} selection logs/resnet50_caltech_birds2011_elastic_training_rho0.4_seed0_...
+  {prog} profile profiles/resnet50_i224_b4_c200.json
+
+Each writes <out>.png and <out>.pdf (bars also <out>.md)."""
+
+
+class _PlainSubParser(ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs["formatter_class"] = argparse.HelpFormatter  # each --out help names its default
+        super().__init__(*args, **kwargs)
+
+
+def plot_parser(prog="elastictrainer plot"):
+    p = ArgumentParser(
+        prog=prog,
+        description="Draw the ElasticTrainer paper's figures from run directories (their\n"
+                    "summary.json and TensorBoard events), as PNG and PDF.",
+        epilog=PLOT_EXAMPLES.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=_PlainSubParser)
+    _runs_command(
+        sub, "curves", "test accuracy and training loss vs training time (Fig. 15/16)",
+        "One column per dataset: test accuracy (%) per epoch on top, training loss below, "
+        "against wall-clock training time (hours, or minutes for short runs); one line per "
+        "scheme, seeds averaged with a min-max band.  Unfinished runs are dashed and flagged in "
+        "the legend.", "figures/curves_<model>")
+    _runs_command(
+        sub, "bars", "best accuracy and training time per scheme (Fig. 17/19), plus a table",
+        "Two panels, best test accuracy (%) and training time, one bar per scheme, grouped by "
+        "model (and dataset) when the runs span several; runs differing only in seed are "
+        "averaged, error bars span min to max.  Also writes <out>.md, a markdown table with the "
+        "speedup over full_training of the same model and dataset, and prints it.",
+        "figures/bars_<model>")
+    s = sub.add_parser(
+        "selection", help="which tensors each re-selection trained (Fig. 21)",
+        description="Heat map of the tensors trained after each re-selection of an elastic run: "
+                    "x is the epoch of the re-selection, y the tensor index from the input "
+                    "(bottom) to the output (top); above it, the fraction of tensors trained and "
+                    "the predicted step-time ratio against rho.")
+    s.add_argument("run", metavar="RUN_DIR", help="one elastic run directory")
+    s.add_argument("--out", default=None,
+                   help="output path without extension (default: figures/selection_<run name>)")
+    t = sub.add_parser(
+        "profile", help="per-tensor t_dw/t_dy bars of a profiler timing table",
+        description="Bars of each tensor's weight-gradient (t_dw) and error-gradient (t_dy) "
+                    "time from a table written by the profiler, input on the left.")
+    t.add_argument("table", metavar="TABLE.json", help="timing table (profiles/*.json)")
+    t.add_argument("--out", default=None,
+                   help="output path without extension (default: figures/profile_<table name>)")
+    return p
+
+
+def _runs_command(sub, name, help, description, default_out):
+    """A plot subcommand that takes run directories and --out."""
+    c = sub.add_parser(name, help=help, description=description)
+    c.add_argument("runs", nargs="+", metavar="RUN_DIR", help=RUNS_HELP)
+    c.add_argument("--out", default=None,
+                   help=f"output path without extension (default: {default_out})")
+
+
+def plot_main(argv=None, prog="elastictrainer plot"):
+    args = plot_parser(prog).parse_args(argv)
+    from elastictrainer import plotting
+
+    def default_out(kind):
+        found = list(dict.fromkeys(plotting.Run(r).model for r in args.runs))
+        return os.path.join("figures", f"{kind}_{found[0]}" if len(found) == 1 else kind)
+
+    if args.command == "curves":
+        paths = plotting.plot_curves(args.runs, args.out or default_out("curves"))
+    elif args.command == "bars":
+        paths, table = plotting.plot_bars(args.runs, args.out or default_out("bars"))
+        print(table, end="")
+    elif args.command == "selection":
+        name = os.path.basename(os.path.normpath(args.run))
+        paths = plotting.plot_selection(args.run,
+                                        args.out or os.path.join("figures", f"selection_{name}"))
+    else:
+        stem = os.path.splitext(os.path.basename(args.table))[0]
+        paths = plotting.plot_profile(args.table,
+                                      args.out or os.path.join("figures", f"profile_{stem}"))
+    print("wrote " + ", ".join(paths))
+    return 0
+
+
+# ----------------------------------------------------------------------------------- figure
+def figure_parser(prog="elastictrainer figure"):
+    from elastictrainer import figures
+
+    p = ArgumentParser(prog=prog, description=figures.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("figure", choices=tuple(figures.FIGURES), metavar="FIGURE",
+                   help=" | ".join(figures.FIGURES))
+    p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
+    p.add_argument("--smoke", action="store_true",
+                   help="synthetic data, smallcnn at 32 px: the whole pipeline in minutes")
+    p.add_argument("--seeds", default="0", type=comma_list(int, "integers"),
+                   help="comma-separated seeds; each run once per seed (default 0)")
+    p.add_argument("--logdir", default=None,
+                   help="run directories (default logs/figures/FIG, smoke: logs/smoke/FIG)")
+    p.add_argument("--figdir", default=None,
+                   help="figures (default figures/, smoke: figures/smoke/)")
+    p.add_argument("--profiles", default=None, help="timing tables (default profiles/)")
+    p.add_argument("--data_dir", default=None, help="TFDS data directory (default: TFDS's)")
+    p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    return p
+
+
+def figure_main(argv=None, prog="elastictrainer figure"):
+    args = figure_parser(prog).parse_args(argv)
+    from elastictrainer.figures import Driver
+
+    driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
+                    logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
+                    data_dir=args.data_dir, dry_run=args.dry_run)
+    _, failed = driver()
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------------------------- elastictrainer
+COMMANDS = {
+    "train": (train_main, "fine-tune a model (the paper's main.py)"),
+    "profile": (profile_main, "profile per-tensor backward times (the paper's profiler.py)"),
+    "plot": (plot_main, "draw the paper's figures from run directories"),
+    "figure": (figure_main, "run and draw one of the paper's figures (scripts/run_figure*.sh)"),
+}
+
+USAGE = """usage: elastictrainer COMMAND [flags]   (elastictrainer COMMAND --help for its flags)
+
+ElasticTrainer (MobiSys'23) on TensorFlow: train only the tensors that matter most within a
+requested step-time ratio rho.
+
+commands:
+{commands}
+
+example:
+  elastictrainer profile --model_name resnet50 --num_classes 200
+  elastictrainer train --model_name resnet50 --dataset_name caltech_birds2011 --rho 0.5
+"""
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE.format(commands="\n".join(f"  {name:<9}{text}"
+                                              for name, (_, text) in COMMANDS.items())), end="")
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"elastictrainer {__version__}")
+        return 0
+    if argv[0] not in COMMANDS:
+        raise UserError(f"unknown command {argv[0]!r}; valid: {', '.join(COMMANDS)} "
+                        "(see elastictrainer --help)")
+    return COMMANDS[argv[0]][0](argv[1:], prog=f"elastictrainer {argv[0]}")
+
+
+def console():
+    """The `elastictrainer` console script."""
+    run_cli(main)

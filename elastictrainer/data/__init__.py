@@ -1,0 +1,29 @@
+"""Every dataset the trainer and profiler use, as batched tf.data pipelines.
+
+    from elastictrainer.data.loaders import load_dataset
+    bundle = load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=None)
+
+Sources:
+  * TFDS: caltech_birds2011, oxford_iiit_pet, stanford_dogs (the paper's --dataset_name values),
+    read from `data_dir` (None = TFDS default, ~/tensorflow_datasets or $TFDS_DATA_DIR).
+  * synthetic: class-specific oriented gratings made on the fly (no files), see synthetic_dataset.
+  * a directory: one sub-folder per class holding images, optionally split into train/ and test/.
+
+Every element is (images float32 [B, S, S, 3] in [0, 255], labels int32 [B]). The train split is
+reshuffled on every pass under `seed` (the reference code never shuffled); the test split is fixed.
+
+This module only names what exists (no TensorFlow, so `--help` can list it); loaders.py loads.
+"""
+
+DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic")
+TFDS_NAMES = DATASET_NAMES[:3]
+# Class counts of the built-in datasets, known without loading them (the figure scripts size
+# heads and timing tables up front); a test checks them against TFDS's own metadata.
+NUM_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120,
+               "synthetic": 10}
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+
+def choices_help():
+    return (", ".join(f"{n} (TFDS)" for n in TFDS_NAMES) + ", synthetic (built in, offline), or "
+            "a folder with one sub-folder of images per class")

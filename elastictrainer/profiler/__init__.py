@@ -1,0 +1,11 @@
+"""The Tensor Timing Profiler (paper Sec. 5): per-tensor backward times from a real trace.
+
+    dataflow.py     which trainable tensors need each op of the traced training step
+    trace.py        op times read from the .xplane.pb that tf.profiler writes
+    attribution.py  op times -> per-tensor t_dw / t_dy (and FLOPs estimates for missed tensors)
+    calibration.py  timed reference selections -> separate t_dw / t_dy scales
+    table.py        the timing table: path, format, validation, summary (no TensorFlow)
+    run.py          the driver: profile a model and write its table
+
+Importing this package imports none of them.
+"""

@@ -1,0 +1,83 @@
+"""Calibration of the time model: time a few real partial selections and fit separate scales
+for t_dw and t_dy (weight-gradient ops overlap the error-gradient chain on multi-core CPUs, so
+summed op times misjudge selections that are mostly chain)."""
+import statistics
+import time
+
+import numpy as np
+
+from elastictrainer.time_model import selection_sums, uniform_scale
+
+def reference_selections(rank):
+    """Selections timed to calibrate the time model, as {name: mask}: the error gradient alone
+    down to the input and down to half depth (one tensor trained), and everything in the
+    output-most half.  With the full step they pull t_dw's and t_dy's scales apart."""
+    rank = np.asarray(rank)
+    n = len(rank)
+    half = max(0, (n - 1) // 2)
+    refs = {
+        "dy_to_input": rank == n - 1,
+        "dy_to_half": rank == half,
+        "all_to_half": rank <= half,
+    }
+    return {k: m for k, m in refs.items() if m.any()}
+
+
+def fit_calibration(t_dw, t_dy, rank, t_fp, t_full, measured):
+    """Separate scales for the dw and dy op times, fitted to measured step-time ratios.
+
+    Summed op times overstate the backward pass whenever ops run concurrently: weight-gradient
+    ops hang off the error-gradient chain and overlap with it, so they cost less wall time than
+    their op time, and the chain itself more.  One uniform scale then under-predicts selections
+    that are mostly chain (deep, few tensors).  We fit  ratio = (t_fp + a*DW + b*DY) / t_full
+    by least squares over `measured` ({name: (mask, ratio)}), constrained so that the full
+    selection still predicts exactly t_full, with a, b >= 0.  Returns (a, b).
+    """
+    t_dw, t_dy = np.asarray(t_dw, float), np.asarray(t_dy, float)
+    dw_all, dy_all = t_dw.sum(), t_dy.sum()
+    budget = t_full - t_fp
+    uniform = uniform_scale(t_dw, t_dy, t_fp, t_full)
+    if dw_all <= 0 or dy_all <= 0 or budget <= 0 or not measured:
+        return uniform, uniform
+    # b = (budget - a*dw_all)/dy_all; the residual is linear in a
+    num = den = 0.0
+    for mask, ratio in measured.values():
+        dw, dy = selection_sums(t_dw, t_dy, rank, mask)
+        u = dw - dw_all * dy / dy_all
+        target = ratio * t_full - t_fp - budget * dy / dy_all
+        num += u * target
+        den += u * u
+    if den <= 0:
+        return uniform, uniform
+    a = min(max(num / den, 0.0), budget / dw_all)
+    return a, (budget - a * dw_all) / dy_all
+
+
+def time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,
+                               rounds, bar):
+    """Median step time of each reference selection over the full step's, interleaved."""
+    from elastictrainer import engine
+
+    refs = reference_selections(rank)
+    steps = {"full": full_step}
+    for name, mask in refs.items():
+        steps[name] = engine.make_train_step(
+            model, optimizer, loss_fn, [v for v, m in zip(variables, mask) if m])
+        steps[name](x, y)[0].numpy()  # compile
+        steps[name](x, y)[0].numpy()
+        bar.update(1)
+    ratios = {name: [] for name in refs}
+    for r in range(rounds):
+        names = list(steps) if r % 2 == 0 else list(steps)[::-1]  # drift hits all alike
+        times = {}
+        for name in names:
+            t = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                steps[name](x, y)[0].numpy()
+                t.append(time.perf_counter() - t0)
+            times[name] = min(t)
+        for name in refs:  # ratios within a round, so load that comes and goes cancels out
+            ratios[name].append(times[name] / times["full"])
+        bar.update(1)
+    return {name: (mask, statistics.median(ratios[name])) for name, mask in refs.items()}

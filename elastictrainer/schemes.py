@@ -1,0 +1,69 @@
+"""The --train_type schemes: what each one trains, declared as data.
+
+A scheme only decides *which tensors train*; the loop (loop.py), metrics, logging and timing are
+written once.  Fixed schemes select by tensor role (roles.py: head, norm, bias, kernel); elastic
+schemes re-select every --interval epochs by an importance estimate (importance.py) under the
+time budget of eq. 3 (time_model.py, selector.py).  Each scheme also carries its plot label and
+colour, so adding a scheme touches this file only.  No TensorFlow here: `--help` lists these.
+"""
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+from elastictrainer.common import Registry
+
+ROLES = ("head", "norm", "bias", "kernel")  # roles.tensor_roles gives every tensor one of these
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """Which tensors a --train_type trains.
+
+    roles: the tensor roles trained (None: all); importance: the importance.IMPORTANCE name that
+    makes the scheme elastic; kernel_l1: an L1 penalty on kernels added to the loss.
+    color: one colour, or a (light, dark) pair whose shades tell elastic runs' rho apart.
+    """
+    name: str
+    label: str
+    color: Union[str, Tuple[str, str]]
+    help: str
+    roles: Optional[frozenset] = None
+    kernel_l1: float = 0.0
+    importance: Optional[str] = None
+
+    @property
+    def elastic(self):
+        return self.importance is not None
+
+    def fixed_selection(self, roles):
+        """Indices of the tensors a fixed scheme trains, from each tensor's role."""
+        return tuple(k for k, r in enumerate(roles) if self.roles is None or r in self.roles)
+
+
+SCHEMES = Registry("train_type")
+
+for _scheme in (
+    Scheme("full_training", "Full training", "#1f77b4", "every tensor"),
+    Scheme("traditional_tl_training", "Traditional TL", "#2ca02c", "the classifier head only",
+           roles=frozenset({"head"})),
+    Scheme("bn_plus_bias_training", "BN+Bias", "#9467bd",
+           "normalisation scale/offset, every bias, and the head",
+           roles=frozenset({"head", "norm", "bias"})),
+    # The reference's PruneTrain: full training with an L1 penalty on kernels (no channel removal).
+    Scheme("prunetrain", "PruneTrain", "#7f7f7f",
+           "full training with an L1 penalty (1e-4) on kernels, as the reference", kernel_l1=1e-4),
+    Scheme("elastic_training", "ElasticTrainer", ("#fc9272", "#99000d"),
+           "ElasticTrainer: Taylor importance (eq. 4-6) + exact selection under rho (eq. 3)",
+           importance="taylor"),
+    Scheme("elastic_training_weight_magnitude", "ElasticTrainer |w|", ("#fdd0a2", "#a63603"),
+           "ablation: importance by weight magnitude", importance="weight_magnitude"),
+    Scheme("elastic_training_grad_magnitude", "ElasticTrainer |g|", ("#fcc5c0", "#7a0177"),
+           "ablation: importance by gradient magnitude", importance="grad_magnitude"),
+):
+    SCHEMES.register(_scheme.name)(_scheme)
+
+BASELINES = tuple(name for name, s in SCHEMES.items() if not s.elastic)
+
+
+def choices_help():
+    """'name: what it trains' for every scheme, for --train_type's help."""
+    return "; ".join(f"{s.name}: {s.help}" for s in SCHEMES.values())

@@ -1,0 +1,60 @@
+"""Import TensorFlow once, quietly, and filter the one warning our design triggers on purpose.
+
+Every module that needs TensorFlow imports this module first (`from elastictrainer import
+tf_setup  # noqa: F401`); modules that must stay light (the CLI parsers, plotting, the solver,
+the time model) never do, so `--help` and `elastictrainer plot` start without TensorFlow.
+"""
+import logging
+import os
+import sys
+import tempfile
+
+# TensorFlow prints C++ banners (oneDNN, CUDA stubs) on import; users asked for clean CLIs.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+RETRACING_MESSAGE = "triggered tf.function retracing"
+
+
+def _import_tensorflow_quietly():
+    """Import TensorFlow with the C-level stderr silenced.
+
+    TF 2.21 logs through absl before absl reads any log level, so TF_CPP_MIN_LOG_LEVEL cannot
+    stop its banners; pointing fd 2 at /dev/null for the import can.  An import failure is
+    re-raised with what TensorFlow printed.  ET_TF_VERBOSE=1 keeps the banners.
+    """
+    if "tensorflow" in sys.modules or os.environ.get("ET_TF_VERBOSE"):
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+            import tf_keras  # noqa: F401
+            tensorflow.config.list_logical_devices()  # device set-up logs (cuInit) too
+        except BaseException:
+            os.dup2(saved, 2)
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+class DropRetracingWarning(logging.Filter):
+    """Drops TensorFlow's "N out of the last M calls to ... triggered tf.function retracing".
+
+    One compiled train step per tensor selection is the design (engine.make_train_step, cached
+    by trainer.StepCache), so every run with several selections would print it; every other
+    TensorFlow message passes.
+    """
+
+    def filter(self, record):
+        return RETRACING_MESSAGE not in record.getMessage()
+
+
+_import_tensorflow_quietly()
+import tensorflow as _tf  # noqa: E402
+
+_tf.get_logger().addFilter(DropRetracingWarning())

@@ -1,0 +1,89 @@
+"""The paper's time model (eq. 3) on a profiled timing table.
+
+A selection whose deepest tensor (from the output back) is d costs
+    T(sel) = t_fp + sum_{k in sel} t_dw[k] + sum_{j <= d} t_dy[j]        (ms)
+and ElasticTrainer keeps T(sel) <= rho * t_full.  The per-tensor op times of the table are scaled
+so that training everything predicts the measured full step: with the profiler's calibration
+(profiler/calibration.py), t_dw and t_dy each by their own fitted scale, otherwise both by one
+uniform scale.  The cost itself is defined once, in selector.eq3_parts; this module applies it
+to tables in model.trainable_weights order.  NumPy only.
+"""
+import math
+
+import numpy as np
+
+from elastictrainer import selector
+
+
+def output_first(rank):
+    """Indices of the tensors from the output (rank 0) back to the input."""
+    return np.argsort(np.asarray(rank))
+
+
+def selection_sums(t_dw, t_dy, rank, mask):
+    """(sum of t_dw over the selection, sum of t_dy from the output down to its deepest tensor):
+    the two terms of eq. 3's backward cost, for arrays in trainable order with each tensor's
+    rank (0 = output-most)."""
+    o = output_first(rank)
+    dw, dy = selector.eq3_parts(np.asarray(t_dw, float)[o], np.asarray(t_dy, float)[o],
+                                np.asarray(mask, bool)[o])
+    return math.fsum(dw.tolist()), math.fsum(dy.tolist())
+
+
+def uniform_scale(t_dw, t_dy, t_fp, t_full):
+    """The one factor that makes the summed op times of a full selection equal the measured
+    backward pass (t_full - t_fp): the time model's scale without calibration."""
+    ops = float(np.sum(t_dw) + np.sum(t_dy))
+    return (t_full - t_fp) / ops if ops > 0 else 0.0
+
+
+class TimeModel:
+    """Eq. 3 with a table's times, scaled as the module doc says."""
+
+    def __init__(self, table):
+        tensors = table["tensors"]
+        self.rank = np.array([t["rank"] for t in tensors])
+        self.order = output_first(self.rank)
+        t_dw = np.array([t["t_dw_ms"] for t in tensors], float)
+        t_dy = np.array([t["t_dy_ms"] for t in tensors], float)
+        self.t_fp = float(table["t_fp_ms"])
+        self.t_full = float(table["t_full_ms"])
+        scale = uniform_scale(t_dw, t_dy, self.t_fp, self.t_full)
+        cal = table.get("calibration")
+        self.calibrated = bool(cal)
+        self.t_dw = t_dw * (cal["dw_scale"] if cal else scale)
+        self.t_dy = t_dy * (cal["dy_scale"] if cal else scale)
+
+    @property
+    def rho_floor(self):
+        """The forward pass's share of a step: no selection is faster than this."""
+        return self.t_fp / self.t_full
+
+    def backward_budget_ms(self, rho):
+        return rho * self.t_full - self.t_fp
+
+    def cost_ms(self, mask):
+        """Backward cost of a selection (mask in trainable order)."""
+        o = self.order
+        return selector.eq3_cost(self.t_dw[o], self.t_dy[o], np.asarray(mask, bool)[o])
+
+    def predicted_ratio(self, mask):
+        return (self.t_fp + self.cost_ms(mask)) / self.t_full
+
+    def select(self, importance, rho, resolution=10000):
+        """Exact DP selection (selector.select_tensors) within rho; mask in trainable order."""
+        o = self.order
+        res = selector.select_tensors(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
+                                      self.backward_budget_ms(rho), resolution=resolution)
+        mask = np.zeros(len(o), bool)
+        mask[o] = np.asarray(res.mask, bool)
+        return mask
+
+    def selection(self, mask):
+        """Indices to train for a mask (trainable order), and whether it was empty.  Nothing
+        worth its cost (all importances <= 0) trains the output-most tensor rather than
+        stalling: its cost is the smallest of all."""
+        mask = np.asarray(mask, bool)
+        if not mask.any():
+            return (int(self.order[0]),), True
+        return tuple(int(k) for k in np.nonzero(mask)[0]), False
