@@ -45,3 +45,77 @@ def test_apply_updates_matches_apply_gradients(name):
     for a, b in zip(*finals):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert finals[1][-1] == 4
+
+
+def _compare(build, grads_fn_args, make_opt, steps=3, xla=False):
+    """Final weights after `steps` updates through apply_gradients and through apply_updates."""
+    finals = []
+    for mode in ("keras", "ours"):
+        model = build()
+        opt = engine.prepare_optimizer(make_opt(), model.trainable_weights)
+        opt.jit_compile = xla  # the XLA update step (Keras' default on a GPU) can run on a CPU too
+        variables = model.trainable_weights
+        x, y = grads_fn_args
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = engine.make_loss()(y, model(x))
+            grads = tape.gradient(loss, variables)
+            if mode == "keras":
+                opt.apply_gradients(zip(grads, variables))
+            else:
+                engine.apply_updates(opt, grads, variables)
+
+        for _ in range(steps):
+            step(x, y)
+        finals.append([v.numpy() for v in variables])
+    for a, b in zip(*finals):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    return finals[1]
+
+
+def test_apply_updates_applies_variable_constraints_as_keras_does():
+    def build():
+        keras.utils.set_random_seed(0)
+        inp = keras.Input((6,))
+        out = keras.layers.Dense(3, kernel_constraint=keras.constraints.NonNeg(), name="d")(inp)
+        return keras.Model(inp, out)
+
+    rng = np.random.default_rng(0)
+    batch = (tf.constant(rng.normal(size=(8, 6)), tf.float32),
+             tf.constant(rng.integers(0, 3, 8), tf.int32))
+    kernel = _compare(build, batch, lambda: keras.optimizers.SGD(0.5))[0]
+    assert kernel.min() >= 0 and (kernel == 0).any()  # the constraint clipped something
+
+
+def test_apply_updates_deduplicates_sparse_gradients_as_keras_does():
+    def build():
+        keras.utils.set_random_seed(0)
+        inp = keras.Input((4,), dtype="int32")
+        x = keras.layers.Embedding(10, 5, name="emb")(inp)
+        out = keras.layers.Dense(3, name="d")(keras.layers.Flatten()(x))
+        return keras.Model(inp, out)
+
+    ids = tf.constant([[1, 1, 2, 3], [1, 4, 4, 2]], tf.int32)  # repeated rows in one batch
+    _compare(build, (ids, tf.constant([0, 2], tf.int32)), lambda: keras.optimizers.Adam(0.1))
+
+
+def test_apply_updates_takes_the_xla_update_where_keras_would():
+    rng = np.random.default_rng(1)
+    batch = (tf.constant(rng.normal(size=(8, 6)), tf.float32),
+             tf.constant(rng.integers(0, 3, 8), tf.int32))
+    _compare(lambda: tiny_mlp(2), batch, lambda: keras.optimizers.Adam(0.05), xla=True)
+
+
+def test_unsupported_optimizers_and_versions_are_refused_in_one_line(monkeypatch):
+    from elastictrainer.common import UserError
+
+    model = tiny_mlp(0)
+    with pytest.raises(UserError, match="use_ema"):
+        engine.prepare_optimizer(keras.optimizers.SGD(0.1, use_ema=True), model.trainable_weights)
+    with pytest.raises(UserError, match="only tf_keras.optimizers"):
+        engine.prepare_optimizer(keras.optimizers.legacy.SGD(0.1), model.trainable_weights)
+    monkeypatch.setattr(engine.keras, "__version__", "2.99.0")
+    with pytest.raises(UserError, match=r"tf-keras 2\.99\.0 is outside .*\(2\.16 to 2\.21\)"):
+        engine.prepare_optimizer(keras.optimizers.SGD(0.1), model.trainable_weights)

@@ -92,9 +92,15 @@ def test_graph_classifies_weight_and_error_gradient_ops():
     kind, mask = info.lookup(f"gradient_tape/{model.name}/c2/Conv2D/Conv2DBackpropFilter/some_rewrite_0")
     assert kind == "backward" and mask == 1 << k["c2/kernel:0"]
     # weight decay and momentum updates belong to the variable they update
-    updates = [n for n, kd in info.kind.items() if kd == "update"]
-    assert updates and all(info.mask[n] and not info.mask[n] & (info.mask[n] - 1) for n in updates
-                           if n.startswith("SGD/mul"))
+    # (a factor several updates share would belong to all of them: it runs as soon as any trains)
+    updates = [n for n, kd in info.kind.items() if kd == "update" and n.startswith("SGD/mul")]
+    everything = (1 << len(variables)) - 1
+    single = [n for n in updates if not info.mask[n] & (info.mask[n] - 1)]
+    assert len(single) >= len(variables)
+    assert all(info.mask[n] == everything for n in set(updates) - set(single))
+    # ... and so do the constants that only feed its update
+    lr_reads = [n for n in info.kind if n.startswith("SGD/Cast_") and n.endswith("/x")]
+    assert lr_reads and all(info.kind[n] == "update" for n in lr_reads)
     # ... including the momentum slot's decay, which reads only the slot
     others = [n for n, kd in info.kind.items() if kd == "other" and n.startswith("SGD/")
               and info.ops[n].type == "Mul"]
@@ -346,3 +352,72 @@ def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
         json.dump(table, f)
     with pytest.raises(UserError, match="bad calibration"):
         ptable.load_table(path)
+
+
+def test_a_tensor_estimated_from_flops_does_not_break_the_calibration(monkeypatch):
+    """Regression: the FLOPs fallback overwrote the calibration's timed selections (a dict) with
+    a list of tensor indices, and fit_calibration then failed on it."""
+    real = attribution.attribute
+
+    def trace_misses_tensor_0(*args, **kwargs):
+        att = real(*args, **kwargs)
+        att["covered"][0] = False
+        return att
+
+    monkeypatch.setattr(attribution, "attribute", trace_misses_tensor_0)
+    table = prun.profile_model(tiny_cnn(), "tiny", 24, 4, 5, num_iterations=2, progress=False,
+                               calibrate=True)
+    assert table["tensors"][0]["estimated"] and not table["tensors"][1]["estimated"]
+    assert table["tensors"][0]["t_dw_ms"] > 0
+    cal = table["calibration"]
+    assert cal is not None and len(cal["references"]) == 3
+
+
+def test_profiles_with_the_runs_optimizer_and_refuses_a_table_of_another(tmp_path, monkeypatch):
+    from elastictrainer import engine
+
+    built = []
+    real = engine.make_train_step
+    monkeypatch.setattr(engine, "make_train_step",
+                        lambda model, opt, *a, **kw: built.append(type(opt).__name__)
+                        or real(model, opt, *a, **kw))
+    model = tiny_cnn()
+    table = prun.profile_model(model, "tiny", 24, 4, 5, num_iterations=2, progress=False,
+                               calibrate=False, optimizer="adam")
+    assert built == ["Adam"] and table["optimizer"] == "adam"
+    assert table["coverage"] > 0.95  # Adam's moment updates are attributed to their tensors
+    path = str(tmp_path / "t.json")
+    ptable.save_table(table, path)
+    assert ptable.load_table(path, model=model, optimizer="adam")["optimizer"] == "adam"
+    with pytest.raises(UserError, match="profiled with --optimizer adam, not sgd"):
+        ptable.load_table(path, optimizer="sgd")
+    old = dict(table)
+    del old["optimizer"]  # tables from before the optimizer was recorded were SGD's
+    ptable.save_table(old, path)
+    assert ptable.load_table(path, optimizer="sgd")
+    with pytest.raises(UserError, match="--optimizer"):
+        ptable.load_table(path, optimizer="adam")
+    assert ptable.default_table_path("m", 24, 4, 5).endswith("m_i24_b4_c5.json")
+    assert ptable.default_table_path("m", 24, 4, 5, "adam").endswith("m_i24_b4_c5_adam.json")
+
+
+@pytest.mark.parametrize("edit,needle", [
+    ({"t_full_ms": 0.0}, "t_full_ms"),
+    ({"t_fp_ms": float("nan")}, "t_fp_ms"),
+    ({"t_fp_ms": 30.0, "t_full_ms": 20.0}, "t_fp_ms < t_full_ms"),
+    ({"tensor_0": {"t_dw_ms": -1.0}}, "t_dw_ms -1.0"),
+    ({"tensor_0": {"t_dy_ms": float("nan")}}, "t_dy_ms nan"),
+])
+def test_table_values_out_of_range_are_one_line_errors(tmp_path, cnn_table, edit, needle):
+    _, table = cnn_table
+    bad = json.loads(json.dumps(table))
+    for key, value in edit.items():
+        if key == "tensor_0":
+            bad["tensors"][0].update(value)
+        else:
+            bad[key] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))  # json writes NaN, as Python's json reads it
+    with pytest.raises(UserError, match=needle) as e:
+        ptable.load_table(str(path))
+    assert "\n" not in str(e.value)

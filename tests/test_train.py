@@ -307,3 +307,69 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
 
 def test_help_lists_every_registered_scheme():
     assert set(tuple(schemes.SCHEMES)) == set(schemes.SCHEMES)
+
+
+def test_ctrl_c_during_the_last_partial_batch_keeps_that_epoch(tmp_path, monkeypatch):
+    """Regression: the epoch was thrown away when Ctrl-C came during its last, partial batch
+    (samples seen < steps x batch size although every step ran)."""
+    from conftest import write_image_folder
+
+    folder = write_image_folder(tmp_path / "imgs", classes=("a", "b"), per_class=5)
+    calls = []
+    real = trainer.Trainer.step_for
+
+    def step_for(self, selection):
+        calls.append(selection)
+        if len(calls) == 3:  # 8 training images at batch 3: steps of 3, 3 and 2 images
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, selection)
+
+    monkeypatch.setattr(trainer.Trainer, "step_for", step_for)
+    cfg = config.Config(model_name="smallcnn", dataset_name=str(folder), input_size=16,
+                        batch_size=3, weights="none", num_epochs=3, train_type="full_training",
+                        logdir=str(tmp_path / "logs"), run_name="partial", progress=False)
+    summary = loop.run(cfg, log=lambda msg: None)
+    assert summary["steps_per_epoch"] == 3 and summary["status"] == "interrupted"
+    assert [e["epoch"] for e in summary["epochs"]] == [1]  # evaluated, not dropped
+
+
+def test_retracing_warning_is_dropped_and_nothing_else():
+    import logging
+
+    from elastictrainer.tf_setup import DropRetracingWarning
+
+    filt = DropRetracingWarning()
+    record = logging.LogRecord("tensorflow", logging.WARNING, __file__, 1,
+                               "5 out of the last 5 calls to <function f> triggered "
+                               "tf.function retracing. Tracing is expensive", None, None)
+    other = logging.LogRecord("tensorflow", logging.WARNING, __file__, 1, "something else",
+                              None, None)
+    assert not filt.filter(record) and filt.filter(other)
+    assert any(isinstance(f, DropRetracingWarning) for f in tf.get_logger().filters)
+
+
+def test_new_selections_in_quick_succession_log_no_retracing_warning():
+    """Every selection compiles its own step, by design (TensorFlow keys its retracing detector
+    on the step's code, which all selections share, and warned at 5 traces in 10 calls)."""
+    import logging
+
+    from elastictrainer import engine
+
+    seen = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Collect()
+    tf.get_logger().addHandler(handler)
+    try:
+        model = tiny_model()
+        opt = engine.prepare_optimizer(keras.optimizers.SGD(0.01), model.trainable_weights)
+        for k in range(len(model.trainable_weights)):
+            step = engine.make_train_step(model, opt, engine.make_loss(),
+                                          model.trainable_weights[k:])
+            step(*batch())
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert not [m for m in seen if "retracing" in m], seen

@@ -101,6 +101,24 @@ class GraphInfo:
                 self.kind[name], self.mask[name] = "update", desc[name]
             else:
                 self.kind[name], self.mask[name] = "other", 0
+        # Ops that read neither a gradient nor a tensor's variable but only feed the optimizer's
+        # work (Adam's bias-correction powers of the iteration count, the learning rate of this
+        # step) run exactly when the tensors whose updates consume them train.
+        feeds = {}
+        for op in reversed(ops):  # consumers before producers
+            if self.kind[op.name] != "other":
+                continue
+            m = 0
+            for t in op.outputs:
+                for c in t.consumers():
+                    if self.kind.get(c.name) == "update":
+                        m |= self.mask[c.name]
+                    else:
+                        m |= feeds.get(c.name, 0)
+            if m:
+                feeds[op.name] = m
+        for name, m in feeds.items():
+            self.kind[name], self.mask[name] = "update", m
 
         # Backprop order: tape.gradient creates output-side gradients first, so the creation
         # position of each tensor's gradient op ranks tensors from the output back (rank 0).

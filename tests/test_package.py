@@ -1,0 +1,153 @@
+"""The package's layout: installable names, no TensorFlow where none is needed, no import
+cycles, and every name list taken from its registry."""
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "elastictrainer")
+
+
+def _no_tensorflow(code):
+    """Run `code` in a fresh Python; fail if it imported TensorFlow."""
+    probe = code + "\nimport sys\nassert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
+
+
+LIGHT_MODULES = ["elastictrainer", "elastictrainer.cli", "elastictrainer.common",
+                 "elastictrainer.config", "elastictrainer.schemes", "elastictrainer.importance",
+                 "elastictrainer.selector", "elastictrainer.time_model", "elastictrainer.runlog",
+                 "elastictrainer.plotting", "elastictrainer.figures", "elastictrainer.data",
+                 "elastictrainer.models", "elastictrainer.profiler",
+                 "elastictrainer.profiler.table", "elastictrainer.profiler.calibration"]
+
+
+def test_importing_the_light_modules_does_not_import_tensorflow():
+    _no_tensorflow("\n".join(f"import {m}" for m in LIGHT_MODULES))
+
+
+@pytest.mark.parametrize("argv", [
+    ["main.py", "--help"], ["profiler.py", "--help"], ["plot.py", "--help"],
+    ["plot.py", "bars", "--help"], ["scripts/bench_dp.py", "--help"],
+    ["-m", "elastictrainer", "--help"], ["-m", "elastictrainer", "train", "--help"],
+    ["-m", "elastictrainer", "profile", "--help"], ["-m", "elastictrainer", "figure", "--help"],
+], ids=" ".join)
+def test_help_does_not_import_tensorflow(argv):
+    if argv[0] == "-m":
+        run = (f"import runpy, sys\nsys.argv = ['elastictrainer'] + {argv[2:]!r}\n"
+               "try:\n    runpy.run_module('elastictrainer', run_name='__main__')\n"
+               "except SystemExit as e:\n    assert e.code in (0, None), e.code\n")
+    else:
+        run = (f"import runpy, sys\nsys.argv = {argv!r}\n"
+               f"try:\n    runpy.run_path({argv[0]!r}, run_name='__main__')\n"
+               "except SystemExit as e:\n    assert e.code in (0, None), e.code\n")
+    r = _no_tensorflow(run)
+    assert "usage:" in r.stdout
+
+
+def _module_name(path):
+    rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def import_graph():
+    """{module: set of elastictrainer modules it imports}, function-level imports included."""
+    modules = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                modules[_module_name(path)] = path
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:  # `from pkg import module` imports pkg.module
+                    sub = f"{node.module}.{a.name}"
+                    deps.add(sub if sub in modules else node.module)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def find_cycle(graph):
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 20 and "elastictrainer.loop" in graph
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+    # the checker itself finds a cycle when there is one
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_sys_path_edits_in_scripts_and_tests():
+    for folder in ("scripts", "tests", "elastictrainer"):
+        for base, _, files in os.walk(os.path.join(ROOT, folder)):
+            for f in files:
+                if f.endswith(".py") and f != "test_package.py":
+                    assert "sys.path.insert" not in open(os.path.join(base, f)).read(), f
+
+
+def test_choices_and_help_come_from_the_registries():
+    from elastictrainer import cli, data, models
+    from elastictrainer.schemes import SCHEMES
+
+    train_help = cli.train_parser().format_help()
+    for name in list(models.MODELS) + list(SCHEMES) + list(data.DATASET_NAMES):
+        assert name in train_help, name
+    assert "smallcnn" in cli.profile_parser().format_help()
+    assert "(default: None)" not in train_help and "(default: the dataset's class" in train_help
+    action = next(a for a in cli.train_parser()._actions if a.dest == "train_type")
+    assert tuple(action.choices) == tuple(SCHEMES)
+
+
+def test_a_scheme_carries_its_plot_label_and_colour():
+    from elastictrainer import plotting
+    from elastictrainer.schemes import SCHEMES
+
+    for name, scheme in SCHEMES.items():
+        assert plotting.scheme_label(name) == scheme.label
+        style = plotting.scheme_styles([plotting.SchemeKey(name, 0.5 if scheme.elastic else None)])
+        expected = scheme.color[1] if isinstance(scheme.color, tuple) else scheme.color
+        assert next(iter(style.values())).color == expected
+
+
+def test_console_command_and_bad_subcommand():
+    r = subprocess.run([sys.executable, "-m", "elastictrainer", "trian"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "valid: train, profile, plot, figure" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = subprocess.run([sys.executable, "-m", "elastictrainer"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "train" in r.stdout
