@@ -11,6 +11,7 @@ import sys
 from elastictrainer import __version__
 from elastictrainer.common import ArgumentParser, UserError, comma_list, run_cli, str2bool
 from elastictrainer.config import OPTIMIZERS, Config
+from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer import data, models, schemes
 
 
@@ -69,6 +70,11 @@ def train_parser(prog="elastictrainer train"):
     p.add_argument("--steps_per_epoch", type=int, default=None,
                    help="cap on training steps per epoch, for quick trials (default: the whole "
                         "set)")
+    p.add_argument("--energy", default="auto", choices=ENERGY_MODES,
+                   help="measure training energy from the device's sensor: auto (Jetson INA3221 "
+                        "rails, else NVIDIA GPUs through NVML plus Intel RAPL), one of those "
+                        "alone, or none; summary.json says which sensor (energy_source). "
+                        f"${ENV_ROOT} points the readers at another sysfs root")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 

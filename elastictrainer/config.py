@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from elastictrainer.common import UserError
+from elastictrainer.energy import MODES as ENERGY_MODES
 from elastictrainer.schemes import SCHEMES
 
 # --optimizer choices (engine.make_optimizer builds them).
@@ -42,6 +43,7 @@ class Config:
     timing_table: Optional[str] = None
     steps_per_epoch: Optional[int] = None
     dp_resolution: int = 10000
+    energy: str = "auto"
     progress: bool = True
 
     def validate(self):
@@ -66,6 +68,8 @@ class Config:
         if self.optimizer not in OPTIMIZERS:
             raise UserError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         SCHEMES.get_or_fail(self.train_type)
+        if self.energy not in ENERGY_MODES:
+            raise UserError(f"unknown --energy {self.energy!r}; valid: {', '.join(ENERGY_MODES)}")
 
     def resolved_run_name(self):
         if self.run_name:

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import engine, runlog
+from elastictrainer import energy, engine, runlog
 from elastictrainer.common import RunError, UserError
 from elastictrainer.data.loaders import load_dataset
 from elastictrainer.importance import IMPORTANCE, normalize
@@ -117,6 +117,9 @@ def run(cfg, log=print):
         "steps_per_epoch": steps_per_epoch, "status": "running",
         "best_test_accuracy": None, "train_time_s": 0.0, "epochs": [], "selections": [],
     }
+    # Energy over training time only (not evaluation), like train_time_s.
+    meter = energy.detect(mode=cfg.energy)
+    summary.update(energy_j=None, avg_power_w=None, energy_source=meter.source)
 
     def save_summary():
         runlog.write_json(os.path.join(out, runlog.SUMMARY_FILE), summary)
@@ -130,8 +133,9 @@ def run(cfg, log=print):
     best = -1.0
     run_loss = run_correct = run_seen = 0.0
     save_summary()
-    with _StopFlag() as stop, writer.as_default():
+    with _StopFlag() as stop, writer.as_default(), meter:
         for epoch in range(1, cfg.num_epochs + 1):
+            meter.resume()
             bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{cfg.num_epochs}",
                        disable=not cfg.progress, unit="step", leave=False)
             ep_loss = ep_correct = ep_seen = 0.0
@@ -147,7 +151,9 @@ def run(cfg, log=print):
                 if not math.isfinite(loss):
                     summary["status"] = "nan"
                     train_time += time.perf_counter() - t_epoch
-                    summary["train_time_s"] = train_time
+                    meter.pause()
+                    summary.update(train_time_s=train_time, energy_j=meter.joules,
+                                   avg_power_w=meter.avg_power_w)
                     save_summary()
                     raise RunError(f"the loss became {loss} at epoch {epoch}, step {global_step}; "
                                    f"try a lower --learning_rate")
@@ -169,6 +175,8 @@ def run(cfg, log=print):
                 if stop.requested:
                     break
             train_time += time.perf_counter() - t_epoch
+            meter.pause()
+            summary.update(energy_j=meter.joules, avg_power_w=meter.avg_power_w)
             bar.close()
             # An epoch whose every step ran is evaluated even if Ctrl-C came during its last
             # (possibly partial) batch.
@@ -181,6 +189,8 @@ def run(cfg, log=print):
             test_acc, test_loss = trainer.evaluate(bundle.test)
             tf.summary.scalar(runlog.TEST_ACCURACY, test_acc, step=global_step)
             tf.summary.scalar(runlog.TEST_LOSS, test_loss, step=global_step)
+            if meter.joules is not None:
+                tf.summary.scalar(runlog.ENERGY_JOULES, meter.joules, step=global_step)
             writer.flush()
             if test_acc > best:
                 best = test_acc
@@ -190,6 +200,7 @@ def run(cfg, log=print):
                 "epoch": epoch, "train_time_s": train_time, "test_accuracy": test_acc,
                 "test_loss": test_loss, "train_accuracy": 100 * ep_correct / max(ep_seen, 1),
                 "train_loss": ep_loss / max(ep_seen, 1), "selected": len(selection),
+                "energy_j": meter.joules,
             })
             summary["best_test_accuracy"] = best
             summary["train_time_s"] = train_time
@@ -206,8 +217,10 @@ def run(cfg, log=print):
     hours = train_time / 3600
     if cfg.save_txt:
         np.savetxt(os.path.join(out, f"{cfg.run_name}.txt"), [hours, max(best, 0.0)])
+    spent = (f", energy {meter.joules:.0f} J ({meter.source})" if meter.joules is not None
+             else "")
     log(f"{cfg.train_type}: best test accuracy {max(best, 0.0):.2f}%, "
-        f"training time {hours:.4f} h ({train_time:.1f} s); results in {out}")
+        f"training time {hours:.4f} h ({train_time:.1f} s){spent}; results in {out}")
     return summary
 
 

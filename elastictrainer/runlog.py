@@ -9,6 +9,7 @@ TRAIN_LOSS = "train/classification_loss"
 LEARNING_RATE = "train/learning_rate"
 TEST_ACCURACY = "test/accuracy"
 TEST_LOSS = "test/classification_loss"
+ENERGY_JOULES = "energy/joules"  # per epoch, training energy so far (where a sensor exists)
 # Elastic schemes, one point per re-selection.
 NUM_SELECTED = "elastic/num_selected"
 PREDICTED_RATIO = "elastic/predicted_step_ratio"

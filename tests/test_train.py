@@ -373,3 +373,34 @@ def test_new_selections_in_quick_succession_log_no_retracing_warning():
     finally:
         tf.get_logger().removeHandler(handler)
     assert not [m for m in seen if "retracing" in m], seen
+
+
+def test_a_run_measures_its_training_energy_from_a_sensor(workdir, tmp_path, monkeypatch):
+    from elastictrainer import energy
+
+    rail = tmp_path / "sys/bus/i2c/drivers/ina3221x/1-0040/iio:device0"
+    rail.mkdir(parents=True)
+    (rail / "rail_name_0").write_text("VDD_IN\n")
+    (rail / "in_power0_input").write_text("5000\n")  # mW: a Jetson TX2 drawing 5 W
+    monkeypatch.setenv(energy.ENV_ROOT, str(tmp_path))
+    assert main_cli.main(_argv(workdir, "full_training", "energy")) == 0
+    run = workdir / "logs" / "energy"
+    summary = json.load(open(run / runlog.SUMMARY_FILE))
+    assert summary["energy_source"] == "jetson-tx2-ina3221x:VDD_IN"
+    assert summary["avg_power_w"] == pytest.approx(5.0)
+    assert summary["energy_j"] > 0 and summary["epochs"][-1]["energy_j"] == summary["energy_j"]
+    # training time only: the meter is paused while the test split is evaluated
+    assert summary["energy_j"] / 5.0 <= summary["train_time_s"] * 1.05 + 0.05
+    _, energies = runlog.read_scalars(str(run), runlog.ENERGY_JOULES)
+    assert len(energies) == 2 and energies[0] < energies[1]
+
+
+def test_no_sensor_gives_null_energy_with_the_reason(workdir, tmp_path, monkeypatch):
+    from elastictrainer import energy
+
+    monkeypatch.setenv(energy.ENV_ROOT, str(tmp_path))  # an empty tree: no sensor at all
+    monkeypatch.setattr(energy, "_nvml", lambda: (None, "NVML not installed"))
+    assert main_cli.main(_argv(workdir, "full_training", "no_energy")) == 0
+    summary = json.load(open(workdir / "logs" / "no_energy" / runlog.SUMMARY_FILE))
+    assert summary["energy_j"] is None and summary["avg_power_w"] is None
+    assert summary["energy_source"].startswith("no sensor: no INA3221 rails")
