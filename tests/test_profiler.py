@@ -313,6 +313,12 @@ def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
     assert a == 0.0 and b == pytest.approx(8.0 / 4)
     assert calibration.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {}) == (1.0, 1.0)
     assert calibration.fit_calibration(t_dw, np.zeros(4), rank, 2.0, 10.0, {"x": (mask, 0.5)}) == (2.0, 2.0)
+    # a at its upper bound: b must be exactly 0, not the -9e-16 that rounding leaves (it failed
+    # load_table's check on TF 2.16's timings)
+    t_fp, t_dw3 = 2.8000000000000016, np.full(3, 0.1)
+    a, b = calibration.fit_calibration(t_dw3, np.ones(3), np.arange(3), t_fp, 10.0,
+                                       {"x": (np.array([1, 0, 1], bool), 0.5)})
+    assert a == (10.0 - t_fp) / t_dw3.sum() and b == 0.0
 
 
 def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):

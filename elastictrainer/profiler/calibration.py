@@ -50,7 +50,8 @@ def fit_calibration(t_dw, t_dy, rank, t_fp, t_full, measured):
     if den <= 0:
         return uniform, uniform
     a = min(max(num / den, 0.0), budget / dw_all)
-    return a, (budget - a * dw_all) / dy_all
+    # at a's upper bound, budget - a * dw_all rounds to about -1e-16: b is 0 then, not below
+    return a, max((budget - a * dw_all) / dy_all, 0.0)
 
 
 def time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,
