@@ -44,6 +44,20 @@ def one_line(exc, limit=400):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def check_writable_dir(path, flag):
+    """Create `path` if needed and check that files can be written there; UserError if not."""
+    import os
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        reason = e.strerror or one_line(e)
+        raise UserError(f"{flag} {path}: cannot write there ({reason})") from None
+
+
 def run_cli(fn, argv=None):
     """Run fn(argv) as a command: UserError -> one line + exit 2, Ctrl-C -> exit 130."""
     try:

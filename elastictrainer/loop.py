@@ -7,6 +7,7 @@ timing are written once, here.
 """
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -18,8 +19,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer import energy, engine, runlog
-from elastictrainer.common import RunError, UserError
-from elastictrainer.data.loaders import load_dataset
+from elastictrainer.common import RunError, UserError, check_writable_dir, one_line
+from elastictrainer.data.loaders import first_undecodable, load_dataset
 from elastictrainer.importance import IMPORTANCE, normalize
 from elastictrainer.models import is_user_model
 from elastictrainer.models.build import build_sized
@@ -76,6 +77,7 @@ def run(cfg, log=print):
     from tqdm import tqdm
 
     cfg.validate()
+    check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
     scheme = SCHEMES[cfg.train_type]
     keras.utils.set_random_seed(cfg.seed)
     bundle = load_dataset(cfg.dataset_name, input_size=cfg.input_size, batch_size=cfg.batch_size,
@@ -117,6 +119,11 @@ def run(cfg, log=print):
         "steps_per_epoch": steps_per_epoch, "status": "running",
         "best_test_accuracy": None, "train_time_s": 0.0, "epochs": [], "selections": [],
     }
+    if bundle.skipped:
+        shown = ", ".join(bundle.skipped[:3]) + (", ..." if len(bundle.skipped) > 3 else "")
+        log(f"warning: skipped {len(bundle.skipped)} file(s) of {cfg.dataset_name} that are not "
+            f"JPEG/PNG/GIF/BMP images: {shown}")
+    summary.update(skipped_images=len(bundle.skipped), skipped_files=list(bundle.skipped[:100]))
     # Energy over training time only (not evaluation), like train_time_s.
     meter = energy.detect(mode=cfg.energy)
     summary.update(energy_j=None, avg_power_w=None, energy_source=meter.source)
@@ -133,7 +140,8 @@ def run(cfg, log=print):
     best = -1.0
     run_loss = run_correct = run_seen = 0.0
     save_summary()
-    with _StopFlag() as stop, writer.as_default(), meter:
+    with (_StopFlag() as stop, writer.as_default(), meter,
+          _outcome_recorded(summary, save_summary, bundle.files)):
         for epoch in range(1, cfg.num_epochs + 1):
             meter.resume()
             bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{cfg.num_epochs}",
@@ -219,9 +227,34 @@ def run(cfg, log=print):
         np.savetxt(os.path.join(out, f"{cfg.run_name}.txt"), [hours, max(best, 0.0)])
     spent = (f", energy {meter.joules:.0f} J ({meter.source})" if meter.joules is not None
              else "")
-    log(f"{cfg.train_type}: best test accuracy {max(best, 0.0):.2f}%, "
+    ended = (f"interrupted after {len(summary['epochs'])} of {cfg.num_epochs} epochs (run it "
+             f"again to train from the start)" if stop.requested else "finished")
+    log(f"{cfg.train_type} {ended}: best test accuracy {max(best, 0.0):.2f}%, "
         f"training time {hours:.4f} h ({train_time:.1f} s){spent}; results in {out}")
     return summary
+
+
+@contextlib.contextmanager
+def _outcome_recorded(summary, save_summary, files=()):
+    """A run that dies says so in summary.json (status failed and the error, the finished
+    epochs kept); TensorFlow's own errors become one line, naming the file that does not decode
+    when one of the dataset's `files` is to blame."""
+    try:
+        yield
+    except BaseException as e:
+        if summary["status"] == "running":
+            summary["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        message = one_line(e)
+        if isinstance(e, tf.errors.OpError):
+            bad, why = first_undecodable(files) if files else (None, None)
+            message = (f"cannot decode {bad} ({why}); remove or re-save it" if bad else
+                       one_line(e.message.split("}}")[-1], 300))
+        summary["error"] = message
+        save_summary()
+        if isinstance(e, tf.errors.OpError):
+            raise RunError(f"the run stopped in epoch {len(summary['epochs']) + 1}: {message}; "
+                           f"the finished epochs are in summary.json") from e
+        raise
 
 
 def _write_train_scalars(trainer, correct, loss_sum, seen, step):

@@ -23,7 +23,8 @@ SchemeKey = namedtuple("SchemeKey", "train_type rho")  # rho None for non-elasti
 Style = namedtuple("Style", "label color rank")
 
 # summary["status"] -> legend flag; "finished" has none.
-STATUS_FLAGS = {"running": "unfinished", "interrupted": "unfinished", "nan": "diverged"}
+STATUS_FLAGS = {"running": "unfinished", "interrupted": "unfinished", "nan": "diverged",
+                "failed": "failed"}
 
 
 def scheme_label(train_type, rho=None):

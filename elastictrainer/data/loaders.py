@@ -32,6 +32,8 @@ class DatasetBundle:
     num_test: int
     name: str
     class_names: tuple = field(default=())  # may be empty when the source does not name its classes
+    skipped: tuple = field(default=())  # files left out because they are not images
+    files: tuple = field(default=())    # image files read (folders), for naming a bad one
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -231,6 +233,42 @@ def _list_images(folder):
     return sorted(found)
 
 
+# What tf.io.decode_image recognises, by the first bytes of the file (it ignores extensions).
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+
+
+def _is_image(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(8).startswith(_IMAGE_MAGIC)
+    except OSError:
+        return False
+
+
+def _drop_non_images(split):
+    """{class: files} without the files TensorFlow could not decode, and those files."""
+    kept, skipped = {}, []
+    for name, files in split.items():
+        good = [f for f in files if _is_image(f)]
+        skipped += sorted(set(files) - set(good))
+        if good:
+            kept[name] = good
+    return kept, skipped
+
+
+def first_undecodable(files):
+    """The first of `files` that TensorFlow cannot decode, with why; (None, None) if none.
+
+    Called after a run stopped on a decode error, to name the file: a header can look right
+    while the data is truncated, which only a full decode finds."""
+    for path in files:
+        try:
+            tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        except tf.errors.OpError as e:
+            return path, one_line(e.message.split("}}")[-1], 200)
+    return None, None
+
+
 def _class_folders(folder):
     """{class name: sorted image paths} for each non-hidden sub-folder holding images."""
     classes = {}
@@ -268,19 +306,26 @@ def image_folder_dataset(path, input_size=224, batch_size=4, seed=0, shuffle_buf
     layout_hint = ("expected DIR/<class>/<image> or DIR/train/<class>/<image> + "
                    "DIR/test/<class>/<image>")
     tr_dir, te_dir = os.path.join(folder, "train"), os.path.join(folder, "test")
+    # A file with an image extension that is not an image (empty, truncated header, another
+    # format) would stop training part-way through an epoch: leave it out now, and say so.
     if os.path.isdir(tr_dir) and os.path.isdir(te_dir):
-        train, test = _class_folders(tr_dir), _class_folders(te_dir)
+        (train, skip_train), (test, skip_test) = (_drop_non_images(_class_folders(d))
+                                                  for d in (tr_dir, te_dir))
+        skipped = skip_train + skip_test
         if not train or not test:
             empty = tr_dir if not train else te_dir
             raise UserError(f"no class sub-folders with images ({', '.join(IMAGE_EXTENSIONS)}) "
                             f"in {empty}; {layout_hint}")
     else:
-        classes = _class_folders(folder)
+        classes, skipped = _drop_non_images(_class_folders(folder))
         if not classes:
             raise UserError(f"no class sub-folders with images ({', '.join(IMAGE_EXTENSIONS)}) "
                             f"in {folder}; {layout_hint}")
         train, test = _held_out_split(classes, seed)
     class_names = tuple(sorted(set(train) | set(test)))
+    if len(class_names) < 2:
+        raise UserError(f"{folder} has {len(class_names)} class folder(s) with images "
+                        f"({', '.join(class_names) or 'none'}); a classifier needs at least two")
     index = {c: i for i, c in enumerate(class_names)}
 
     def flatten(split):
@@ -307,7 +352,8 @@ def image_folder_dataset(path, input_size=224, batch_size=4, seed=0, shuffle_buf
     return DatasetBundle(train=_batch(train_ds, batch_size), test=_batch(test_ds, 2 * batch_size),
                          num_classes=len(class_names), num_train=len(tr_files),
                          num_test=len(te_files), name=os.path.basename(folder) or folder,
-                         class_names=class_names)
+                         class_names=class_names, skipped=tuple(skipped),
+                         files=tuple(tr_files + te_files))
 
 
 # ----------------------------------------------------------------------------- synthetic
