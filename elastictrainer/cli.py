@@ -218,7 +218,8 @@ def plot_main(argv=None, prog="elastictrainer plot"):
     from elastictrainer import plotting
 
     def default_out(kind):
-        found = list(dict.fromkeys(plotting.Run(r).model for r in args.runs))
+        found = list(dict.fromkeys(plotting.Run(d).model for r in args.runs
+                                   for d in plotting.find_run_dirs(r)))
         return os.path.join("figures", f"{kind}_{found[0]}" if len(found) == 1 else kind)
 
     if args.command == "curves":

@@ -19,7 +19,15 @@ from elastictrainer.schemes import SCHEMES
 # rho) first, then the baselines in registration order, as in the paper's figures.
 _SPARE_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#8c564b", "#000000")  # unknown train_types
 
-SchemeKey = namedtuple("SchemeKey", "train_type rho")  # rho None for non-elastic runs
+# rho None for non-elastic runs; variant: the (setting, value) pairs in which the runs drawn
+# together differ (see load_runs), so that runs with other settings are never averaged together.
+SchemeKey = namedtuple("SchemeKey", "train_type rho variant", defaults=((),))
+# config.json settings that do not change what a run computes (or are told apart otherwise:
+# model and dataset by panel, train_type and rho by the scheme); every other setting tells runs
+# apart.
+NOT_A_VARIANT = {"seed", "run_name", "logdir", "progress", "timing_table", "data_dir",
+                 "save_model", "save_txt", "energy", "model_name", "dataset_name", "train_type",
+                 "rho"}
 Style = namedtuple("Style", "label color rank")
 
 # summary["status"] -> legend flag; "finished" has none.
@@ -27,10 +35,13 @@ STATUS_FLAGS = {"running": "unfinished", "interrupted": "unfinished", "nan": "di
                 "failed": "failed"}
 
 
-def scheme_label(train_type, rho=None):
-    """'ElasticTrainer (ρ=0.4)', 'Full training', ...; an unknown train_type is shown as is."""
+def scheme_label(train_type, rho=None, variant=()):
+    """'ElasticTrainer (ρ=0.4)', 'Full training', 'Full training, learning_rate=0.003', ...;
+    an unknown train_type is shown as is."""
     base = SCHEMES[train_type].label if train_type in SCHEMES else train_type
-    return f"{base} (ρ={rho:g})" if rho is not None else base
+    label = f"{base} (ρ={rho:g})" if rho is not None else base
+    return ", ".join([label] + [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                for k, v in variant])
 
 
 def _mix(light, dark, t):
@@ -57,14 +68,14 @@ def scheme_styles(keys):
                 c = _mix(color[0], color[1], t)
             else:
                 c = color or next(spare)
-            styles[k] = Style(scheme_label(k.train_type, k.rho), c, _order_key(k))
+            styles[k] = Style(scheme_label(*k), c, _order_key(k))
     return styles
 
 
 def _order_key(key):
     names = sorted(SCHEMES, key=lambda n: not SCHEMES[n].elastic)  # stable: elastic first
     rank = names.index(key.train_type) if key.train_type in names else len(names)
-    return (rank, key.train_type, -1.0 if key.rho is None else key.rho)
+    return (rank, key.train_type, -1.0 if key.rho is None else key.rho, repr(key.variant))
 
 
 # --------------------------------------------------------------------------- runs
@@ -90,7 +101,13 @@ class Run:
 
     train_type = property(lambda self: self.summary["train_type"])
     rho = property(lambda self: self.summary.get("rho"))
-    key = property(lambda self: SchemeKey(self.train_type, self.rho))
+    seed = property(lambda self: self.config.get("seed", self.summary.get("seed")))
+    variant = ()  # set by load_runs for the runs drawn together
+    key = property(lambda self: SchemeKey(self.train_type, self.rho, self.variant))
+
+    def settings(self):
+        """The settings that change what this run computes (config.json, NOT_A_VARIANT out)."""
+        return {k: v for k, v in self.config.items() if k not in NOT_A_VARIANT}
     model = property(lambda self: _display_name(self.summary["model"]))
     dataset = property(lambda self: _display_name(self.summary["dataset"]))
     epochs = property(lambda self: self.summary["epochs"])
@@ -124,17 +141,51 @@ def _display_name(name):
     return stem if ext in (".keras", ".h5") else base
 
 
-def load_runs(paths):
-    """Run objects for the given directories (duplicates dropped); UserError on bad input."""
+def find_run_dirs(path):
+    """`path` if it is a run directory, else every run directory below it (sorted)."""
+    path = str(path)
+    if os.path.isfile(os.path.join(path, runlog.SUMMARY_FILE)) or not os.path.isdir(path):
+        return [path]  # Run() says what is wrong with a path that is not a run directory
+    found = sorted(root for root, _, files in os.walk(path) if runlog.SUMMARY_FILE in files)
+    if not found:
+        raise UserError(f"{path}: no {runlog.SUMMARY_FILE} in it or below it, so no run "
+                        f"directory written by training")
+    return found
+
+
+def load_runs(paths, warn=None):
+    """Run objects for the given run directories, or directories holding them (duplicates
+    dropped); UserError on bad input.
+
+    Runs that differ in any setting but the seed (config.json) are never averaged together:
+    each run's `variant` lists its values of the settings that differ among `paths`, which
+    tells their groups apart in legends and tables, and `warn` says which settings differ.
+    """
+    warn = warn or (lambda msg: print(msg, file=sys.stderr))
     if not paths:
         raise UserError("give at least one run directory (a folder with summary.json)")
     runs, seen = [], set()
     for p in paths:
-        real = os.path.realpath(str(p))
-        if real not in seen:
-            seen.add(real)
-            runs.append(Run(p))
+        for d in find_run_dirs(p):
+            real = os.path.realpath(d)
+            if real not in seen:
+                seen.add(real)
+                runs.append(Run(d))
+    settings = [r.settings() for r in runs]
+    names = sorted(set().union(*settings))
+    differ = [n for n in names if len({repr(s.get(n)) for s in settings}) > 1]
+    for r, s in zip(runs, settings):
+        r.variant = tuple((n, s.get(n)) for n in differ)
+    if differ:
+        warn(f"note: these runs differ in {', '.join(differ)}; runs that differ are drawn "
+             f"apart, labelled with their values")
     return runs
+
+
+def seeds_label(runs):
+    """'1 seed', '3 seeds': how many seeds a line or bar averages."""
+    n = len({r.seed for r in runs}) or 1
+    return f"{n} seed" + ("s" if n > 1 else "")
 
 
 # --------------------------------------------------------------------------- time axis
@@ -158,8 +209,11 @@ def step_to_time(steps, steps_per_epoch, epochs):
 
 
 def time_unit(max_seconds):
-    """(seconds per unit, unit name): hours, or minutes when everything is under 0.1 h."""
-    return (3600.0, "h") if max_seconds >= 360.0 else (60.0, "min")
+    """(seconds per unit, unit name) for times up to `max_seconds`: seconds under 2 minutes,
+    minutes under 2 hours, else hours, so that no axis or table reads 0.001 h."""
+    if max_seconds < 120.0:
+        return 1.0, "s"
+    return (60.0, "min") if max_seconds < 7200.0 else (3600.0, "h")
 
 
 # --------------------------------------------------------------------------- output
@@ -190,8 +244,9 @@ def save_figure(fig, out):
     return paths
 
 
-def _legend_label(style, flag):
-    return f"{style.label} ({flag})" if flag else style.label
+def _legend_label(style, flag, runs=()):
+    label = f"{style.label} ({flag})" if flag else style.label
+    return f"{label}; {seeds_label(runs)}" if runs else label
 
 
 def _group_flag(runs):
@@ -287,7 +342,8 @@ def plot_curves(run_dirs, out):
                             ms=3.5)
             if len(members) > 1:
                 ax.fill_between(t / scale, lo, hi, color=style.color, alpha=0.18, lw=0)
-            handles.setdefault((style.rank, flag or ""), (line, _legend_label(style, flag)))
+            handles.setdefault((style.rank, flag or ""), (line, _legend_label(
+                style, flag, [r for r in runs if r.key == key])))
     for j, col in enumerate(columns):
         axes[0, j].set_title(col)
         axes[1, j].set_xlabel(f"training time ({unit})")
@@ -307,8 +363,9 @@ BarGroup = namedtuple("BarGroup", "model dataset key runs accuracy time_s flag")
 
 
 def bar_groups(runs, warn=None):
-    """Runs grouped by (model, dataset, scheme), seeds together, in first-appearance order of
-    (model, dataset) and legend order within.  Runs without a finished epoch are left out."""
+    """Runs grouped by (model, dataset, scheme and other settings), seeds together, in
+    first-appearance order of (model, dataset) and legend order within.  Runs without a
+    finished epoch are left out."""
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     by = OrderedDict()
     for r in runs:
@@ -330,28 +387,32 @@ def bar_groups(runs, warn=None):
 
 
 def speedups(groups):
-    """Mean full_training time / mean time of each group, same model and dataset (None if no
-    full_training run); in the order of `groups`."""
-    full = {(g.model, g.dataset): g.time_s.mean() for g in groups
+    """Mean full_training time / mean time of each group, same model, dataset and other
+    settings (None if no such full_training run); in the order of `groups`."""
+    full = {(g.model, g.dataset, g.key.variant): g.time_s.mean() for g in groups
             if g.key.train_type == "full_training"}
     out = []
     for g in groups:
-        ref = full.get((g.model, g.dataset))
+        ref = full.get((g.model, g.dataset, g.key.variant))
         out.append(ref / g.time_s.mean() if ref is not None and g.time_s.mean() > 0 else None)
     return out
 
 
 def bars_table(groups):
-    """Markdown table of the bar groups (mean over seeds)."""
-    rows = ["| model | dataset | scheme | rho | runs | best accuracy (%) | training time (h) "
-            "| speedup vs full |",
-            "|---|---|---|---|---|---|---|---|"]
+    """Markdown table of the bar groups (mean over seeds), times in one readable unit."""
+    scale, unit = time_unit(max(g.time_s.max() for g in groups))
+    variants = any(g.key.variant for g in groups)
+    rows = ["| model | dataset | scheme | rho |" + (" settings |" if variants else "") +
+            f" seeds | best accuracy (%) | training time ({unit}) | speedup vs full |",
+            "|---|---|---|---|" + ("---|" if variants else "") + "---|---|---|---|"]
     for g, s in zip(groups, speedups(groups)):
         label = _legend_label(Style(scheme_label(g.key.train_type), None, 0), g.flag)
         rho = "" if g.key.rho is None else f"{g.key.rho:g}"
+        setting = (" " + ", ".join(f"{k}={v}" for k, v in g.key.variant) + " |") if variants else ""
         speed = "" if s is None else f"{s:.2f}x"
-        rows.append(f"| {g.model} | {g.dataset} | {label} | {rho} | {len(g.runs)} | "
-                    f"{g.accuracy.mean():.2f} | {g.time_s.mean() / 3600:.4g} | {speed} |")
+        rows.append(f"| {g.model} | {g.dataset} | {label} | {rho} |{setting} "
+                    f"{len({r.seed for r in g.runs})} | {g.accuracy.mean():.2f} | "
+                    f"{g.time_s.mean() / scale:.3g} | {speed} |")
     return "\n".join(rows) + "\n"
 
 
@@ -391,7 +452,8 @@ def plot_bars(run_dirs, out):
                 bar = ax.bar(pos, vals.mean(), width * 0.92, color=style.color, yerr=err,
                              capsize=3, hatch="//" if g.flag else None,
                              edgecolor="white" if g.flag else None, lw=0)
-                handles.setdefault((style.rank, g.flag or ""), (bar, _legend_label(style, g.flag)))
+                handles.setdefault((style.rank, g.flag or ""), (bar, _legend_label(
+                    style, g.flag, [r for h in groups if h.key == g.key for r in h.runs])))
                 if nbars <= 16:  # numbers help reading; they clutter a crowded panel
                     top = vals.max()
                     v = vals.mean()
@@ -533,6 +595,8 @@ def draw_profile(table, path):
     if est.any():
         ax.bar(x[est], dw[est], color="none", edgecolor="k", hatch="//", label="estimated (FLOPs)")
     ax.set_xlabel("tensor (input → output)")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("op time per step (ms)")
     ax.margins(x=0.01, y=0.08)  # the tallest bar clear of the frame
     ax.set_title(f"{table['model']}: input {table['input_size']}, batch {table['batch_size']}; "

@@ -17,7 +17,7 @@ SPE = 250  # steps per epoch of the fake runs
 
 def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_type="full_training",
              rho=None, seed=0, epoch_s=900.0, accs=(40.0, 55.0, 61.0, 63.0), status="finished",
-             masks=None, selections_in_summary=True, n_tensors=6):
+             masks=None, selections_in_summary=True, n_tensors=6, num_epochs=4, **settings):
     """A run directory as loop.run() writes it: config.json, summary.json and event files.
 
     Epoch k ends at step k*SPE after k*epoch_s seconds; the training loss is logged every 200
@@ -27,8 +27,8 @@ def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_ty
     os.makedirs(d)
     runlog.write_json(os.path.join(d, runlog.CONFIG_FILE), {
         "model_name": model, "dataset_name": dataset, "train_type": train_type,
-        "rho": 0.5 if rho is None else rho, "seed": seed, "num_epochs": len(accs),
-        "interval": 0.5})
+        "rho": 0.5 if rho is None else rho, "seed": seed, "num_epochs": num_epochs,
+        "interval": 0.5, "learning_rate": 1e-4, "optimizer": "sgd", **settings})
     epochs, selections = [], []
     writer = tf.summary.create_file_writer(d)
     with writer.as_default():
@@ -119,9 +119,11 @@ def test_step_to_time_interpolates_between_epoch_ends():
     assert np.isnan(plotting.step_to_time([5], 10, [])).all()
 
 
-def test_time_unit_switches_to_minutes_under_a_tenth_of_an_hour():
-    assert plotting.time_unit(360.0) == (3600.0, "h")
-    assert plotting.time_unit(359.0) == (60.0, "min")
+def test_time_unit_is_seconds_minutes_or_hours_as_the_runs_are_long():
+    assert plotting.time_unit(119.0) == (1.0, "s")
+    assert plotting.time_unit(120.0) == (60.0, "min")
+    assert plotting.time_unit(7199.0) == (60.0, "min")
+    assert plotting.time_unit(7200.0) == (3600.0, "h")
 
 
 def test_labels_colors_and_legend_order():
@@ -173,9 +175,11 @@ def test_bars_averages_seeds_and_table_has_speedups(runs, tmp_path, capsys):
     for line in md.splitlines()[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         rows[(cells[0], cells[2])] = cells
-    # resnet50 full: seeds take 3600 s and 4000 s -> 3800 s; elastic 1900 s -> 2.00x
+    # resnet50 full: seeds take 3600 s and 4000 s -> 3800 s; elastic 1900 s -> 2.00x; the
+    # longest run (4800 s) is under 2 h, so the table is in minutes
+    assert "| training time (min) |" in md.splitlines()[0]
     full = rows[("resnet50", "Full training")]
-    assert full[4] == "2" and float(full[6]) == pytest.approx(3800 / 3600, rel=1e-3)
+    assert full[4] == "2" and float(full[6]) == pytest.approx(3800 / 60, rel=1e-2)
     assert full[7] == "1.00x"
     et = rows[("resnet50", "ElasticTrainer")]
     assert et[3] == "0.4" and float(et[5]) == pytest.approx(62.5) and et[7] == "2.00x"
@@ -185,6 +189,47 @@ def test_bars_averages_seeds_and_table_has_speedups(runs, tmp_path, capsys):
     groups = plotting.bar_groups([plotting.Run(d) for d in dirs])
     et_group = next(g for g in groups if g.model == "resnet50" and g.key.rho == 0.4)
     assert sorted(et_group.accuracy) == [62.0, 63.0] and len(et_group.runs) == 2
+
+
+def test_runs_that_differ_in_a_setting_are_never_averaged(tmp_path, capsys):
+    """Regression: runs mixing optimizers and learning rates were averaged into one bar."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        make_run(root, f"sgd_{seed}", seed=seed, epoch_s=25.0)
+        make_run(root, f"adam_{seed}", seed=seed, epoch_s=20.0, accs=(50.0, 70.0),
+                 optimizer="adam", learning_rate=3e-3)
+    make_run(root, "adam_et", train_type="elastic_training", rho=0.5, epoch_s=10.0,
+             accs=(50.0, 66.0), optimizer="adam", learning_rate=3e-3)
+    code, out, err = cli(["bars", str(root), "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert any("differ in learning_rate, optimizer" in line for line in err)
+    md = open(tmp_path / "b.md").read().splitlines()
+    assert "| settings | seeds |" in md[0] and "(s)" in md[0]  # 100 s at most: seconds
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md[2:]]
+    full = {r[4]: r for r in rows if r[2] == "Full training"}
+    assert set(full) == {"learning_rate=0.0001, optimizer=sgd",
+                         "learning_rate=0.003, optimizer=adam"}
+    assert full["learning_rate=0.003, optimizer=adam"][5] == "2"  # two seeds, one bar
+    assert float(full["learning_rate=0.003, optimizer=adam"][6]) == pytest.approx(70.0)
+    # the speedup compares with full training of the same settings: 40 s / 20 s
+    et = next(r for r in rows if r[2] == "ElasticTrainer")
+    assert et[-1] == "2.00x"
+    runs = plotting.load_runs([str(root)], warn=lambda msg: None)
+    label = plotting._legend_label(plotting.Style("Full training", None, 0), None,
+                                   [r for r in runs if r.summary["seed"] in (0, 1)
+                                    and r.variant[1][1] == "adam"
+                                    and r.train_type == "full_training"])
+    assert label == "Full training; 2 seeds"
+
+
+def test_a_directory_of_run_directories_is_searched(runs, tmp_path, capsys):
+    """Regression: `plot.py bars logs/*` failed once logs/smoke (a folder of runs) existed."""
+    code, out, err = cli(["bars", runs["root"], "--out", str(tmp_path / "all")], capsys)
+    assert code == 0, err
+    assert len(open(tmp_path / "all.md").read().splitlines()) > 6
+    (tmp_path / "empty").mkdir()
+    code, out, err = cli(["bars", str(tmp_path / "empty")], capsys)
+    assert code == 2 and "no summary.json in it or below it" in err[0]
 
 
 def test_bars_without_full_run_leaves_speedup_blank(runs, tmp_path, capsys):

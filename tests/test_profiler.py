@@ -427,3 +427,34 @@ def test_table_values_out_of_range_are_one_line_errors(tmp_path, cnn_table, edit
     with pytest.raises(UserError, match=needle) as e:
         ptable.load_table(str(path))
     assert "\n" not in str(e.value)
+
+
+def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_share(
+        tmp_path, monkeypatch):
+    """Seen on a busy machine: a tiny model's forward steps timed 3.9 ms, its full steps
+    3.4 ms, and the table that said so was refused when training loaded it."""
+    import time as time_module
+
+    from elastictrainer import engine
+
+    real = engine.make_forward_step
+
+    def slow_forward(model, loss_fn):
+        forward = real(model, loss_fn)
+
+        def call(x, y):
+            time_module.sleep(0.2)
+            return forward(x, y)
+        return call
+
+    monkeypatch.setattr(engine, "make_forward_step", slow_forward)
+    table = prun.profile_model(tiny_cnn(), "tiny", 24, 4, 5, num_iterations=2, progress=False,
+                               calibrate=False)
+    assert 0 < table["t_fp_ms"] < table["t_full_ms"]
+    assert "traced forward share" in table["timing_note"]
+    share = table["t_fp_ops_ms"] / (table["t_fp_ops_ms"] + table["t_bp_ops_ms"])
+    assert table["t_fp_ms"] == pytest.approx(share * table["t_full_ms"])
+    path = str(tmp_path / "t.json")
+    ptable.save_table(table, path)
+    assert ptable.load_table(path)
+    assert "profile again on a quiet machine" in ptable.summarize(table)

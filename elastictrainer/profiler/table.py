@@ -114,6 +114,8 @@ def summarize(table):
         f"full step {table['t_full_ms']:.1f} ms  (t_fp/t_full {table['t_fp_ms'] / table['t_full_ms']:.2f})",
         f"backward op time attributed to tensors: {100 * table['coverage']:.1f}%",
     ]
+    if table.get("timing_note"):
+        lines.append(f"note: {table['timing_note']}; profile again on a quiet machine")
     cal = table.get("calibration")
     if cal:
         worst = max((abs(r["calibrated_ratio"] / r["measured_ratio"] - 1) for r in cal["references"]),
