@@ -6,7 +6,6 @@ Usage (from the repo root):
 ``--units`` is the budget size T in integer time units (the DP table width);
 each instance's times are scaled so that ``int(rho * total) == T``.
 """
-import argparse
 import json
 import os
 import platform
@@ -15,7 +14,7 @@ import time
 
 import numpy as np
 
-from elastictrainer.common import comma_list
+from elastictrainer.common import ArgumentParser, comma_list
 from elastictrainer.selector import select_tensors, selection_DP
 
 
@@ -49,18 +48,22 @@ def time_calls(fn, repeats):
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = ArgumentParser(prog="bench_dp.py", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=214, help="number of tensors (ResNet50: 214)")
     ap.add_argument("--units", default="1000,10000", type=comma_list(int, "integers"),
                     help="comma-separated budget sizes in units")
     ap.add_argument("--repeats", type=int, default=20, help="timed solves per setting")
     ap.add_argument("--rho", type=float, default=0.5, help="budget fraction of the full backward pass")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random instances")
     ap.add_argument("--zero-dy", action="store_true",
                     help="worst case: all error-gradient times zero")
     ap.add_argument("--out", default=None, help="optional JSON file for the results")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     units_list = args.units
 
     rows = []

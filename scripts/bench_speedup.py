@@ -16,8 +16,8 @@ from elastictrainer.common import ArgumentParser, UserError
 def build_parser():
     p = ArgumentParser(prog="bench_speedup.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model_name", default="resnet50", help="built-in name or a .keras/.h5 file")
-    p.add_argument("--input_size", type=int, default=224)
-    p.add_argument("--batch_size", type=int, default=4)
+    p.add_argument("--input_size", type=int, default=224, help="image height and width")
+    p.add_argument("--batch_size", type=int, default=4, help="training batch size")
     p.add_argument("--num_classes", type=int, default=200, help="(a saved model keeps its own)")
     p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", type=common.comma_list(float),
                    help="comma-separated requested ratios")
@@ -32,10 +32,10 @@ def build_parser():
                    help="taylor: eq. 4-6 on a random batch (with random-init weights many tensors "
                         "score <= 0 and are never worth selecting, so a high rho may not be used "
                         "up); uniform: every tensor equally important, so the budget binds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch")
     p.add_argument("--out", default=None, help="JSON results (default: figures/bench_<model>.json)")
     p.add_argument("--figure", default=None, help="requested vs measured plot (default: next to --out)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 

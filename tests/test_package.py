@@ -151,3 +151,27 @@ def test_console_command_and_bad_subcommand():
     r = subprocess.run([sys.executable, "-m", "elastictrainer"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "train" in r.stdout
+
+
+def _script_parser(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
+def test_every_flag_has_help_and_no_default_is_printed_twice():
+    from elastictrainer import cli
+
+    parsers = [cli.train_parser(), cli.profile_parser(), cli.figure_parser(),
+               _script_parser("bench_speedup"), _script_parser("bench_dp")]
+    for p in parsers:
+        for action in p._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{p.prog} {action.option_strings[0]} has no help"
+        text = p.format_help()
+        assert "(default: None)" not in text, p.prog
+        for chunk in text.split("(default:")[1:]:  # a flag's help names its default once
+            assert "default" not in chunk.split("\n  -")[0], p.prog
