@@ -54,7 +54,8 @@ def scheme_styles(keys):
     """SchemeKey -> Style(label, color, rank) for all the schemes drawn in one figure.
 
     Computed over the whole figure so a scheme has the same color in every panel; elastic runs
-    with different rho get shades of their scheme's hue, lighter to darker as rho grows.
+    with different rho, and runs of one scheme with other settings, get shades of their
+    scheme's hue (lighter to darker as rho grows).
     """
     keys = sorted(set(keys), key=_order_key)
     styles = {}
@@ -68,6 +69,9 @@ def scheme_styles(keys):
                 c = _mix(color[0], color[1], t)
             else:
                 c = color or next(spare)
+                if len(mine) > 1:  # variants of one baseline: from a light tint to its colour
+                    t = 0.35 + 0.65 * i / (len(mine) - 1)
+                    c = _mix(_mix(c, "#ffffff", 0.75), c, t)
             styles[k] = Style(scheme_label(*k), c, _order_key(k))
     return styles
 
@@ -256,8 +260,10 @@ def _group_flag(runs):
 
 def _figure_legend(fig, entries, ncol=4):
     """One legend below all panels, read row by row in legend order."""
-    # about 2.3 inches per entry ("ElasticTrainer (ρ=0.35)"), so a narrow figure gets more rows
-    ncol = max(1, min(len(entries), ncol, int(fig.get_figwidth() // 2.3)))
+    # about 0.075 inch per character of the longest label plus the handle (2.3 inches for
+    # "ElasticTrainer (ρ=0.35)"), so a narrow figure or long labels get more rows
+    entry = 0.6 + 0.075 * max(len(label) for _, label in entries)
+    ncol = max(1, min(len(entries), ncol, int(fig.get_figwidth() // entry)))
     nrows = -(-len(entries) // ncol)
     # matplotlib fills a legend column by column; place entries so that rows read in order
     cells = [None] * (nrows * ncol)
@@ -598,7 +604,7 @@ def draw_profile(table, path):
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("op time per step (ms)")
-    ax.margins(x=0.01, y=0.08)  # the tallest bar clear of the frame
+    ax.margins(x=0.01, y=0.35)  # the tallest bar clear of the frame and of the legend
     ax.set_title(f"{table['model']}: input {table['input_size']}, batch {table['batch_size']}; "
                  f"forward {table['t_fp_ms']:.0f} ms, full step {table['t_full_ms']:.0f} ms")
     ax.set_xlim(-1, n)

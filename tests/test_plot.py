@@ -321,3 +321,18 @@ def test_plots_a_real_tiny_elastic_run(tmp_path, capsys):
     summary = runlog.read_summary(run)
     assert sorted(c["accuracy"]) == [4, 8]
     assert c["accuracy"][8][0] == pytest.approx(summary["train_time_s"])
+
+
+def test_plotting_reads_events_without_starting_tensorflow(runs, tmp_path):
+    import subprocess
+    import sys
+
+    out = str(tmp_path / "c")
+    code = ("import sys\nfrom elastictrainer import cli\n"
+            f"cli.plot_main(['curves', {runs['elastic0.6']!r}, '--out', {out!r}])\n"
+            f"cli.plot_main(['selection', {runs['elastic0.6']!r}, '--out', {out + 's'!r}])\n"
+            "assert 'tensorflow' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert_figures(out)
+    assert_figures(out + "s")
