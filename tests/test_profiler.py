@@ -46,7 +46,8 @@ def test_heavy_ops_land_where_the_time_model_needs_them(cnn_table):
     by = {t["name"]: t for t in table["tensors"]}
     # conv filter gradients are per-tensor work; the BN gradient op (one op for dx, dgamma, dbeta)
     # must be paid once anything at or below BN trains: it is t_dy of beta, the output-most of them.
-    assert by["c1/kernel:0"]["t_dw_ms"] > 10 * by["c1/bias:0"]["t_dw_ms"]
+    # (the bias's t_dw also holds its own update's scalar ops, about 0.03 ms a step here)
+    assert by["c1/kernel:0"]["t_dw_ms"] > 3 * by["c1/bias:0"]["t_dw_ms"]
     assert by["bn1/beta:0"]["t_dy_ms"] > 0
     assert by["bn1/gamma:0"]["t_dy_ms"] == 0
     # the input-most tensor needs no error gradient below it
