@@ -152,6 +152,7 @@ RUNS_HELP = "run directories written by training (each holds summary.json and ev
 PLOT_EXAMPLES = """examples:
   {prog} curves logs/resnet50_caltech_birds2011_* --out figures/fig15
   {prog} bars logs/* --out figures/fig19
+  {prog} energy logs/* --out figures/fig23
   {prog} selection logs/resnet50_caltech_birds2011_elastic_training_rho0.4_seed0_...
   {prog} profile profiles/resnet50_i224_b4_c200.json
 
@@ -186,6 +187,11 @@ def plot_parser(prog="elastictrainer plot"):
         "averaged, error bars span min to max.  Also writes <out>.md, a markdown table with the "
         "speedup over full_training of the same model and dataset, and prints it.",
         "figures/bars_<model>")
+    _runs_command(
+        sub, "energy", "training energy and average power per scheme (Fig. 23)",
+        "Two panels, measured training energy and average power, one bar per scheme and rho, "
+        "grouped as `bars` does.  Runs that measured nothing (no sensor; see energy_source in "
+        "their summary.json) are left out with a note.", "figures/energy_<model>")
     s = sub.add_parser(
         "selection", help="which tensors each re-selection trained (Fig. 21)",
         description="Heat map of the tensors trained after each re-selection of an elastic run: "
@@ -227,6 +233,8 @@ def plot_main(argv=None, prog="elastictrainer plot"):
     elif args.command == "bars":
         paths, table = plotting.plot_bars(args.runs, args.out or default_out("bars"))
         print(table, end="")
+    elif args.command == "energy":
+        paths = plotting.plot_energy(args.runs, args.out or default_out("energy"))
     elif args.command == "selection":
         name = os.path.basename(os.path.normpath(args.run))
         paths = plotting.plot_selection(args.run,

@@ -35,7 +35,7 @@ class Figure:
     datasets: tuple
     rhos: tuple                 # ElasticTrainer's requested step-time ratios
     baselines: tuple
-    plots: tuple                # of (kind, output suffix): curves | bars | selection | profile
+    plots: tuple                # of (kind, output suffix): curves | bars | selection | energy | profile
     selection_rho: float = None  # the elastic run whose selection heat map is drawn
     smoke_models: tuple = ("smallcnn",)
     # smallcnn's forward pass (augmentation included) is about 0.4 of its step at 32 px, so a
@@ -53,11 +53,11 @@ FIGURES = {
     "fig17": Figure("Fig. 17: best accuracy and training time against rho and the baselines",
                     ("resnet50",), ("caltech_birds2011",), (0.35, 0.4, 0.5, 0.6, 0.7), BASELINES,
                     (("bars", ""), ("curves", "_curves"), ("selection", "_fig21"),
-                     ("profile", "_profile")), selection_rho=0.5,
+                     ("energy", "_fig23"), ("profile", "_profile")), selection_rho=0.5,
                     smoke_rhos=(0.5, 0.6, 0.7, 0.8, 0.9)),
     "fig19": Figure("Fig. 19: ElasticTrainer at rho 0.4 against the baselines on four models",
                     ("resnet50", "vgg16", "mobilenetv2", "vit"), ("caltech_birds2011",), (0.4,),
-                    BASELINES, (("bars", ""), ("profile", "_profile")),
+                    BASELINES, (("bars", ""), ("energy", "_fig23"), ("profile", "_profile")),
                     smoke_models=("smallcnn", "mobilenetv2")),
 }
 
@@ -234,6 +234,13 @@ class Driver:
                 self._call(self.command("plot") + ["profile", table, "--out", name], "plot")
                 outs.append(name)
             return outs
+        if kind == "energy" and not self.dry_run:  # Fig. 23 needs a sensor: drawn only from
+            # the runs that measured energy
+            runs = [(r, d) for r, d in runs if (runlog.read_summary(d).get("energy_j")
+                                                is not None)]
+            if not runs:
+                self.log("no energy figure: no run measured energy on this device")
+                return []
         if kind == "selection":
             runs = [d for r, d in runs if r.train_type == "elastic_training"
                     and r.rho == self.figure.selection_rho]

@@ -422,11 +422,12 @@ def bars_table(groups):
     return "\n".join(rows) + "\n"
 
 
-def plot_bars(run_dirs, out):
-    """Best test accuracy and training time per scheme, bars grouped by model (and dataset),
-    seeds averaged with min-max error bars; also writes <out>.md.  Returns (paths, markdown)."""
-    runs = load_runs(run_dirs)
-    groups = bar_groups(runs)
+Panel = namedtuple("Panel", "title ylabel values decimals")  # values: BarGroup -> array
+
+
+def _bar_figure(groups, panels, out):
+    """One panel per Panel, one bar per group (seeds averaged, min-max error bars), bars
+    grouped by model (and dataset), one legend for all.  Returns the written paths."""
     plt = pyplot()
     styles = scheme_styles(g.key for g in groups)
     sites = list(OrderedDict.fromkeys((g.model, g.dataset) for g in groups))
@@ -438,18 +439,17 @@ def plot_bars(run_dirs, out):
             return f"{site[0]}\n{site[1]}"
         return site[0] if len(models) > 1 else site[1]
 
-    scale, unit = time_unit(max(g.time_s.max() for g in groups))
     per_site = {s: [g for g in groups if (g.model, g.dataset) == s] for s in sites}
     width = 0.8 / max(len(v) for v in per_site.values())
     nbars = len(groups)
-    fig, axes = plt.subplots(1, 2, figsize=(max(7.0, 1.2 + 0.55 * nbars * 2), 3.9),
-                             layout="constrained")
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, layout="constrained",
+                             figsize=(max(7.0, 1.2 + 0.55 * nbars * len(panels)), 3.9))
     handles = {}
-    for ax, what in zip(axes, ("accuracy", "time")):
+    for ax, panel in zip(axes[0], panels):
         for x, site in enumerate(sites):
             members = per_site[site]
             for i, g in enumerate(members):
-                vals = g.accuracy if what == "accuracy" else g.time_s / scale
+                vals = np.asarray(panel.values(g), float)
                 pos = x + (i - (len(members) - 1) / 2) * width
                 style = styles[g.key]
                 err = None
@@ -461,30 +461,69 @@ def plot_bars(run_dirs, out):
                 handles.setdefault((style.rank, g.flag or ""), (bar, _legend_label(
                     style, g.flag, [r for h in groups if h.key == g.key for r in h.runs])))
                 if nbars <= 16:  # numbers help reading; they clutter a crowded panel
-                    top = vals.max()
                     v = vals.mean()
-                    # accuracy to 0.1 point; times to 2 significant digits (0.85 h, 0.041 min)
-                    text = f"{v:.1f}" if what == "accuracy" or v >= 10 else f"{v:.2g}"
-                    ax.annotate(text, (pos, top), xytext=(0, 2),
+                    # fixed decimals (accuracy to 0.1 point), else 2 significant digits under 10
+                    if panel.decimals is None and v < 10:
+                        text = f"{v:.2g}"
+                    else:
+                        text = f"{v:.{1 if panel.decimals is None else panel.decimals}f}"
+                    ax.annotate(text, (pos, vals.max()), xytext=(0, 2),
                                 textcoords="offset points", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(sites)))
         ax.set_xticklabels([site_name(s) for s in sites])
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         ax.margins(y=0.12)
-    axes[0].set_ylabel("best test accuracy (%)")
-    axes[0].set_title("Best test accuracy")
-    axes[1].set_ylabel(f"training time ({unit})")
-    axes[1].set_title("Wall-clock training time")
+        ax.set_ylabel(panel.ylabel)
+        ax.set_title(panel.title)
     if len(models) == 1:
         fig.suptitle(next(iter(models)))
     _figure_legend(fig, [handles[k] for k in sorted(handles)])
-    paths = save_figure(fig, out)
+    return save_figure(fig, out)
+
+
+def plot_bars(run_dirs, out):
+    """Best test accuracy and training time per scheme, bars grouped by model (and dataset),
+    seeds averaged with min-max error bars; also writes <out>.md.  Returns (paths, markdown)."""
+    groups = bar_groups(load_runs(run_dirs))
+    scale, unit = time_unit(max(g.time_s.max() for g in groups))
+    paths = _bar_figure(groups, [
+        Panel("Best test accuracy", "best test accuracy (%)", lambda g: g.accuracy, 1),
+        Panel("Wall-clock training time", f"training time ({unit})",
+              lambda g: g.time_s / scale, None)], out)
     table = bars_table(groups)
     md = out_base(out) + ".md"
     with open(md, "w") as f:
         f.write(table)
     return paths + [md], table
+
+
+def energy_of(group):
+    """The measured training energy (J) of each run of a group; None if any run has none."""
+    values = [r.summary.get("energy_j") for r in group.runs]
+    return None if any(v is None for v in values) else np.array(values, float)
+
+
+def plot_energy(run_dirs, out):
+    """Paper Fig. 23: training energy and average power per scheme (and rho), from the runs'
+    measured energy_j and avg_power_w; runs without a sensor reading are left out, saying why.
+    Returns the written paths."""
+    groups = bar_groups(load_runs(run_dirs))
+    measured = [g for g in groups if energy_of(g) is not None]
+    for g in groups:
+        if energy_of(g) is None:
+            sources = {r.summary.get("energy_source") or "not recorded" for r in g.runs}
+            print(f"note: {scheme_label(*g.key)} on {g.model}/{g.dataset}: no energy measured "
+                  f"({'; '.join(sorted(sources))}); left out", file=sys.stderr)
+    if not measured:
+        raise UserError("none of the runs measured energy (it needs a sensor: Jetson INA3221 "
+                        "rails, Intel RAPL or NVML; see energy_source in their summary.json)")
+    big = max(energy_of(g).max() for g in measured)
+    scale, unit = (1000.0, "kJ") if big >= 10000 else (1.0, "J")
+    return _bar_figure(measured, [
+        Panel("Training energy", f"energy ({unit})", lambda g: energy_of(g) / scale, None),
+        Panel("Average power", "power (W)",
+              lambda g: np.array([r.summary["avg_power_w"] for r in g.runs], float), None)], out)
 
 
 # --------------------------------------------------------------------------- Fig. 21

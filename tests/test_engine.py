@@ -119,3 +119,10 @@ def test_unsupported_optimizers_and_versions_are_refused_in_one_line(monkeypatch
     monkeypatch.setattr(engine.keras, "__version__", "2.99.0")
     with pytest.raises(UserError, match=r"tf-keras 2\.99\.0 is outside .*\(2\.16 to 2\.21\)"):
         engine.prepare_optimizer(keras.optimizers.SGD(0.1), model.trainable_weights)
+
+
+def test_autograph_leaves_tf_keras_unconverted_on_every_supported_tensorflow():
+    """TF 2.16 transpiled tf_keras at every new train step (15 s instead of 1 s)."""
+    from tensorflow.python.autograph.core import config as ag_config
+
+    assert any(getattr(r, "_prefix", None) == "tf_keras" for r in ag_config.CONVERSION_RULES)

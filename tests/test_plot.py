@@ -17,7 +17,8 @@ SPE = 250  # steps per epoch of the fake runs
 
 def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_type="full_training",
              rho=None, seed=0, epoch_s=900.0, accs=(40.0, 55.0, 61.0, 63.0), status="finished",
-             masks=None, selections_in_summary=True, n_tensors=6, num_epochs=4, **settings):
+             masks=None, selections_in_summary=True, n_tensors=6, num_epochs=4, energy_w=None,
+             **settings):
     """A run directory as loop.run() writes it: config.json, summary.json and event files.
 
     Epoch k ends at step k*SPE after k*epoch_s seconds; the training loss is logged every 200
@@ -57,7 +58,9 @@ def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_ty
         "num_tensors": n_tensors, "tensor_names": [f"t{i}" for i in range(n_tensors)],
         "timing_table": None, "steps_per_epoch": SPE, "status": status,
         "best_test_accuracy": max(accs) if accs else None, "train_time_s": len(accs) * epoch_s,
-        "epochs": epochs, "selections": selections if selections_in_summary else []})
+        "epochs": epochs, "selections": selections if selections_in_summary else [],
+        "energy_j": energy_w * len(accs) * epoch_s if energy_w else None,
+        "avg_power_w": energy_w, "energy_source": "test rail" if energy_w else "no sensor: test"})
     return d
 
 
@@ -336,3 +339,22 @@ def test_plotting_reads_events_without_starting_tensorflow(runs, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert_figures(out)
     assert_figures(out + "s")
+
+
+def test_energy_draws_measured_runs_and_says_which_were_left_out(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        make_run(root, f"full_{seed}", seed=seed, epoch_s=900.0, energy_w=10.0 + seed)
+    make_run(root, "et", train_type="elastic_training", rho=0.4, epoch_s=400.0, energy_w=9.0)
+    make_run(root, "tl", train_type="traditional_tl_training", epoch_s=300.0)  # no sensor
+    code, out, err = cli(["energy", str(root), "--out", str(tmp_path / "fig23")], capsys)
+    assert code == 0, err
+    assert_figures(str(tmp_path / "fig23"))
+    assert any("Traditional TL" in line and "no sensor: test" in line for line in err)
+    groups = plotting.bar_groups(plotting.load_runs([str(root)]))
+    full = next(g for g in groups if g.key.train_type == "full_training")
+    np.testing.assert_allclose(plotting.energy_of(full), [36000.0, 39600.0])  # 10-11 W x 3600 s
+    only_tl = tmp_path / "tl_only"
+    make_run(only_tl, "tl", train_type="traditional_tl_training")
+    code, out, err = cli(["energy", str(only_tl), "--out", str(tmp_path / "none")], capsys)
+    assert code == 2 and "none of the runs measured energy" in err[-1]

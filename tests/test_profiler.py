@@ -46,8 +46,13 @@ def test_heavy_ops_land_where_the_time_model_needs_them(cnn_table):
     by = {t["name"]: t for t in table["tensors"]}
     # conv filter gradients are per-tensor work; the BN gradient op (one op for dx, dgamma, dbeta)
     # must be paid once anything at or below BN trains: it is t_dy of beta, the output-most of them.
-    # (the bias's t_dw also holds its own update's scalar ops, about 0.03 ms a step here)
-    assert by["c1/kernel:0"]["t_dw_ms"] > 3 * by["c1/bias:0"]["t_dw_ms"]
+    # Which op is whose is checked on the graph; on the few traced steps only the order of the
+    # two times: a 10x margin failed 13 of 68 profiles on a busy 2-core machine (lowest 1.5x).
+    info, variables = _analysed(tiny_cnn())
+    k = {v.name: i for i, v in enumerate(variables)}
+    filt = [n for n in info.kind if n.endswith("/c1/Conv2D/Conv2DBackpropFilter")]
+    assert [info.lookup(n) for n in filt] == [("backward", 1 << k["c1/kernel:0"])]
+    assert by["c1/kernel:0"]["t_dw_ms"] > by["c1/bias:0"]["t_dw_ms"]
     assert by["bn1/beta:0"]["t_dy_ms"] > 0
     assert by["bn1/gamma:0"]["t_dy_ms"] == 0
     # the input-most tensor needs no error gradient below it
