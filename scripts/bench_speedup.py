@@ -137,6 +137,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         left_out = ~np.asarray(masks[rho], bool)
         worth = np.asarray(importance)[left_out] > 0
         limited_by = "budget" if worth.any() or not left_out.any() else "importance"
+        if rho <= tm.rho_floor:  # nothing is that fast: the forward pass alone takes longer
+            limited_by = "forward floor"
         predicted = tm.predicted_ratio(masks[rho])
         results.append({"rho": rho, "measured_ratio": sel_ms / full_ms,
                         "predicted_ratio": predicted, "budget_used": predicted / rho,

@@ -16,8 +16,9 @@ def test_bench_speedup_smoke(tmp_path):
     x = keras.layers.Dense(4, name="head")(x)
     keras.Model(inp, x).save(str(tmp_path / "m.keras"))
     out = tmp_path / "b.json"
+    # rhos above the tiny model's forward floor, which reached 0.73 on a busy machine
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_speedup.py"),
-                        "--model_name", str(tmp_path / "m.keras"), "--rhos", "0.7,0.9",
+                        "--model_name", str(tmp_path / "m.keras"), "--rhos", "0.85,0.95",
                         "--repeats", "2", "--steps", "2", "--random_selections", "3",
                         "--reselections", "12", "--importance", "uniform", "--out", str(out),
                         "--quiet"], cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
@@ -26,7 +27,7 @@ def test_bench_speedup_smoke(tmp_path):
     for key in ("model", "input_size", "batch_size", "results", "time_model_mape", "dp_ms",
                 "rss_growth_mb_per_reselection"):
         assert key in res
-    assert [x["rho"] for x in res["results"]] == [0.7, 0.9]
+    assert [x["rho"] for x in res["results"]] == [0.85, 0.95]
     for x in res["results"]:
         assert set(x) >= {"rho", "measured_ratio", "predicted_ratio", "selected"}
         assert x["predicted_ratio"] <= x["rho"] + 1e-9 and x["measured_ratio"] > 0
