@@ -99,6 +99,7 @@ def run(cfg, log=print):
     if cfg.steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
+    rng_state = _random_state(model)
     roles = check_roles(tensor_roles(model))
     optimizer = engine.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
                                       total_steps)
@@ -107,6 +108,7 @@ def run(cfg, log=print):
     time_model = table_path = None
     if scheme.elastic:
         time_model, table_path = _load_time_model(cfg, model, num_classes, log)
+    _restore_random_state(model, rng_state, cfg.seed)
 
     out = runlog.run_dir(cfg.logdir, cfg.run_name)
     os.makedirs(out, exist_ok=True)
@@ -232,6 +234,23 @@ def run(cfg, log=print):
     log(f"{cfg.train_type} {ended}: best test accuracy {max(best, 0.0):.2f}%, "
         f"training time {hours:.4f} h ({train_time:.1f} s){spent}; results in {out}")
     return summary
+
+
+def _random_state(model):
+    """The states of the random layers' generators (augmentation), which profiling inside the
+    run would advance.  Private tf_keras attributes (`_random_generator._generator`)."""
+    gens = [getattr(getattr(layer, "_random_generator", None), "_generator", None)
+            for layer in model.submodules]
+    return [(g.state, g.state.numpy()) for g in gens if g is not None]
+
+
+def _restore_random_state(model, saved, seed):
+    """Give training the same random stream whether or not the run profiled first: the layers'
+    generators back to where they were, and the global seeds (which op seeds of every traced
+    step, dropout's among them, are counted from) reset at this same point in every run."""
+    for var, value in saved:
+        var.assign(value)
+    keras.utils.set_random_seed(seed)
 
 
 @contextlib.contextmanager

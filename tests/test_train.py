@@ -404,3 +404,27 @@ def test_no_sensor_gives_null_energy_with_the_reason(workdir, tmp_path, monkeypa
     summary = json.load(open(workdir / "logs" / "no_energy" / runlog.SUMMARY_FILE))
     assert summary["energy_j"] is None and summary["avg_power_w"] is None
     assert summary["energy_source"].startswith("no sensor: no INA3221 rails")
+
+
+def test_profiling_first_does_not_change_the_run(tmp_path):
+    """Same seed, same run: a run that profiled first used to draw another random stream (the
+    augmentation generators and the op-seed counter had moved) than one loading that table."""
+    def run(name):
+        r = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "main.py"), "--model_name", "smallcnn",
+             "--weights", "none", "--dataset_name", "synthetic", "--input_size", "16",
+             "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
+             "--num_epochs", "2", "--steps_per_epoch", "6", "--interval", "1", "--rho", "0.7",
+             "--seed", "1", "--timing_table", str(tmp_path / "t.json"), "--logdir",
+             str(tmp_path / "logs"), "--run_name", name, "--quiet"],
+            capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.load(open(tmp_path / "logs" / name / runlog.SUMMARY_FILE))
+
+    first = run("profiled_first")  # no table yet: this run profiles, then trains
+    assert (tmp_path / "t.json").exists()
+    again = run("table_loaded")
+    keys = ("test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
+    assert [[e[k] for k in keys] for e in first["epochs"]] == \
+        [[e[k] for k in keys] for e in again["epochs"]]
+    assert [s["mask"] for s in first["selections"]] == [s["mask"] for s in again["selections"]]
