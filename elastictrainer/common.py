@@ -58,6 +58,15 @@ def check_writable_dir(path, flag):
         raise UserError(f"{flag} {path}: cannot write there ({reason})") from None
 
 
+def peak_rss_mb():
+    """This process's peak resident set size so far, in MB (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys as _sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if _sys.platform == "darwin" else peak / 1024
+
+
 def run_cli(fn, argv=None):
     """Run fn(argv) as a command: UserError -> one line + exit 2, Ctrl-C -> exit 130."""
     try:

@@ -19,7 +19,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer import energy, engine, runlog
-from elastictrainer.common import RunError, UserError, check_writable_dir, one_line
+from elastictrainer.common import RunError, UserError, check_writable_dir, one_line, peak_rss_mb
 from elastictrainer.data.loaders import first_undecodable, load_dataset
 from elastictrainer.importance import IMPORTANCE, normalize
 from elastictrainer.models import is_user_model
@@ -223,6 +223,7 @@ def run(cfg, log=print):
     writer.flush()
     summary["status"] = "interrupted" if stop.requested else "finished"
     summary["step_cache_traces"] = trainer.steps.traces
+    summary["peak_rss_mb"] = peak_rss_mb()
     save_summary()
     hours = train_time / 3600
     if cfg.save_txt:
@@ -269,6 +270,7 @@ def _outcome_recorded(summary, save_summary, files=()):
             message = (f"cannot decode {bad} ({why}); remove or re-save it" if bad else
                        one_line(e.message.split("}}")[-1], 300))
         summary["error"] = message
+        summary["peak_rss_mb"] = peak_rss_mb()
         save_summary()
         if isinstance(e, tf.errors.OpError):
             raise RunError(f"the run stopped in epoch {len(summary['epochs']) + 1}: {message}; "

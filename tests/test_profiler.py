@@ -458,6 +458,7 @@ def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_shar
                                calibrate=False)
     assert 0 < table["t_fp_ms"] < table["t_full_ms"]
     assert "traced forward share" in table["timing_note"]
+    assert 100 < table["peak_rss_mb"] < 20000
     share = table["t_fp_ops_ms"] / (table["t_fp_ops_ms"] + table["t_bp_ops_ms"])
     assert table["t_fp_ms"] == pytest.approx(share * table["t_full_ms"])
     path = str(tmp_path / "t.json")

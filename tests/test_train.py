@@ -243,6 +243,7 @@ def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
     assert summary["status"] == "finished" and len(summary["epochs"]) == 2
     assert set(summary["epochs"][0]) >= {"epoch", "train_time_s", "test_accuracy", "test_loss", "selected"}
     assert 0 <= summary["best_test_accuracy"] <= 100 and summary["train_time_s"] > 0
+    assert 100 < summary["peak_rss_mb"] < 20000  # TensorFlow alone takes a few hundred MB
     acc = _scalars(run)
     tags = set(acc.Tags()["tensors"]) | set(acc.Tags()["scalars"])
     assert {runlog.TRAIN_ACCURACY, runlog.TRAIN_LOSS, runlog.LEARNING_RATE, runlog.TEST_ACCURACY,

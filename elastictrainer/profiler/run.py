@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer import engine
-from elastictrainer.common import UserError
+from elastictrainer.common import UserError, peak_rss_mb
 from elastictrainer.profiler import attribution, calibration, table as tables, trace
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.time_model import selection_sums, uniform_scale
@@ -144,6 +144,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
                  "devices": [d.name for d in tf.config.list_logical_devices()]},
         "trace": None if own_dir else xplane,
         "profiling_wall_s": time.perf_counter() - wall0,
+        "peak_rss_mb": peak_rss_mb(),
     }
 
 
