@@ -119,6 +119,15 @@ class GraphInfo:
                 feeds[op.name] = m
         for name, m in feeds.items():
             self.kind[name], self.mask[name] = "update", m
+        # The forward pass's own side effects (BatchNorm's moving-average updates in training
+        # mode) read only forward values: they run in every step, whatever trains.
+        for op in ops:
+            if self.kind[op.name] != "other":
+                continue
+            sources = [t.op for t in op.inputs]
+            if any(self.kind[o.name] == "forward" for o in sources) and all(
+                    self.kind[o.name] == "forward" or not o.inputs for o in sources):
+                self.kind[op.name] = "forward"
 
         # Backprop order: tape.gradient creates output-side gradients first, so the creation
         # position of each tensor's gradient op ranks tensors from the output back (rank 0).
