@@ -9,6 +9,6 @@
 #
 # Writes figures/fig19.{png,pdf,md} and fig19_profile_<model>.*; SMOKE=1 runs smallcnn and
 # MobileNetV2 at 32 px on the synthetic data and writes the same files under figures/smoke/
-# at rho 0.5 (smallcnn's forward pass is about 0.4 of its step); MobileNetV2 from random weights
+# at rho 0.6 (smallcnn's forward pass is 0.41-0.51 of its step); MobileNetV2 from random weights
 # stays near chance there: the smoke run checks the pipeline.
 exec "$(dirname "$0")/figure.sh" fig19 "$@"
