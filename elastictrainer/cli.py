@@ -56,6 +56,12 @@ def train_parser(prog="elastictrainer train"):
     p.add_argument("--rho", type=float, default=0.5,
                    help="requested elastic step time / full step time (0.5 = 2x faster); must "
                         "be above the forward pass's share of a step and at most 1")
+    p.add_argument("--rho_feedback", type=str2bool, default=True,
+                   help="closed loop on rho: time the run's own full and elastic steps, and when "
+                        "a selection's measured ratio misses rho by more than 5%%, correct the "
+                        "time model and re-select (logged in summary.json 'corrections'). false: "
+                        "selections depend only on the settings, seed and timing table, so runs "
+                        "repeat bit for bit; the measured ratio is still reported")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, data order and probes")
     p.add_argument("--weights", default="imagenet",
                    help="imagenet (keras cache, downloaded when online) | none | PATH")

@@ -35,6 +35,7 @@ class Config:
     save_txt: bool = False
     interval: float = 4.0
     rho: float = 0.5
+    rho_feedback: bool = True
     seed: int = 0
     weights: str = "imagenet"
     data_dir: Optional[str] = None

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import signal
+import statistics
 import time
 
 import numpy as np
@@ -26,10 +27,13 @@ from elastictrainer.models import is_user_model
 from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
+from elastictrainer.rho_control import FULL_STEPS, MEASURE_STEPS, RhoController
 from elastictrainer.roles import check_roles, tensor_roles
 from elastictrainer.schemes import SCHEMES
 from elastictrainer.time_model import TimeModel
 from elastictrainer.trainer import Trainer
+
+_clock = time.perf_counter  # step timing (tests inject a fake clock)
 
 
 class _StopFlag:
@@ -134,9 +138,12 @@ def run(cfg, log=print):
         runlog.write_json(os.path.join(out, runlog.SUMMARY_FILE), summary)
 
     selection = scheme.fixed_selection(roles) if not scheme.elastic else None
+    elastic = None
+    if scheme.elastic:
+        elastic = _Elastic(trainer, scheme, RhoController(time_model, cfg.rho, cfg.rho_feedback),
+                           cfg, iter(bundle.train.repeat()), steps_per_epoch, summary, log)
     reselect_every = cfg.interval * steps_per_epoch
     next_reselect = 0
-    probe_iter = iter(bundle.train.repeat())
     train_time = 0.0
     global_step = 0
     best = -1.0
@@ -150,17 +157,21 @@ def run(cfg, log=print):
                        disable=not cfg.progress, unit="step", leave=False)
             ep_loss = ep_correct = ep_seen = 0.0
             ep_steps = 0
-            t_epoch = time.perf_counter()
+            t_epoch = _clock()
             for x, y in bundle.train.take(steps_per_epoch):
-                if scheme.elastic and global_step >= next_reselect:
-                    selection = _reselect(trainer, scheme, time_model, cfg, probe_iter,
-                                          global_step, steps_per_epoch, summary, log)
+                if elastic and global_step >= next_reselect:
+                    selection = elastic.reselect(global_step)
                     next_reselect = max(next_reselect + reselect_every, global_step + 1)
+                if elastic:
+                    elastic.before_step(x, y)
+                t_step = _clock()
                 loss, logits = trainer.step_for(selection)(x, y)
                 loss = float(loss)
+                if elastic and elastic.after_step(_clock() - t_step, global_step):
+                    selection = elastic.selection
                 if not math.isfinite(loss):
                     summary["status"] = "nan"
-                    train_time += time.perf_counter() - t_epoch
+                    train_time += _clock() - t_epoch
                     meter.pause()
                     summary.update(train_time_s=train_time, energy_j=meter.joules,
                                    avg_power_w=meter.avg_power_w)
@@ -184,7 +195,7 @@ def run(cfg, log=print):
                 bar.set_postfix(loss=f"{ep_loss / ep_seen:.3f}", acc=f"{100 * ep_correct / ep_seen:.1f}")
                 if stop.requested:
                     break
-            train_time += time.perf_counter() - t_epoch
+            train_time += _clock() - t_epoch
             meter.pause()
             summary.update(energy_j=meter.joules, avg_power_w=meter.avg_power_w)
             bar.close()
@@ -220,6 +231,8 @@ def run(cfg, log=print):
                 f"training time {train_time:.1f} s, {len(selection)}/{n} tensors trained")
             if stop.requested:
                 break
+        if elastic:
+            elastic.finish()
     writer.flush()
     summary["status"] = "interrupted" if stop.requested else "finished"
     summary["step_cache_traces"] = trainer.steps.traces
@@ -230,6 +243,11 @@ def run(cfg, log=print):
         np.savetxt(os.path.join(out, f"{cfg.run_name}.txt"), [hours, max(best, 0.0)])
     spent = (f", energy {meter.joules:.0f} J ({meter.source})" if meter.joules is not None
              else "")
+    if elastic:
+        measured = summary["measured_ratio"]
+        spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
+                  f"{'n/a' if measured is None else f'{measured:.3f}'}"
+                  f" ({len(summary['corrections'])} correction(s))")
     ended = (f"interrupted after {len(summary['epochs'])} of {cfg.num_epochs} epochs (run it "
              f"again to train from the start)" if stop.requested else "finished")
     log(f"{cfg.train_type} {ended}: best test accuracy {max(best, 0.0):.2f}%, "
@@ -286,27 +304,180 @@ def _write_train_scalars(trainer, correct, loss_sum, seen, step):
     tf.summary.scalar(runlog.LEARNING_RATE, float(lr), step=step)
 
 
-def _reselect(trainer, scheme, time_model, cfg, probe_iter, global_step, steps_per_epoch,
-              summary, log):
-    """Evaluate importance on fresh probe batches, solve eq. 3, log the selection."""
-    t0 = time.perf_counter()
-    batches = [next(probe_iter) for _ in range(cfg.probe_batches)]
-    importance = normalize(IMPORTANCE[scheme.importance](trainer, batches))
-    t1 = time.perf_counter()
-    mask = time_model.select(importance, cfg.rho, resolution=cfg.dp_resolution)
-    solve_ms = (time.perf_counter() - t1) * 1e3
-    selection, empty = time_model.selection(mask)
-    if empty:
-        mask[list(selection)] = True
-        log("no tensor has positive importance; training the output-most tensor only")
-    ratio = time_model.predicted_ratio(mask)
-    summary["selections"].append({
-        "step": global_step, "epoch": global_step / steps_per_epoch,
-        "mask": [int(b) for b in mask], "predicted_ratio": ratio,
-        "importance_ms": (t1 - t0) * 1e3, "solve_ms": solve_ms,
-        "importance": [float(v) for v in importance],
-    })
-    tf.summary.scalar(runlog.NUM_SELECTED, len(selection), step=global_step)
-    tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=global_step)
-    tf.summary.write(runlog.SELECTION_MASK, tf.constant(mask.astype(np.int32)), step=global_step)
-    return selection
+class _Elastic:
+    """The elastic schemes' side of the loop: re-selection every --interval epochs (importance
+    on fresh probe batches, eq. 4-6; the exact selection under rho, eq. 3) and the closed loop
+    on rho (rho_control.py): full steps timed at each re-selection, the selection's own steps
+    timed as it trains, and a re-solve when it misses rho (with --rho_feedback true)."""
+
+    def __init__(self, trainer, scheme, controller, cfg, probe_iter, steps_per_epoch, summary,
+                 log):
+        self.trainer, self.scheme, self.ctl, self.cfg = trainer, scheme, controller, cfg
+        self.probe_iter, self.steps_per_epoch = probe_iter, steps_per_epoch
+        self.summary, self.log = summary, log
+        self.selection = None
+        self.record = None  # summary record of the selection training now
+        self.importance = None
+        self.full_ms = None
+        self.full_times = []
+        self.warm = set()  # ids of full steps already called once (a first call compiles)
+        self.times = []  # this selection's step times (s), its first step apart
+        self.first_step_s = None
+        self.corrections_here = 0
+        self.overhead_s = 0.0
+        summary.update(rho_feedback=controller.feedback, measured_ratio=None, corrections=[],
+                       reselection_overhead_s=0.0)
+
+    # ------------------------------------------------------------------ re-selection
+    def reselect(self, global_step):
+        """Evaluate importance on fresh probe batches, time full steps, solve eq. 3."""
+        cfg = self.cfg
+        self._close_record()
+        t0 = _clock()
+        batches = [next(self.probe_iter) for _ in range(cfg.probe_batches)]
+        self.importance = normalize(IMPORTANCE[self.scheme.importance](self.trainer, batches))
+        t1 = _clock()
+        self.full_ms, self.full_times = None, []
+        self.corrections_here = 0
+        self._solve(global_step, reason="interval", importance_ms=(t1 - t0) * 1e3)
+        self.overhead_s += _clock() - t0
+        return self.selection
+
+    def before_step(self, x, y):
+        """Time one full step on this training batch, weights and optimizer state restored
+        after it, for the first FULL_STEPS batches after a re-selection: the full steps run in
+        the same conditions as the selection's own (the input pipeline preparing the next
+        batches meanwhile), so the ratio compares like with like."""
+        if len(self.full_times) >= FULL_STEPS:
+            return
+        t0 = _clock()
+        self.full_times.append(_time_full_step(self.trainer, x, y, self.warm))
+        self.full_ms = statistics.median(self.full_times) * 1e3
+        self.record["full_step_ms"] = self.full_ms
+        self.overhead_s += _clock() - t0
+
+    def _solve(self, global_step, reason, **extra):
+        t0 = _clock()
+        model = self.ctl.model
+        mask = model.select(self.importance, self.cfg.rho, resolution=self.cfg.dp_resolution)
+        solve_ms = (_clock() - t0) * 1e3
+        selection, empty = model.selection(mask)
+        limited_by = model.limited_by(mask, self.importance, self.cfg.rho)
+        if empty:
+            nothing_worth = not np.any(self.importance > 0)
+            if nothing_worth and self.selection is not None:
+                selection = self.selection
+                self.log("no tensor has positive importance; keeping the previous selection "
+                         f"({len(selection)} tensors)")
+            elif nothing_worth:
+                self.log("no tensor has positive importance; training the output-most tensor "
+                         "only")
+            else:
+                self.log(f"no tensor worth training fits rho {self.cfg.rho:g} under this time "
+                         f"model; training the output-most (cheapest) tensor only")
+            mask = np.zeros(len(mask), bool)
+            mask[list(selection)] = True
+        ratio = model.predicted_ratio(mask)
+        self.record = {
+            "step": global_step, "epoch": global_step / self.steps_per_epoch, "reason": reason,
+            "mask": [int(b) for b in mask], "predicted_ratio": ratio, "limited_by": limited_by,
+            "solve_ms": solve_ms, "full_step_ms": self.full_ms, "measured_ratio": None,
+            "step_ms": None, "steps": 0, **extra,
+            "importance": [float(v) for v in self.importance],
+        }
+        self.summary["selections"].append(self.record)
+        self.selection = selection
+        self.mask = mask
+        self.times, self.first_step_s = [], None
+        tf.summary.scalar(runlog.NUM_SELECTED, len(selection), step=global_step)
+        tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=global_step)
+        tf.summary.write(runlog.SELECTION_MASK, tf.constant(mask.astype(np.int32)),
+                         step=global_step)
+
+    # ------------------------------------------------------------------ the closed loop
+    def after_step(self, seconds, global_step):
+        """Book one step's time; returns True when the selection was re-solved (a correction)."""
+        self.record["steps"] += 1
+        if self.first_step_s is None:  # may include compiling this selection's step
+            self.first_step_s = seconds
+            return False
+        self.times.append(seconds)
+        if len(self.times) != MEASURE_STEPS or len(self.full_times) < FULL_STEPS:
+            return False
+        measured = self._measured()
+        self.record["measured_ratio"] = measured
+        tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
+        miss = self.ctl.judge(measured, self.record["limited_by"])
+        if (miss is None or not self.ctl.feedback
+                or self.corrections_here >= self.ctl.max_corrections):
+            return False
+        t0 = _clock()
+        self.ctl.correct(self.mask, measured)
+        self.corrections_here += 1
+        old = (self.selection, self.record)
+        self._close_record()
+        self._solve(global_step, reason=f"correction ({miss} rho)")
+        model = self.ctl.model
+        entry = {"step": global_step, "measured_ratio": measured, "miss": miss,
+                 "predicted_ratio_before": old[1]["predicted_ratio"],
+                 "dw_scale": self.ctl.dw_scale, "dy_scale": self.ctl.dy_scale,
+                 "fixed_ms": model.fixed_ms, "selected_before": len(old[0]),
+                 "selected_after": len(self.selection)}
+        self.summary["corrections"].append(entry)
+        tf.summary.scalar(runlog.CORRECTIONS, len(self.summary["corrections"]), step=global_step)
+        self.log(f"rho feedback: {len(old[0])} tensors measured {measured:.3f} of a full step "
+                 f"for rho {self.cfg.rho:g} (predicted {old[1]['predicted_ratio']:.3f}); time "
+                 f"model corrected (t_dw x{self.ctl.dw_scale:.2f}, t_dy x{self.ctl.dy_scale:.2f} "
+                 f"of the table's, fixed cost "
+                 f"{model.fixed_ms:+.1f} ms a step), now {len(self.selection)} tensors")
+        if self.selection == old[0]:  # the same tensors again: nothing left to correct here
+            self.corrections_here = self.ctl.max_corrections
+        self.overhead_s += _clock() - t0
+        return True
+
+    def _measured(self):
+        if not self.times or not self.full_ms:
+            return None
+        return statistics.median(self.times) * 1e3 / self.full_ms
+
+    def _close_record(self):
+        """Final numbers of the selection that stops training now."""
+        if self.record is None:
+            return
+        if self.times:
+            median = statistics.median(self.times)
+            self.record["step_ms"] = median * 1e3
+            self.record["measured_ratio"] = self._measured()
+            # compiling a new selection's step is part of re-selecting
+            self.overhead_s += max(self.first_step_s - median, 0.0)
+        self.record = None
+
+    def finish(self):
+        self._close_record()
+        done = [s for s in self.summary["selections"] if s["measured_ratio"] is not None]
+        weight = sum(s["steps"] for s in done)
+        self.summary["measured_ratio"] = (
+            sum(s["measured_ratio"] * s["steps"] for s in done) / weight if weight else None)
+        self.summary["reselection_overhead_s"] = self.overhead_s
+
+
+def _time_full_step(trainer, x, y, warm):
+    """Seconds of one full training step on (x, y), timed as the loop times its steps; the
+    model's weights (moving statistics included) and the optimizer's state are restored
+    afterwards, so what trains is unchanged."""
+    weights = [v.numpy() for v in trainer.model.weights]
+    slots = [v.numpy() for v in trainer.optimizer.variables]
+    step = trainer.step_for(tuple(range(len(trainer.variables))))
+    try:
+        if id(step) not in warm:  # a first call compiles: not a step time
+            step(x, y)[0].numpy()
+            warm.add(id(step))
+        t0 = _clock()
+        float(step(x, y)[0])
+        return _clock() - t0
+    finally:
+        for v, w in zip(trainer.model.weights, weights):
+            v.assign(w)
+        for v, w in zip(trainer.optimizer.variables, slots):
+            v.assign(w)
+

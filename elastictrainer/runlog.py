@@ -13,6 +13,8 @@ ENERGY_JOULES = "energy/joules"  # per epoch, training energy so far (where a se
 # Elastic schemes, one point per re-selection.
 NUM_SELECTED = "elastic/num_selected"
 PREDICTED_RATIO = "elastic/predicted_step_ratio"
+MEASURED_RATIO = "elastic/measured_step_ratio"  # median selection step / median full step, same run
+CORRECTIONS = "elastic/rho_corrections"  # running count of closed-loop corrections (rho_control.py)
 SELECTION_MASK = "elastic/selection_mask"  # tensor summary: 1 = trained, model.trainable_weights order
 
 CONFIG_FILE = "config.json"

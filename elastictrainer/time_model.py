@@ -8,6 +8,7 @@ so that training everything predicts the measured full step: with the profiler's
 uniform scale.  The cost itself is defined once, in selector.eq3_parts; this module applies it
 to tables in model.trainable_weights order.  NumPy only.
 """
+import copy
 import math
 
 import numpy as np
@@ -53,6 +54,20 @@ class TimeModel:
         self.calibrated = bool(cal)
         self.t_dw = t_dw * (cal["dw_scale"] if cal else scale)
         self.t_dy = t_dy * (cal["dy_scale"] if cal else scale)
+        self.fixed_ms = 0.0  # per-step cost beyond the profiled forward pass (rho_control.py)
+
+    def corrected(self, dw_scale, dy_scale):
+        """This model with t_dw and t_dy scaled again (by what a run measured), the full step
+        still predicting t_full: what the scaled backward ops no longer explain becomes a fixed
+        per-step cost, added to the forward pass (an intercept; it may be negative when the
+        backward pass proved dearer than profiled)."""
+        out = copy.copy(self)
+        out.t_dw = self.t_dw * dw_scale
+        out.t_dy = self.t_dy * dy_scale
+        backward = float(np.sum(out.t_dw) + np.sum(out.t_dy))
+        out.t_fp = self.t_full - backward
+        out.fixed_ms = out.t_fp - (self.t_fp - self.fixed_ms)
+        return out
 
     @property
     def rho_floor(self):
@@ -78,6 +93,16 @@ class TimeModel:
         mask = np.zeros(len(o), bool)
         mask[o] = np.asarray(res.mask, bool)
         return mask
+
+    def limited_by(self, mask, importance, rho):
+        """Why a selection stops where it does: "importance" when every tensor left out scores
+        <= 0 (more budget would buy nothing), "forward floor" when rho is below what no
+        selection can beat, else "budget"."""
+        if rho <= self.rho_floor:
+            return "forward floor"
+        left_out = ~np.asarray(mask, bool)
+        worth = np.asarray(importance, float)[left_out] > 0
+        return "budget" if worth.any() or not left_out.any() else "importance"
 
     def selection(self, mask):
         """Indices to train for a mask (trainable order), and whether it was empty.  Nothing

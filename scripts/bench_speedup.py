@@ -114,7 +114,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
             out.append(time.perf_counter() - t)
         return out
 
-    bar = tqdm(total=len(selections) * (repeats + 1) + random_selections + reselections,
+    bar = tqdm(total=len(selections) * (repeats + 1) + len(rhos) + random_selections + reselections,
                desc="benchmark", disable=not progress)
     for sel in selections.values():  # compile and warm up every step first
         timed(sel, 2)
@@ -134,18 +134,50 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         # "importance": every tensor left out scores <= 0, so the DP stops short of the budget
         # on purpose; "budget": a tensor worth training was left out because it did not fit
         # (it may also be too deep to fit at all: then budget_used stays well below 1).
-        left_out = ~np.asarray(masks[rho], bool)
-        worth = np.asarray(importance)[left_out] > 0
-        limited_by = "budget" if worth.any() or not left_out.any() else "importance"
-        if rho <= tm.rho_floor:  # nothing is that fast: the forward pass alone takes longer
-            limited_by = "forward floor"
+        limited_by = tm.limited_by(masks[rho], importance, rho)
         predicted = tm.predicted_ratio(masks[rho])
         results.append({"rho": rho, "measured_ratio": sel_ms / full_ms,
                         "predicted_ratio": predicted, "budget_used": predicted / rho,
                         "selected": len(selections[rho]), "step_ms": sel_ms,
                         "limited_by": limited_by})
 
-    errors = []
+    # The closed loop (rho_control.py), as a run at each rho would apply it: measure the
+    # selection against full steps in the same minutes, correct the time model, re-solve.
+    from elastictrainer.rho_control import MAX_CORRECTIONS, RhoController
+
+    def measure_ratio(sel):
+        timed(sel, 1)  # compile
+        sel_t, full_t = [], []
+        for r in range(max(repeats // 2, 2)):
+            for key in ((sel, full) if r % 2 == 0 else (full, sel)):
+                (sel_t if key is sel else full_t).extend(timed(key, steps))
+        return statistics.median(sel_t) / statistics.median(full_t)
+
+    for res in results:
+        rho = res["rho"]
+        ctl = RhoController(tm, rho)
+        mask, measured = masks[rho], res["measured_ratio"]
+        corrections = 0
+        while corrections < MAX_CORRECTIONS:
+            if ctl.judge(measured, ctl.model.limited_by(mask, importance, rho)) is None:
+                break
+            ctl.correct(mask, measured)
+            corrections += 1
+            new = ctl.model.select(importance, rho)
+            if np.array_equal(new, mask):
+                break
+            mask = new
+            measured = measure_ratio(ctl.model.selection(mask)[0])
+        res.update(closed_loop_ratio=measured, corrections=corrections,
+                   closed_loop_selected=int(np.sum(mask)),
+                   closed_loop_predicted=ctl.model.predicted_ratio(mask))
+        bar.update(1)
+    # one controller fed every open-loop measurement: the time model after correction
+    pooled = RhoController(tm, rhos[0])
+    for res in results:
+        pooled.correct(masks[res["rho"]], res["measured_ratio"])
+
+    errors, errors_after = [], []
     trainer.steps.maxsize = 4
     for i in range(random_selections):
         # random depth, random density above it: the kinds of selections the DP makes
@@ -161,6 +193,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         predicted = tm.t_fp + tm.cost_ms(mask)
         # in units of today's full step, so machine-wide drift since profiling cancels out
         errors.append(abs(predicted / tm.t_full - measured / full_ms) / (measured / full_ms))
+        after = pooled.model.predicted_ratio(mask)
+        errors_after.append(abs(after - measured / full_ms) / (measured / full_ms))
         bar.update(1)
 
     trainer.steps.maxsize = 8
@@ -180,6 +214,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         "num_tensors": n, "importance": importance_kind, "timing_table": path,
         "full_step_ms": full_ms, "profiled_full_step_ms": tm.t_full,
         "results": results, "time_model_mape": float(np.mean(errors)) if errors else None,
+        "time_model_mape_corrected": float(np.mean(errors_after)) if errors_after else None,
+        "correction": pooled.state(),
         "dp_ms": dp_ms, "rss_mb": rss, "rss_growth_mb_per_reselection": growth,
         "rss_after_first_mb": rss[0] if rss else None, "rss_after_last_mb": rss[-1] if rss else None,
         "step_cache_traces": trainer.steps.traces, "repeats": repeats, "steps": steps,
@@ -226,15 +262,17 @@ def main(argv=None):
     print(f"{result['model']} input {result['input_size']} batch {result['batch_size']}: "
           f"full step {result['full_step_ms']:.1f} ms (profiled {result['profiled_full_step_ms']:.1f})")
     print(f"{'rho':>5} {'measured':>9} {'predicted':>9} {'|meas/rho-1|':>12} {'|meas/pred-1|':>13} "
-          f"{'selected':>8}  limited by")
+          f"{'selected':>8}  {'limited by':<13} {'closed loop':>11} {'corr.':>5}")
     for r in result["results"]:
         print(f"{r['rho']:>5.2f} {r['measured_ratio']:>9.3f} {r['predicted_ratio']:>9.3f} "
               f"{abs(r['measured_ratio'] / r['rho'] - 1):>12.3f} "
               f"{abs(r['measured_ratio'] / r['predicted_ratio'] - 1):>13.3f} "
-              f"{r['selected']:>5}/{result['num_tensors']}  {r['limited_by']}")
-    mape = result["time_model_mape"]
-    print(f"time model MAPE on {args.random_selections} random selections: "
-          f"{mape:.3f}" if mape is not None else "time model MAPE: n/a")
+              f"{r['selected']:>5}/{result['num_tensors']}  {r['limited_by']:<13} "
+              f"{r['closed_loop_ratio']:>11.3f} {r['corrections']:>5}")
+    mape, after = result["time_model_mape"], result["time_model_mape_corrected"]
+    print(f"time model MAPE on {args.random_selections} random selections: {mape:.3f} as "
+          f"profiled, {after:.3f} corrected by the rho measurements" if mape is not None
+          else "time model MAPE: n/a")
     print(f"DP solve: {result['dp_ms']:.2f} ms; RSS growth {result['rss_growth_mb_per_reselection']:.2f} MB "
           f"per re-selection ({result['rss_after_first_mb']:.0f} -> {result['rss_after_last_mb']:.0f} MB "
           f"over {args.reselections}); written {out}")

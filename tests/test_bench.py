@@ -24,7 +24,8 @@ def test_bench_speedup_smoke(tmp_path):
                         "--quiet"], cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     res = json.load(open(out))
-    for key in ("model", "input_size", "batch_size", "results", "time_model_mape", "dp_ms",
+    for key in ("model", "input_size", "batch_size", "results", "time_model_mape",
+                "time_model_mape_corrected", "correction", "dp_ms",
                 "rss_growth_mb_per_reselection"):
         assert key in res
     assert [x["rho"] for x in res["results"]] == [0.85, 0.95]
@@ -32,5 +33,7 @@ def test_bench_speedup_smoke(tmp_path):
         assert set(x) >= {"rho", "measured_ratio", "predicted_ratio", "selected"}
         assert x["predicted_ratio"] <= x["rho"] + 1e-9 and x["measured_ratio"] > 0
         assert x["limited_by"] == "budget"  # uniform importance: every tensor is worth its cost
+        assert x["closed_loop_ratio"] > 0 and 0 <= x["corrections"] <= 3
+    assert res["time_model_mape_corrected"] is not None
     assert len(res["rss_mb"]) == 12
     assert os.path.getsize(tmp_path / "b.png") > 1000

@@ -416,7 +416,7 @@ def test_profiling_first_does_not_change_the_run(tmp_path):
              "--weights", "none", "--dataset_name", "synthetic", "--input_size", "16",
              "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
              "--num_epochs", "2", "--steps_per_epoch", "6", "--interval", "1", "--rho", "0.7",
-             "--seed", "1", "--timing_table", str(tmp_path / "t.json"), "--logdir",
+             "--seed", "1", "--rho_feedback", "false", "--timing_table", str(tmp_path / "t.json"), "--logdir",
              str(tmp_path / "logs"), "--run_name", name, "--quiet"],
             capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
@@ -429,3 +429,79 @@ def test_profiling_first_does_not_change_the_run(tmp_path):
     assert [[e[k] for k in keys] for e in first["epochs"]] == \
         [[e[k] for k in keys] for e in again["epochs"]]
     assert [s["mask"] for s in first["selections"]] == [s["mask"] for s in again["selections"]]
+
+
+def _fake_device(monkeypatch, truth):
+    """Step times from `truth` (a TimeModel standing for the device) on a fake clock: every
+    train step of a selection advances it by what truth says that selection costs."""
+    from elastictrainer import loop, trainer as trainer_mod
+    clock = [0.0]
+    monkeypatch.setattr(loop, "_clock", lambda: clock[0])
+    real = trainer_mod.Trainer.step_for
+
+    def step_for(self, selection):
+        step = real(self, selection)
+        mask = np.zeros(len(self.variables), bool)
+        mask[list(selection)] = True
+        ms = truth.t_fp + truth.cost_ms(mask)
+
+        def timed(x, y):
+            clock[0] += ms / 1e3
+            return step(x, y)
+        return timed
+
+    monkeypatch.setattr(trainer_mod.Trainer, "step_for", step_for)
+
+
+@pytest.mark.parametrize("feedback", ["true", "false"])
+def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, feedback):
+    from elastictrainer.time_model import TimeModel
+    # the profiled table of the tiny model, with times as a real CNN's (forward 0.35 of a step;
+    # at 16 px the tiny model's own step is nearly all overhead)
+    data = json.load(open(workdir / "table.json"))
+    rng = np.random.default_rng(0)
+    for t in data["tensors"]:
+        t["t_dw_ms"], t["t_dy_ms"] = float(rng.uniform(1, 4)), float(rng.uniform(1, 4))
+    backward = sum(t["t_dw_ms"] + t["t_dy_ms"] for t in data["tensors"])
+    data["t_fp_ms"] = 0.35 / 0.65 * backward
+    data["t_full_ms"] = data["t_fp_ms"] + backward
+    data.pop("calibration", None)
+    path = workdir / f"wrong_table_{feedback}.json"
+    json.dump(data, open(path, "w"))
+    table = TimeModel(data)
+    # the device: backward ops 40% cheaper than profiled, the difference a fixed per-step cost
+    # the table missed, so every partial selection costs more of a step than predicted
+    truth = table.corrected(0.6, 0.6)
+    rho = 0.75
+    assert truth.rho_floor < rho * 0.9
+    _fake_device(monkeypatch, truth)
+    name = f"feedback_{feedback}"
+    assert main_cli.main(_argv(workdir, "elastic_training", name, "--steps_per_epoch", "16",
+                               "--interval", "1", "--rho", str(rho),
+                               "--rho_feedback", feedback, "--timing_table", str(path))) == 0
+    run = workdir / "logs" / name
+    summary = json.load(open(run / runlog.SUMMARY_FILE))
+    sels = summary["selections"]
+    assert summary["rho_feedback"] is (feedback == "true")
+    for s in sels:
+        assert s["limited_by"] in ("budget", "importance", "forward floor")
+        assert s["measured_ratio"] is not None and s["steps"] > 0
+        mask = np.array(s["mask"], bool)
+        assert s["measured_ratio"] == pytest.approx(truth.predicted_ratio(mask), rel=1e-6)
+    weights = np.array([s["steps"] for s in sels])
+    ratios = np.array([s["measured_ratio"] for s in sels])
+    assert summary["measured_ratio"] == pytest.approx(float(weights @ ratios / weights.sum()))
+    assert 0 <= summary["reselection_overhead_s"] <= summary["train_time_s"]
+    tags = set(_scalars(run).Tags()["tensors"]) | set(_scalars(run).Tags()["scalars"])
+    assert runlog.MEASURED_RATIO in tags
+    over = [s for s in sels if s["reason"] == "interval" and s["measured_ratio"] > rho * 1.05]
+    if feedback == "false":
+        assert summary["corrections"] == [] and all(s["reason"] == "interval" for s in sels)
+        assert over  # the wrong table misses rho, and nothing corrects it
+        return
+    assert summary["corrections"] and runlog.CORRECTIONS in tags
+    for c in summary["corrections"]:
+        assert c["miss"] in ("over", "under") and c["dw_scale"] > 0 and c["dy_scale"] > 0
+    # once corrected, no selection runs above 1.1 rho
+    first = sels.index(next(s for s in sels if s["reason"].startswith("correction")))
+    assert all(s["measured_ratio"] <= rho * 1.1 for s in sels[first:])

@@ -1,0 +1,122 @@
+"""The closed loop on rho (rho_control.py) with injected step times: no TensorFlow, no clock."""
+import numpy as np
+import pytest
+
+from elastictrainer import rho_control
+from elastictrainer.rho_control import MAX_CORRECTIONS, RhoController, fit_scales
+from elastictrainer.time_model import TimeModel, selection_sums
+
+
+def table(n=24, seed=0, forward_share=0.35):
+    """A synthetic timing table: n tensors, per-tensor t_dw / t_dy in ms, no calibration; the
+    forward pass takes `forward_share` of a full step, as in the CNNs profiled here."""
+    rng = np.random.default_rng(seed)
+    t_dw = rng.uniform(0.5, 4.0, n)
+    t_dy = rng.uniform(0.5, 4.0, n)
+    t_fp = forward_share / (1 - forward_share) * float(t_dw.sum() + t_dy.sum())
+    tensors = [{"rank": int(r), "t_dw_ms": float(a), "t_dy_ms": float(b)}
+               for r, a, b in zip(rng.permutation(n), t_dw, t_dy)]
+    return {"tensors": tensors, "t_fp_ms": t_fp, "t_full_ms": t_fp + float(t_dw.sum() + t_dy.sum())}
+
+
+def true_ratio(model, mask, noise=0.0, rng=None):
+    r = model.predicted_ratio(mask)
+    return r * (1 + noise * rng.standard_normal()) if noise else r
+
+
+def closed_loop(base, truth, rho, importance, noise=0.0, seed=0):
+    """What the loop does after one re-selection: select, measure, correct while it misses."""
+    ctl = RhoController(base, rho)
+    rng = np.random.default_rng(seed)
+    history = []
+    for attempt in range(MAX_CORRECTIONS + 1):
+        mask = ctl.model.select(importance, rho)
+        measured = true_ratio(truth, mask, noise, rng)
+        history.append(measured)
+        miss = ctl.judge(measured, ctl.model.limited_by(mask, importance, rho))
+        if miss is None or attempt == MAX_CORRECTIONS:
+            break
+        ctl.correct(mask, measured)
+    return ctl, history
+
+
+@pytest.mark.parametrize("dw,dy", [(1.3, 1.3), (0.7, 0.7), (1.3, 0.8), (0.8, 1.35)])
+@pytest.mark.parametrize("rho", [0.6, 0.8])
+def test_a_time_model_30_percent_off_converges_within_the_bound(dw, dy, rho):
+    base = TimeModel(table())
+    truth = base.corrected(dw, dy)  # the device: backward ops 30% dearer/cheaper than profiled
+    importance = np.ones(len(base.t_dw))  # every tensor worth training: the budget binds
+    mask = base.select(importance, rho)
+    first = truth.predicted_ratio(mask)
+    ctl, history = closed_loop(base, truth, rho, importance)
+    if abs(first / rho - 1) <= rho_control.TOLERANCE:  # the table alone happens to hold
+        assert len(history) == 1 and ctl.dw_scale == 1.0
+        return
+    assert abs(history[-1] / rho - 1) <= rho_control.TOLERANCE, history
+    assert all(h <= rho * 1.1 for h in history[1:]), history  # never above 1.1 rho once corrected
+    assert len(history) <= MAX_CORRECTIONS + 1
+
+
+def test_convergence_with_noisy_measurements():
+    base = TimeModel(table(seed=3))
+    truth = base.corrected(1.3, 1.2)
+    importance = np.random.default_rng(1).uniform(0.1, 1, len(base.t_dw))
+    for seed in range(5):
+        _, history = closed_loop(base, truth, 0.6, importance, noise=0.02, seed=seed)
+        assert history[-1] <= 0.6 * 1.1 and abs(history[-1] / 0.6 - 1) <= 0.1, history
+
+
+def test_a_selection_limited_by_importance_is_not_corrected():
+    base = TimeModel(table())
+    importance = -np.ones(len(base.t_dw))
+    importance[base.order[:2]] = 1.0  # only the two output-most tensors are worth anything
+    mask = base.select(importance, 0.8)
+    assert base.limited_by(mask, importance, 0.8) == "importance"
+    ctl = RhoController(base, 0.8)
+    assert ctl.judge(0.4, "importance") is None  # far under rho, but nothing more to buy
+    assert ctl.judge(0.4, "budget") == "under"
+    assert ctl.judge(0.9, "importance") == "over"  # above rho is always a miss
+    assert ctl.judge(0.81, "budget") is None  # within the tolerance
+
+
+def test_corrected_model_keeps_the_full_step_and_reports_the_fixed_cost():
+    base = TimeModel(table())
+    full = np.ones(len(base.t_dw), bool)
+    model = base.corrected(0.8, 0.8)
+    assert model.predicted_ratio(full) == pytest.approx(1.0)
+    backward = base.t_full - base.t_fp
+    assert model.fixed_ms == pytest.approx(0.2 * backward)  # what the backward ops no longer explain
+    assert model.rho_floor > base.rho_floor
+
+
+def test_fit_recovers_known_scales_from_two_measurements_and_is_damped():
+    base = TimeModel(table(seed=5))
+    truth = base.corrected(1.4, 0.7)
+    # two selections of different make-up: the error gradient alone to the input (mostly
+    # t_dy), and the output-most half trained (mostly t_dw)
+    n = len(base.t_dw)
+    deep, half = np.zeros(n, bool), np.zeros(n, bool)
+    deep[base.order[-1]] = True
+    half[base.order[: n // 2]] = True
+    masks = [deep, half]
+    points = []
+    for m in masks:
+        dw, dy = selection_sums(base.t_dw, base.t_dy, base.rank, m)
+        points.append((dw, dy, truth.predicted_ratio(m)))
+    a, b = fit_scales(base, points, (1.0, 1.0))
+    assert (a, b) == pytest.approx((1.4, 0.7), rel=2e-2)
+    # one correction moves a scale by at most MAX_FACTOR
+    far = base.corrected(5.0, 5.0)
+    dw, dy = selection_sums(base.t_dw, base.t_dy, base.rank, masks[0])
+    a, b = fit_scales(base, [(dw, dy, min(far.predicted_ratio(masks[0]), 0.99))], (1.0, 1.0))
+    assert a <= rho_control.MAX_FACTOR + 1e-9 and b <= rho_control.MAX_FACTOR + 1e-9
+
+
+def test_state_round_trips():
+    base = TimeModel(table())
+    ctl = RhoController(base, 0.5)
+    ctl.correct(base.select(np.ones(len(base.t_dw)), 0.5), 0.62)
+    again = RhoController(base, 0.5)
+    again.load_state(ctl.state())
+    assert again.model.t_dw == pytest.approx(ctl.model.t_dw)
+    assert again.model.t_fp == pytest.approx(ctl.model.t_fp)
