@@ -13,6 +13,18 @@ One module per component of the paper:
     plotting.py     the paper's figures; figures.py runs them
     cli.py          `elastictrainer train|profile|plot|figure` (and main.py, profiler.py, plot.py)
 
-Importing the package imports no TensorFlow.
+Importing the package imports no TensorFlow; `elastictrainer.run` and `elastictrainer.Config`
+(the Python API: loop.run, config.Config) load on first use.
 """
 __version__ = "0.2.0"
+
+
+def __getattr__(name):
+    # PEP 562: the command line's `--help` must not wait for TensorFlow
+    if name == "run":
+        from elastictrainer.loop import run
+        return run
+    if name == "Config":
+        from elastictrainer.config import Config
+        return Config
+    raise AttributeError(f"module 'elastictrainer' has no attribute {name!r}")

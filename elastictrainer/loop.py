@@ -76,32 +76,55 @@ def _load_time_model(cfg, model, num_classes, log):
     return tm, path
 
 
-def run(cfg, log=print):
-    """Train as `cfg` says; returns the summary dict (also written to summary.json)."""
+def run(cfg, log=print, model=None, data=None):
+    """Train as `cfg` says; returns the summary dict (also written to summary.json).
+
+    For one's own model and data in Python (the README's example):
+      model: a tf_keras Model to train instead of building cfg.model_name; it keeps its head,
+        its input size and its name, which names its timing table and run.
+      data: (train, test) tf.data datasets of (images, integer labels) batches, instead of
+        loading cfg.dataset_name; the train set should reshuffle each iteration.  An epoch is
+        the train set once (or cfg.steps_per_epoch steps).
+    """
     from tqdm import tqdm
 
     cfg.validate()
     check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
     scheme = SCHEMES[cfg.train_type]
     keras.utils.set_random_seed(cfg.seed)
-    bundle = load_dataset(cfg.dataset_name, input_size=cfg.input_size, batch_size=cfg.batch_size,
-                          seed=cfg.seed, data_dir=cfg.data_dir)
+    if data is not None:
+        bundle, batch_size = _user_data(data, model, cfg)
+        cfg = dataclasses.replace(cfg, dataset_name=bundle.name, batch_size=batch_size)
+    else:
+        bundle = load_dataset(cfg.dataset_name, input_size=cfg.input_size,
+                              batch_size=cfg.batch_size, seed=cfg.seed, data_dir=cfg.data_dir)
     num_classes = cfg.num_classes or bundle.num_classes
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
                         f"classes of {cfg.dataset_name}")
-    # a saved model keeps its own head unless --num_classes asks for a check
-    requested = cfg.num_classes if is_user_model(cfg.model_name) else num_classes
-    model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size, requested,
-                                                 cfg.weights)
+    if model is not None:
+        if not isinstance(model, keras.Model):
+            raise UserError(f"model must be a tf_keras Model (import tf_keras as keras), got "
+                            f"{type(model).__module__}.{type(model).__name__}")
+        input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
+        cfg = dataclasses.replace(cfg, model_name=model.name, input_size=input_size,
+                                  weights="(model object)")
+    else:
+        # a saved model keeps its own head unless --num_classes asks for a check
+        requested = cfg.num_classes if is_user_model(cfg.model_name) else num_classes
+        model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size, requested,
+                                                     cfg.weights)
     if input_size != cfg.input_size:
         raise UserError(f"{cfg.model_name} takes {input_size}x{input_size} images; "
                         f"pass --input_size {input_size}")
+    if num_classes < bundle.num_classes:
+        raise UserError(f"{cfg.model_name} outputs {num_classes} classes but "
+                        f"{cfg.dataset_name} has {bundle.num_classes}")
     cfg = dataclasses.replace(cfg, num_classes=num_classes, run_name=cfg.resolved_run_name())
 
-    steps_per_epoch = math.ceil(bundle.num_train / cfg.batch_size)
+    steps_per_epoch = math.ceil(bundle.num_train / cfg.batch_size) if bundle.num_train else None
     if cfg.steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, cfg.steps_per_epoch)
+        steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
     rng_state = _random_state(model)
     roles = check_roles(tensor_roles(model))
@@ -253,6 +276,31 @@ def run(cfg, log=print):
     log(f"{cfg.train_type} {ended}: best test accuracy {max(best, 0.0):.2f}%, "
         f"training time {hours:.4f} h ({train_time:.1f} s){spent}; results in {out}")
     return summary
+
+
+def _user_data(data, model, cfg):
+    """A DatasetBundle around a user's (train, test) tf.data datasets of batches."""
+    from elastictrainer.data.loaders import DatasetBundle
+
+    try:
+        train, test = data
+    except (TypeError, ValueError):
+        raise UserError("data must be a (train, test) pair of tf.data datasets") from None
+    for name, ds in (("train", train), ("test", test)):
+        if not isinstance(ds, tf.data.Dataset):
+            raise UserError(f"data's {name} set must be a tf.data.Dataset of (images, labels) "
+                            f"batches, got {type(ds).__name__}")
+    if model is None:
+        raise UserError("data=(train, test) needs model= as well (its head gives the classes)")
+    x, _ = next(iter(train))
+    batch_size = int(x.shape[0])
+    batches = int(train.cardinality())
+    if batches < 0 and not cfg.steps_per_epoch:  # infinite or unknown length
+        raise UserError("the train set's length is unknown: set steps_per_epoch in the Config")
+    classes = int(model.output_shape[-1])
+    return DatasetBundle(train=train, test=test, num_classes=classes,
+                         num_train=max(batches, 0) * batch_size, num_test=0,
+                         name="user data"), batch_size
 
 
 def _random_state(model):

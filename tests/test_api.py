@@ -1,0 +1,52 @@
+"""The Python API: the README's example, executed as written."""
+import json
+import os
+import re
+
+from conftest import write_image_folder
+from elastictrainer import runlog
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_example():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    m = re.search(r"<!-- api-example -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README lost its API example"
+    return m.group(1)
+
+
+def test_readme_api_example_runs(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+    write_image_folder(Path(tmp_path) / "my_images", per_class=16)
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(readme_example(), "README.md", "exec"), namespace)
+    summary = namespace["summary"]
+    assert summary["status"] == "finished" and len(summary["epochs"]) == 3
+    assert summary["model"] == "my_model" and summary["measured_ratio"] is not None
+    assert len(summary["selections"]) >= 3  # interval 1: one selection per epoch at least
+    runs = os.listdir(tmp_path / "logs")
+    assert len(runs) == 1
+    saved = json.load(open(tmp_path / "logs" / runs[0] / runlog.SUMMARY_FILE))
+    assert saved["best_test_accuracy"] == summary["best_test_accuracy"]
+    assert os.path.exists(tmp_path / "profiles" / "my_model_i64_b8_c3_adam.json")
+    printed = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert float(printed[0]) == summary["best_test_accuracy"]
+
+
+def test_api_refuses_what_it_cannot_train(tmp_path):
+    import pytest
+    import tensorflow as tf
+
+    import elastictrainer
+    from conftest import tiny_model
+    from elastictrainer.common import UserError
+    cfg = elastictrainer.Config(logdir=str(tmp_path), num_epochs=1)
+    ds = tf.data.Dataset.from_tensor_slices((tf.zeros((8, 16, 16, 3)), tf.zeros(8, tf.int32)))
+    with pytest.raises(UserError, match="tf.data.Dataset"):
+        elastictrainer.run(cfg, model=tiny_model(), data=(ds.batch(4), [1, 2]))
+    with pytest.raises(UserError, match="needs model"):
+        elastictrainer.run(cfg, data=(ds.batch(4), ds.batch(4)))
+    with pytest.raises(UserError, match="length is unknown"):
+        elastictrainer.run(cfg, model=tiny_model(), data=(ds.batch(4).repeat(), ds.batch(4)))
