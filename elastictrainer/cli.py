@@ -81,6 +81,12 @@ def train_parser(prog="elastictrainer train"):
                         "rails, else NVIDIA GPUs through NVML plus Intel RAPL), one of those "
                         "alone, or none; summary.json says which sensor (energy_source). "
                         f"${ENV_ROOT} points the readers at another sysfs root")
+    p.add_argument("--resume", type=str2bool, default=True,
+                   help="running a --run_name that has an unfinished run continues it from its "
+                        "last checkpoint (settings must match); false starts it over")
+    p.add_argument("--checkpoint_minutes", type=float, default=10,
+                   help="checkpoint (weights, optimizer, data position, selection) at each epoch "
+                        "end and at least this often within an epoch; 0: at epoch ends only")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 

@@ -45,6 +45,8 @@ class Config:
     steps_per_epoch: Optional[int] = None
     dp_resolution: int = 10000
     energy: str = "auto"
+    resume: bool = True
+    checkpoint_minutes: float = 10.0
     progress: bool = True
 
     def validate(self):
@@ -63,6 +65,9 @@ class Config:
         if not self.interval > 0:
             raise UserError(f"--interval must be positive (epochs between re-selections), "
                             f"got {self.interval}")
+        if not self.checkpoint_minutes >= 0:
+            raise UserError(f"--checkpoint_minutes must be >= 0 (0: at epoch ends only), got "
+                            f"{self.checkpoint_minutes}")
         if not 0 < self.rho <= 1:
             raise UserError(f"--rho is the elastic step time / full step time and must be in "
                             f"(0, 1], got {self.rho}")

@@ -275,6 +275,11 @@ class EnergyMeter:
         self.pause()
         return self._joules
 
+    def restore(self, joules, active_s) -> None:
+        """Continue the totals of a resumed run (what it had measured before it stopped)."""
+        with self._lock:
+            self._joules, self._active_s = float(joules or 0.0), float(active_s or 0.0)
+
     def pause(self) -> None:
         """Count up to now, then ignore time until resume() (e.g. validation)."""
         self.sample()
@@ -337,6 +342,7 @@ class NullMeter:
         return self
 
     def stop(self) -> None: ...
+    def restore(self, joules, active_s) -> None: ...
     def pause(self) -> None: ...
     def resume(self) -> None: ...
     def sample(self) -> None: ...

@@ -8,7 +8,8 @@
 A figure is data (FIGURES below): models x datasets x (ElasticTrainer at each rho + baselines),
 and the plots drawn from the run directories.  Runs are `elastictrainer train ...` processes
 with fixed run names under --logdir; a run whose summary.json says "finished" is not run again,
-so an interrupted script picks up where it stopped (the run in progress starts over).  Figures
+so an interrupted script picks up where it stopped, and the run it was in continues from its
+last checkpoint (checkpoint.py; same run name, same settings).  Figures
 are drawn by `elastictrainer plot` from summary.json and the TensorBoard events, and written as
 PNG + PDF under --figdir.  Paths default to logs/, figures/ and profiles/ in the current
 directory.

@@ -20,6 +20,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer import energy, engine, runlog
+from elastictrainer.checkpoint import CHECKPOINT_DIR, RunCheckpoint, check_same_run
 from elastictrainer.common import RunError, UserError, check_writable_dir, one_line, peak_rss_mb
 from elastictrainer.data.loaders import first_undecodable, load_dataset
 from elastictrainer.importance import IMPORTANCE, normalize
@@ -138,9 +139,14 @@ def run(cfg, log=print, model=None, data=None):
     _restore_random_state(model, rng_state, cfg.seed)
 
     out = runlog.run_dir(cfg.logdir, cfg.run_name)
+    resume_from = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
-    runlog.write_json(os.path.join(out, runlog.CONFIG_FILE), dataclasses.asdict(cfg))
-    writer = tf.summary.create_file_writer(out)
+    train_iter = iter(bundle.train.repeat())
+    probe_iter = iter(bundle.train.repeat())
+    ckpt = RunCheckpoint(out, model, optimizer, {"train_data": train_iter,
+                                                 "probe_data": probe_iter})
+    if not resume_from:
+        runlog.write_json(os.path.join(out, runlog.CONFIG_FILE), dataclasses.asdict(cfg))
     summary = {
         "train_type": cfg.train_type, "model": cfg.model_name, "dataset": cfg.dataset_name,
         "rho": cfg.rho if scheme.elastic else None, "seed": cfg.seed, "num_tensors": n,
@@ -160,98 +166,121 @@ def run(cfg, log=print, model=None, data=None):
     def save_summary():
         runlog.write_json(os.path.join(out, runlog.SUMMARY_FILE), summary)
 
-    selection = scheme.fixed_selection(roles) if not scheme.elastic else None
+    st = _LoopState(selection=scheme.fixed_selection(roles) if not scheme.elastic else None)
     elastic = None
     if scheme.elastic:
         elastic = _Elastic(trainer, scheme, RhoController(time_model, cfg.rho, cfg.rho_feedback),
-                           cfg, iter(bundle.train.repeat()), steps_per_epoch, summary, log)
+                           cfg, probe_iter, steps_per_epoch, summary, log)
+    if resume_from:
+        saved = ckpt.restore()
+        st = _LoopState(**saved["loop"])
+        summary.clear()
+        summary.update(saved["summary"], status="running")
+        summary.pop("error", None)
+        _set_random_state(model, saved["random"])
+        meter.restore(*saved["energy"])
+        if elastic:
+            elastic.load_state(saved["elastic"])
+        # events written after this checkpoint would repeat their steps: dropped
+        runlog.truncate_events(out, saved["wall_time"])
+        log(f"resuming {out} from {os.path.basename(ckpt.latest)}: epoch {st.epoch + 1} of "
+            f"{cfg.num_epochs}, step {st.step_in_epoch} of {steps_per_epoch}, "
+            f"{st.train_time:.1f} s trained")
+    writer = tf.summary.create_file_writer(out)
     reselect_every = cfg.interval * steps_per_epoch
-    next_reselect = 0
-    train_time = 0.0
-    global_step = 0
-    best = -1.0
-    run_loss = run_correct = run_seen = 0.0
+
+    def checkpoint():
+        state = {"loop": dataclasses.asdict(st), "summary": summary,
+                 "random": _get_random_state(model), "energy": [meter.joules, meter.active_s],
+                 "elastic": elastic.state() if elastic else None, "wall_time": time.time()}
+        writer.flush()
+        ckpt.save(state, st.global_step)
+        st.last_checkpoint = _clock()
+
     save_summary()
+    st.last_checkpoint = _clock()
+    every_s = cfg.checkpoint_minutes * 60
     with (_StopFlag() as stop, writer.as_default(), meter,
           _outcome_recorded(summary, save_summary, bundle.files)):
-        for epoch in range(1, cfg.num_epochs + 1):
+        while st.epoch < cfg.num_epochs:
+            epoch = st.epoch + 1
             meter.resume()
-            bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{cfg.num_epochs}",
-                       disable=not cfg.progress, unit="step", leave=False)
-            ep_loss = ep_correct = ep_seen = 0.0
-            ep_steps = 0
+            bar = tqdm(total=steps_per_epoch, initial=st.step_in_epoch,
+                       desc=f"epoch {epoch}/{cfg.num_epochs}", disable=not cfg.progress,
+                       unit="step", leave=False)
             t_epoch = _clock()
-            for x, y in bundle.train.take(steps_per_epoch):
-                if elastic and global_step >= next_reselect:
-                    selection = elastic.reselect(global_step)
-                    next_reselect = max(next_reselect + reselect_every, global_step + 1)
+            while st.step_in_epoch < steps_per_epoch:
+                x, y = next(train_iter)
+                if elastic and st.global_step >= st.next_reselect:
+                    st.selection = elastic.reselect(st.global_step)
+                    st.next_reselect = max(st.next_reselect + reselect_every, st.global_step + 1)
                 if elastic:
                     elastic.before_step(x, y)
                 t_step = _clock()
-                loss, logits = trainer.step_for(selection)(x, y)
+                loss, logits = trainer.step_for(st.selection)(x, y)
                 loss = float(loss)
-                if elastic and elastic.after_step(_clock() - t_step, global_step):
-                    selection = elastic.selection
+                if elastic and elastic.after_step(_clock() - t_step, st.global_step):
+                    st.selection = elastic.selection
                 if not math.isfinite(loss):
                     summary["status"] = "nan"
-                    train_time += _clock() - t_epoch
                     meter.pause()
-                    summary.update(train_time_s=train_time, energy_j=meter.joules,
-                                   avg_power_w=meter.avg_power_w)
+                    summary.update(train_time_s=st.train_time + _clock() - t_epoch,
+                                   energy_j=meter.joules, avg_power_w=meter.avg_power_w)
                     save_summary()
-                    raise RunError(f"the loss became {loss} at epoch {epoch}, step {global_step}; "
-                                   f"try a lower --learning_rate")
-                b = int(y.shape[0])
-                correct = float(np.sum(np.argmax(logits.numpy(), -1) == y.numpy()))
-                ep_loss += loss * b
-                ep_correct += correct
-                ep_seen += b
-                run_loss += loss * b
-                run_correct += correct
-                run_seen += b
-                global_step += 1
-                ep_steps += 1
-                if global_step % runlog.SCALAR_EVERY_STEPS == 0:
-                    _write_train_scalars(trainer, run_correct, run_loss, run_seen, global_step)
-                    run_loss = run_correct = run_seen = 0.0
+                    raise RunError(f"the loss became {loss} at epoch {epoch}, step "
+                                   f"{st.global_step}; try a lower --learning_rate")
+                st.add(loss, logits.numpy(), y.numpy())
+                if st.global_step % runlog.SCALAR_EVERY_STEPS == 0:
+                    _write_train_scalars(trainer, st.run_correct, st.run_loss, st.run_seen,
+                                         st.global_step)
+                    st.run_loss = st.run_correct = st.run_seen = 0.0
                 bar.update(1)
-                bar.set_postfix(loss=f"{ep_loss / ep_seen:.3f}", acc=f"{100 * ep_correct / ep_seen:.1f}")
-                if stop.requested:
-                    break
-            train_time += _clock() - t_epoch
+                bar.set_postfix(loss=f"{st.ep_loss / st.ep_seen:.3f}",
+                                acc=f"{100 * st.ep_correct / st.ep_seen:.1f}")
+                if stop.requested or (every_s and _clock() - st.last_checkpoint >= every_s
+                                      and st.step_in_epoch < steps_per_epoch):
+                    now = _clock()
+                    st.train_time += now - t_epoch
+                    t_epoch = now
+                    checkpoint()  # mid-epoch: a kill or Ctrl-C loses at most a few minutes
+                    if stop.requested:
+                        break
+            st.train_time += _clock() - t_epoch
             meter.pause()
             summary.update(energy_j=meter.joules, avg_power_w=meter.avg_power_w)
             bar.close()
             # An epoch whose every step ran is evaluated even if Ctrl-C came during its last
             # (possibly partial) batch.
-            if stop.requested and 0 < ep_steps < steps_per_epoch:
-                summary["train_time_s"] = train_time
+            if stop.requested and st.step_in_epoch < steps_per_epoch:
+                summary["train_time_s"] = st.train_time
                 break
-            if run_seen:
-                _write_train_scalars(trainer, run_correct, run_loss, run_seen, global_step)
-                run_loss = run_correct = run_seen = 0.0
+            if st.run_seen:
+                _write_train_scalars(trainer, st.run_correct, st.run_loss, st.run_seen,
+                                     st.global_step)
+                st.run_loss = st.run_correct = st.run_seen = 0.0
             test_acc, test_loss = trainer.evaluate(bundle.test)
-            tf.summary.scalar(runlog.TEST_ACCURACY, test_acc, step=global_step)
-            tf.summary.scalar(runlog.TEST_LOSS, test_loss, step=global_step)
+            tf.summary.scalar(runlog.TEST_ACCURACY, test_acc, step=st.global_step)
+            tf.summary.scalar(runlog.TEST_LOSS, test_loss, step=st.global_step)
             if meter.joules is not None:
-                tf.summary.scalar(runlog.ENERGY_JOULES, meter.joules, step=global_step)
-            writer.flush()
-            if test_acc > best:
-                best = test_acc
+                tf.summary.scalar(runlog.ENERGY_JOULES, meter.joules, step=st.global_step)
+            if test_acc > st.best:
+                st.best = test_acc
                 if cfg.save_model:
-                    model.save_weights(os.path.join(out, runlog.BEST_WEIGHTS_FILE))
+                    _save_weights_atomically(model, os.path.join(out, runlog.BEST_WEIGHTS_FILE))
             summary["epochs"].append({
-                "epoch": epoch, "train_time_s": train_time, "test_accuracy": test_acc,
-                "test_loss": test_loss, "train_accuracy": 100 * ep_correct / max(ep_seen, 1),
-                "train_loss": ep_loss / max(ep_seen, 1), "selected": len(selection),
+                "epoch": epoch, "train_time_s": st.train_time, "test_accuracy": test_acc,
+                "test_loss": test_loss, "train_accuracy": 100 * st.ep_correct / max(st.ep_seen, 1),
+                "train_loss": st.ep_loss / max(st.ep_seen, 1), "selected": len(st.selection),
                 "energy_j": meter.joules,
             })
-            summary["best_test_accuracy"] = best
-            summary["train_time_s"] = train_time
-            save_summary()
-            log(f"epoch {epoch}: train loss {ep_loss / max(ep_seen, 1):.4f}, "
+            summary["best_test_accuracy"] = st.best
+            summary["train_time_s"] = st.train_time
+            log(f"epoch {epoch}: train loss {st.ep_loss / max(st.ep_seen, 1):.4f}, "
                 f"test accuracy {test_acc:.2f}%, test loss {test_loss:.4f}, "
-                f"training time {train_time:.1f} s, {len(selection)}/{n} tensors trained")
+                f"training time {st.train_time:.1f} s, {len(st.selection)}/{n} tensors trained")
+            st.next_epoch()
+            checkpoint()
+            save_summary()
             if stop.requested:
                 break
         if elastic:
@@ -261,6 +290,7 @@ def run(cfg, log=print, model=None, data=None):
     summary["step_cache_traces"] = trainer.steps.traces
     summary["peak_rss_mb"] = peak_rss_mb()
     save_summary()
+    train_time, best = st.train_time, st.best
     hours = train_time / 3600
     if cfg.save_txt:
         np.savetxt(os.path.join(out, f"{cfg.run_name}.txt"), [hours, max(best, 0.0)])
@@ -271,11 +301,89 @@ def run(cfg, log=print, model=None, data=None):
         spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
                   f"{'n/a' if measured is None else f'{measured:.3f}'}"
                   f" ({len(summary['corrections'])} correction(s))")
-    ended = (f"interrupted after {len(summary['epochs'])} of {cfg.num_epochs} epochs (run it "
-             f"again to train from the start)" if stop.requested else "finished")
+    ended = (f"interrupted after {len(summary['epochs'])} of {cfg.num_epochs} epochs (run the "
+             f"same command again to continue)" if stop.requested else "finished")
     log(f"{cfg.train_type} {ended}: best test accuracy {max(best, 0.0):.2f}%, "
         f"training time {hours:.4f} h ({train_time:.1f} s){spent}; results in {out}")
     return summary
+
+
+@dataclasses.dataclass
+class _LoopState:
+    """Where the loop is: what a checkpoint needs besides weights, optimizer and iterators."""
+    selection: tuple = None
+    epoch: int = 0  # epochs finished
+    step_in_epoch: int = 0
+    global_step: int = 0
+    next_reselect: float = 0
+    train_time: float = 0.0
+    best: float = -1.0
+    ep_loss: float = 0.0
+    ep_correct: float = 0.0
+    ep_seen: float = 0.0
+    run_loss: float = 0.0
+    run_correct: float = 0.0
+    run_seen: float = 0.0
+    last_checkpoint: float = 0.0
+
+    def __post_init__(self):
+        if self.selection is not None:
+            self.selection = tuple(int(k) for k in self.selection)
+
+    def add(self, loss, logits, labels):
+        b = int(labels.shape[0])
+        correct = float(np.sum(np.argmax(logits, -1) == labels))
+        self.ep_loss += loss * b
+        self.ep_correct += correct
+        self.ep_seen += b
+        self.run_loss += loss * b
+        self.run_correct += correct
+        self.run_seen += b
+        self.global_step += 1
+        self.step_in_epoch += 1
+
+    def next_epoch(self):
+        self.epoch += 1
+        self.step_in_epoch = 0
+        self.ep_loss = self.ep_correct = self.ep_seen = 0.0
+
+
+def _resumable(out, cfg, log):
+    """True when `out` holds an unfinished run of these settings to continue (--resume true);
+    a finished run, or other settings, are refused with one line."""
+    config_path = os.path.join(out, runlog.CONFIG_FILE)
+    if not os.path.exists(os.path.join(out, CHECKPOINT_DIR, "checkpoint")):
+        return False
+    if not cfg.resume:
+        log(f"--resume false: starting {out} over (its checkpoints are replaced)")
+        import shutil
+        shutil.rmtree(os.path.join(out, CHECKPOINT_DIR), ignore_errors=True)
+        for f in os.listdir(out):
+            if f.startswith("events.out.tfevents"):
+                os.remove(os.path.join(out, f))
+        return False
+    try:
+        saved = runlog.read_config(out)
+    except (OSError, ValueError):
+        raise UserError(f"cannot resume {out}: its {runlog.CONFIG_FILE} is missing or "
+                        f"unreadable; pass --resume false to start it over") from None
+    check_same_run(saved, cfg, out)
+    try:
+        status = runlog.read_summary(out).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "finished":
+        raise UserError(f"{out} already holds a finished run; pass another --run_name, or "
+                        f"--resume false to start it over")
+    return True
+
+
+def _save_weights_atomically(model, path):
+    # the format follows the name's ending (".weights.h5"), so the temporary name keeps it
+    head, base = os.path.split(path)
+    tmp = os.path.join(head, "tmp-" + base)
+    model.save_weights(tmp)
+    os.replace(tmp, path)
 
 
 def _user_data(data, model, cfg):
@@ -301,6 +409,16 @@ def _user_data(data, model, cfg):
     return DatasetBundle(train=train, test=test, num_classes=classes,
                          num_train=max(batches, 0) * batch_size, num_test=0,
                          name="user data"), batch_size
+
+
+def _get_random_state(model):
+    """The augmentation generators' states as lists (JSON), for a checkpoint."""
+    return [value.tolist() for _, value in _random_state(model)]
+
+
+def _set_random_state(model, values):
+    for (var, _), value in zip(_random_state(model), values):
+        var.assign(np.asarray(value, dtype=var.dtype.as_numpy_dtype))
 
 
 def _random_state(model):
@@ -497,8 +615,32 @@ class _Elastic:
             self.record["step_ms"] = median * 1e3
             self.record["measured_ratio"] = self._measured()
             # compiling a new selection's step is part of re-selecting
-            self.overhead_s += max(self.first_step_s - median, 0.0)
+            if self.first_step_s is not None:
+                self.overhead_s += max(self.first_step_s - median, 0.0)
         self.record = None
+
+    def state(self):
+        """What a checkpoint keeps of the elastic side (the summary keeps the records)."""
+        return {"importance": None if self.importance is None else list(self.importance),
+                "mask": None if self.record is None else [bool(b) for b in self.mask],
+                "selection": None if self.selection is None else list(self.selection),
+                "open_record": self.record is not None, "full_times": self.full_times,
+                "times": self.times, "corrections_here": self.corrections_here,
+                "overhead_s": self.overhead_s, "controller": self.ctl.state()}
+
+    def load_state(self, state):
+        self.importance = (None if state["importance"] is None
+                           else np.asarray(state["importance"], float))
+        self.selection = None if state["selection"] is None else tuple(state["selection"])
+        self.mask = None if state["mask"] is None else np.asarray(state["mask"], bool)
+        self.record = self.summary["selections"][-1] if state["open_record"] else None
+        self.full_times = list(state["full_times"])
+        self.full_ms = statistics.median(self.full_times) * 1e3 if self.full_times else None
+        self.times = list(state["times"])
+        self.first_step_s = None  # the first step after resuming compiles again
+        self.corrections_here = state["corrections_here"]
+        self.overhead_s = state["overhead_s"]
+        self.ctl.load_state(state["controller"])
 
     def finish(self):
         self._close_record()
@@ -515,6 +657,7 @@ def _time_full_step(trainer, x, y, warm):
     afterwards, so what trains is unchanged."""
     weights = [v.numpy() for v in trainer.model.weights]
     slots = [v.numpy() for v in trainer.optimizer.variables]
+    generators = _random_state(trainer.model)  # augmentation draws: as if no step had run
     step = trainer.step_for(tuple(range(len(trainer.variables))))
     try:
         if id(step) not in warm:  # a first call compiles: not a step time
@@ -527,5 +670,7 @@ def _time_full_step(trainer, x, y, warm):
         for v, w in zip(trainer.model.weights, weights):
             v.assign(w)
         for v, w in zip(trainer.optimizer.variables, slots):
+            v.assign(w)
+        for v, w in generators:
             v.assign(w)
 

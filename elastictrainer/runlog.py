@@ -35,6 +35,37 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def truncate_events(run_directory, wall_time):
+    """Drop the TensorBoard events a run wrote after `wall_time` (its last checkpoint): a
+    resumed run writes those steps again, and TensorBoard would show them twice.  Each event
+    file is rewritten whole-or-nothing.  TensorFlow's TFRecord reader and writer; event files
+    are TFRecords of Event protos."""
+    import tensorflow as tf
+    from tensorboard.compat.proto import event_pb2
+
+    for name in sorted(os.listdir(run_directory)):
+        if not name.startswith("events.out.tfevents"):
+            continue
+        path = os.path.join(run_directory, name)
+        kept, dropped = [], 0
+        try:
+            for record in tf.data.TFRecordDataset(path):
+                raw = record.numpy()
+                if event_pb2.Event.FromString(raw).wall_time <= wall_time:
+                    kept.append(raw)
+                else:
+                    dropped += 1
+        except tf.errors.DataLossError:  # a write cut short by the kill: its tail is lost
+            dropped += 1
+        if not dropped:
+            continue
+        tmp = path + ".tmp"
+        with tf.io.TFRecordWriter(tmp) as w:
+            for raw in kept:
+                w.write(raw)
+        os.replace(tmp, path)
+
+
 def read_summary(run_directory):
     with open(os.path.join(run_directory, SUMMARY_FILE)) as f:
         return json.load(f)

@@ -192,6 +192,8 @@ def classifier(input_size, num_classes, preprocess, make_backbone, name):
     x = preprocess(augment(inputs))
     x = make_backbone()(x, training=False)
     x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
-    x = keras.layers.Dropout(0.2, name="dropout")(x)
+    # force_generator: its random state is a tf.random.Generator that a checkpoint saves, so
+    # a resumed run draws the same masks (the legacy ops keep theirs inside the kernel)
+    x = keras.layers.Dropout(0.2, name="dropout", force_generator=True)(x)
     outputs = keras.layers.Dense(num_classes, name="classifier")(x)
     return keras.Model(inputs, outputs, name=name)

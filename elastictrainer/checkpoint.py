@@ -1,0 +1,70 @@
+"""Resuming a run after a crash, a reboot or an out-of-memory kill (not in the paper; its
+figures take hours to days on a Jetson or a Pi).
+
+One tf.train.Checkpoint per save holds everything a run needs to go on as if it had never
+stopped: the model's weights, the optimizer's state (slots, iteration count, hence the schedule
+position), the input pipelines' iterators (data order and probe batches continue where they
+were) and the loop's own state as one JSON string (epoch and step, the selection, the closed
+loop's time-model corrections, the summary so far, the augmentation generators' states).
+tf.train.CheckpointManager writes each checkpoint's files before it rewrites its index file
+atomically, so a `kill -9` at any moment leaves the previous checkpoint readable.
+"""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import json
+import os
+
+import tensorflow as tf
+
+from elastictrainer.common import UserError, one_line
+
+CHECKPOINT_DIR = "checkpoints"
+# Settings that make a run what it is: a checkpoint of a run with other values is refused.
+IDENTITY = ("model_name", "dataset_name", "train_type", "rho", "batch_size", "input_size",
+            "num_classes", "optimizer", "learning_rate", "weight_decay", "num_epochs",
+            "interval", "seed", "weights", "probe_batches", "steps_per_epoch", "rho_feedback")
+
+
+class RunCheckpoint:
+    """Checkpoints of one run directory (`run_dir/checkpoints`), the latest two kept."""
+
+    def __init__(self, run_dir, model, optimizer, iterators, max_to_keep=2):
+        self.directory = os.path.join(run_dir, CHECKPOINT_DIR)
+        self._state = tf.Variable("", dtype=tf.string, trainable=False)
+        self._ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, loop_state=self._state,
+                                         **iterators)
+        self._manager = tf.train.CheckpointManager(self._ckpt, self.directory,
+                                                   max_to_keep=max_to_keep)
+
+    @property
+    def latest(self):
+        return self._manager.latest_checkpoint
+
+    def save(self, state, step):
+        self._state.assign(json.dumps(state))
+        return self._manager.save(checkpoint_number=step)
+
+    def restore(self):
+        """The loop state of the latest checkpoint, everything else restored in place; one
+        line (UserError) when it cannot be read."""
+        path = self.latest
+        try:
+            self._ckpt.restore(path).assert_existing_objects_matched()
+            return json.loads(self._state.numpy().decode())
+        except Exception as e:  # a truncated file fails in TF's reader with any of several types
+            message = e.message if isinstance(e, tf.errors.OpError) else str(e)
+            raise UserError(f"cannot resume from {path}: the checkpoint is unreadable "
+                            f"({one_line(message, 160)}); start the run over with --resume "
+                            f"false") from None
+
+
+def check_same_run(saved, cfg, run_dir):
+    """Refuse to resume a run directory made with other settings, naming the first that
+    differs."""
+    for key in IDENTITY:
+        old, new = saved.get(key), getattr(cfg, key)
+        if key == "num_classes" and new is None:
+            continue
+        if old != new:
+            raise UserError(f"{run_dir} holds a run with --{key} {old}, not {new}: pass another "
+                            f"--run_name, or --resume false to start that run over")
