@@ -86,8 +86,7 @@ def run(cfg, log=print):
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
                         f"classes of {cfg.dataset_name}")
-    # a saved model keeps its own head unless --num_classes asks for a check
-    requested = cfg.num_classes if is_user_model(cfg.model_name) else num_classes
+    requested = num_classes  # a saved model with another class count gets a new head (build.py)
     model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size, requested,
                                                  cfg.weights)
     if input_size != cfg.input_size:
