@@ -15,6 +15,7 @@ machine fails fast with a one-line UserError naming the expected cache file.
 """
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import importlib
 import os
 import re
 
@@ -22,6 +23,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer.common import UserError, one_line
+from elastictrainer.models import MODELS
 
 _SERIALIZABLE_PACKAGE = "elastictrainer"
 
@@ -29,6 +31,14 @@ _SERIALIZABLE_PACKAGE = "elastictrainer"
 def register_serializable(cls):
     """Register a custom layer so `keras.models.load_model` finds it once `models` is imported."""
     return keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)(cls)
+
+
+def build_builtin(name, input_size, num_classes, weights="none"):
+    """Call the builder models.MODELS declares for `name` (weights "none" or "imagenet")."""
+    spec = MODELS.get_or_fail(name)
+    module, function = spec.builder.split(":")
+    builder = getattr(importlib.import_module(module), function)
+    return builder(**spec.kwargs, input_size=input_size, num_classes=num_classes, weights=weights)
 
 
 # ----------------------------------------------------------------------------------------------

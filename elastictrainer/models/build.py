@@ -5,7 +5,6 @@ give a saved model a new classifier for another class count.
 """
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
-import importlib
 import os
 
 import tf_keras as keras
@@ -13,7 +12,7 @@ import tf_keras as keras
 from elastictrainer.common import UserError, one_line
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, is_user_model
 from elastictrainer.models import vit
-from elastictrainer.models.base import load_weights_file, output_head, weights_kind
+from elastictrainer.models.base import build_builtin, load_weights_file, output_head, weights_kind
 
 
 def build_model(name_or_path, input_size=None, num_classes=None, weights="none", log=print,
@@ -40,12 +39,9 @@ def build_model(name_or_path, input_size=None, num_classes=None, weights="none",
     if kind == "synthetic" and not spec.synthetic:
         raise UserError(f"{key} has no synthetic pretraining (only {', '.join(synthetic_models())} "
                         f"have); use --weights imagenet or --weights PATH")
-    module, function = spec.builder.split(":")
-    builder = getattr(importlib.import_module(module), function)
-    model = builder(**spec.kwargs,
-                    input_size=DEFAULT_INPUT_SIZE if input_size is None else input_size,
-                    num_classes=DEFAULT_NUM_CLASSES if num_classes is None else num_classes,
-                    weights="none" if kind in ("path", "synthetic") else weights)
+    model = build_builtin(key, DEFAULT_INPUT_SIZE if input_size is None else input_size,
+                          DEFAULT_NUM_CLASSES if num_classes is None else num_classes,
+                          "none" if kind in ("path", "synthetic") else weights)
     if kind == "path":
         load_weights(model, weights, log)
     elif kind == "synthetic":

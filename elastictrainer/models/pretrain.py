@@ -35,7 +35,7 @@ from elastictrainer import engine
 from elastictrainer.common import UserError, one_line
 from elastictrainer.data.loaders import SOURCE_NUM_CLASSES, synthetic_source_examples
 from elastictrainer.models import MODELS
-from elastictrainer.models.base import keras_cache_root
+from elastictrainer.models.base import build_builtin, keras_cache_root
 
 # Bump when the source task, the recipe or the procedure changes: old cache files are then
 # simply not found (their name holds the version) and a new one is made.
@@ -110,8 +110,6 @@ def pretrain(model_name, input_size, path, log=print, progress=True):
     """Pretrain `model_name`'s backbone on the synthetic source task and save it to `path`."""
     from tqdm import tqdm
 
-    from elastictrainer.models.build import build_model
-
     rec = recipe(model_name)
     estimate = rec.seconds_at_32 * max(1.0, (input_size / 32) ** 2)
     log(f"--weights synthetic: pretraining {model_name} once, at {input_size} px, on the "
@@ -120,8 +118,7 @@ def pretrain(model_name, input_size, path, log=print, progress=True):
         f"on 2 CPU cores; cached as {path}")
     t0 = time.perf_counter()
     keras.utils.set_random_seed(SOURCE_SEED)
-    source = build_model(model_name, input_size=input_size, num_classes=SOURCE_NUM_CLASSES,
-                         weights="none")
+    source = build_builtin(model_name, input_size, SOURCE_NUM_CLASSES)
     backbone = backbone_of(source)
     image = keras.Input(shape=(input_size, input_size, 3), name="image")
     x = source.get_layer("preprocess")(image)
