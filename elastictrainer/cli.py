@@ -64,7 +64,10 @@ def train_parser(prog="elastictrainer train"):
                         "repeat bit for bit; the measured ratio is still reported")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, data order and probes")
     p.add_argument("--weights", default="imagenet",
-                   help="imagenet (keras cache, downloaded when online) | none | PATH")
+                   help="imagenet (keras cache, downloaded when online) | synthetic (smallcnn, "
+                        "mobilenetv2: pretrained here once on a synthetic source task, offline) "
+                        "| none | PATH (a file of another class count loads all but the "
+                        "classifier)")
     p.add_argument("--data_dir", default=None,
                    help="TFDS data directory (default: TFDS's, ~/tensorflow_datasets)")
     p.add_argument("--logdir", default="logs", help="where run directories are written")
@@ -117,7 +120,7 @@ def profile_parser(prog="elastictrainer profile"):
                         "model file keeps its own)")
     p.add_argument("--batch_size", type=int, default=4, help="training batch size to profile")
     p.add_argument("--weights", default="none",
-                   help="imagenet | none | PATH; timings do not depend on the values, so the "
+                   help="imagenet | synthetic | none | PATH; timings do not depend on the values, so the "
                         "default avoids a download")
     p.add_argument("--num_iterations", type=int, default=5,
                    help="profiled training steps (also the number of timed steps)")

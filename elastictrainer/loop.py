@@ -24,7 +24,6 @@ from elastictrainer.checkpoint import CHECKPOINT_DIR, RunCheckpoint, check_same_
 from elastictrainer.common import RunError, UserError, check_writable_dir, one_line, peak_rss_mb
 from elastictrainer.data.loaders import first_undecodable, load_dataset
 from elastictrainer.importance import IMPORTANCE, normalize
-from elastictrainer.models import is_user_model
 from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
@@ -111,10 +110,10 @@ def run(cfg, log=print, model=None, data=None):
         cfg = dataclasses.replace(cfg, model_name=model.name, input_size=input_size,
                                   weights="(model object)")
     else:
-        # a saved model keeps its own head unless --num_classes asks for a check
-        requested = cfg.num_classes if is_user_model(cfg.model_name) else num_classes
-        model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size, requested,
-                                                     cfg.weights)
+        # a saved model with another class count gets a new head (models/build.py)
+        model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size,
+                                                     num_classes, cfg.weights, log=log,
+                                                     progress=cfg.progress)
     if input_size != cfg.input_size:
         raise UserError(f"{cfg.model_name} takes {input_size}x{input_size} images; "
                         f"pass --input_size {input_size}")

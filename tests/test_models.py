@@ -10,7 +10,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer.models import MODEL_NAMES
-from elastictrainer.models.build import build_model, load_weights as load_weights_file
+from elastictrainer.models.build import build_model, load_weights as load_weights_file, replace_head
 from elastictrainer.models.vit import MultiHeadDotProductAttention, build_vit, load_vit_npz, npz_table
 
 TINY_VIT = dict(patch_size=8, hidden=32, depth=2, heads=4, mlp_dim=64)
@@ -70,7 +70,7 @@ def test_bad_sizes_are_user_errors():
 
 
 def test_smallcnn_has_no_pretrained_weights_but_loads_a_path(tmp_path):
-    with pytest.raises(UserError, match="no pretrained weights"):
+    with pytest.raises(UserError, match="no ImageNet weights.*synthetic"):
         build_model("smallcnn", input_size=16, num_classes=3, weights="imagenet")
     model = build_model("smallcnn", input_size=16, num_classes=3)
     path = str(tmp_path / "w.weights.h5")
@@ -226,9 +226,6 @@ def test_user_keras_model(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert build_model(path, input_size=224, num_classes=6).output_shape == (None, 6)
     with pytest.raises(UserError) as err:
-        build_model(path, num_classes=10)
-    assert "\n" not in str(err.value)
-    with pytest.raises(UserError) as err:
         build_model(str(tmp_path / "absent.keras"))
     assert "absent.keras" in str(err.value)
     corrupt = tmp_path / "corrupt.h5"
@@ -344,3 +341,83 @@ def test_vit_npz_errors(tmp_path):
         load_vit_npz(model, str(tmp_path / "absent.npz"))
     with pytest.raises(UserError):  # .npz weights only make sense for vit
         build_model("mobilenetv2", input_size=32, num_classes=3, weights=path)
+
+
+@pytest.mark.parametrize("classes", [3, 12])
+def test_user_model_with_another_class_count_gets_a_new_head(tmp_path, classes):
+    """A saved 10-class model asked for K classes: a new K-way Dense replaces its output layer
+    (one log line says so), every other weight is the saved one, the tensor count stays."""
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, name="conv")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(10, name="logits")(x)
+    user = keras.Model(inputs, outputs, name="mine")
+    path = str(tmp_path / "ten.keras")
+    user.save(path)
+    logs = []
+    model = build_model(path, num_classes=classes, log=logs.append)
+    assert model.output_shape == (None, classes)
+    assert len(logs) == 1 and "10-way" in logs[0] and f"{classes}-way" in logs[0]
+    assert "ten.keras" in logs[0] and "\n" not in logs[0]
+    assert [w.name for w in model.trainable_weights] == [w.name for w in user.trainable_weights]
+    for a, b in zip(user.weights[:-2], model.weights[:-2]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert model.get_layer("logits").kernel.shape == (4, classes)
+    assert np.isfinite(model(_images(16)).numpy()).all()
+    assert build_model(path, num_classes=10, log=logs.append).output_shape == (None, 10)
+    assert len(logs) == 1  # same class count: nothing replaced, nothing said
+
+
+def test_new_head_keeps_a_trailing_softmax_and_refuses_other_outputs(tmp_path):
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(inputs))
+    x = keras.layers.Dense(5, activation="relu", name="logits")(x)
+    probs = keras.layers.Softmax(name="probs")(x)
+    model = replace_head(keras.Model(inputs, probs), 2, log=lambda m: None)
+    assert model.output_shape == (None, 2) and model.layers[-1].name == "probs"
+    assert model.get_layer("logits").activation is keras.activations.relu
+    np.testing.assert_allclose(model(_images(8)).numpy().sum(-1), 1, rtol=1e-5)
+    conv_out = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(5, 3)(inputs))
+    with pytest.raises(UserError) as err:
+        replace_head(keras.Model(inputs, conv_out), 2, what="conv.keras")
+    assert "conv.keras" in str(err.value) and "Dense" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", ["weights.h5", "h5", "tf"])
+def test_weights_of_another_class_count_load_all_but_the_classifier(tmp_path, fmt):
+    src = build_model("smallcnn", input_size=16, num_classes=10)
+    rng = np.random.default_rng(5)
+    src.set_weights([rng.normal(size=w.shape).astype("float32") for w in src.weights])
+    path = str(tmp_path / ("ckpt" if fmt == "tf" else f"w.{fmt}"))
+    src.save_weights(path)
+    fresh = build_model("smallcnn", input_size=16, num_classes=3)
+    head_before = [w.numpy().copy() for w in fresh.get_layer("classifier").weights]
+    logs = []
+    dst = load_weights_file(fresh, path, log=logs.append)
+    assert len(logs) == 1 and "everything but the classifier" in logs[0] and path in logs[0]
+    for a, b in zip(src.get_layer("smallcnn").weights, dst.get_layer("smallcnn").weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for before, w in zip(head_before, dst.get_layer("classifier").weights):
+        np.testing.assert_array_equal(before, w.numpy())
+    # the same file into the same class count: a plain load, nothing said
+    logs.clear()
+    same = load_weights_file(build_model("smallcnn", input_size=16, num_classes=10), path,
+                             log=logs.append)
+    assert logs == []
+    np.testing.assert_array_equal(same.get_layer("classifier").kernel.numpy(),
+                                  src.get_layer("classifier").kernel.numpy())
+
+
+@pytest.mark.parametrize("fmt", ["weights.h5", "h5", "tf"])
+def test_weights_that_still_do_not_fit_are_one_line_and_change_nothing(tmp_path, fmt):
+    other = build_model("smallcnn", input_size=16, num_classes=10)
+    wide = build_model("mobilenetv2", input_size=32, num_classes=10)
+    path = str(tmp_path / ("ckpt" if fmt == "tf" else f"w.{fmt}"))
+    other.save_weights(path)
+    before = [w.numpy().copy() for w in wide.weights]
+    with pytest.raises(UserError) as err:
+        load_weights_file(wide, path, log=lambda m: pytest.fail(m))
+    assert path in str(err.value) and "\n" not in str(err.value)
+    for a, w in zip(before, wide.weights):
+        np.testing.assert_array_equal(a, w.numpy())

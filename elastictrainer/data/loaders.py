@@ -370,10 +370,33 @@ def _synthetic_class_params(num_classes):
     c = np.arange(num_classes)
     orient = (c % n_orient) * np.pi / n_orient
     freq = np.array(_SYN_FREQUENCIES)[c // n_orient]
-    hue = 2 * np.pi * c / num_classes
-    tint = 0.5 + 0.5 * np.stack([np.cos(hue), np.cos(hue - 2 * np.pi / 3),
-                                 np.cos(hue + 2 * np.pi / 3)], axis=1)
-    return orient.astype(np.float32), freq.astype(np.float32), tint.astype(np.float32)
+    return orient.astype(np.float32), freq.astype(np.float32), _tints(c, num_classes)
+
+
+def _tints(c, num_classes, offset=0.0):
+    hue = 2 * np.pi * (c + offset) / num_classes
+    return (0.5 + 0.5 * np.stack([np.cos(hue), np.cos(hue - 2 * np.pi / 3),
+                                  np.cos(hue + 2 * np.pi / 3)], axis=1)).astype(np.float32)
+
+
+# The source task of `--weights synthetic` (models/pretrain.py): the same generator, other classes.
+# Its frequencies sit between the target's (_SYN_FREQUENCIES), so with the generator's +-10%
+# frequency jitter no source image has a frequency any target class can draw, whatever the
+# target's class count: the classes are disjoint, the image statistics (and so the useful
+# features: oriented band-pass filters, colour) are shared.
+SOURCE_FREQUENCIES = (4.0, 7.25)
+SOURCE_ORIENTATIONS = 8
+SOURCE_NUM_CLASSES = SOURCE_ORIENTATIONS * len(SOURCE_FREQUENCIES)
+SYN_FREQUENCY_JITTER = 0.1  # f = class frequency x [0.9, 1.1] in the generator
+
+
+def synthetic_source_class_params():
+    """Per source class: orientation (half a step off the 8-way grid), frequency and tint."""
+    c = np.arange(SOURCE_NUM_CLASSES)
+    orient = (c % SOURCE_ORIENTATIONS + 0.5) * np.pi / SOURCE_ORIENTATIONS
+    freq = np.array(SOURCE_FREQUENCIES)[c // SOURCE_ORIENTATIONS]
+    return (orient.astype(np.float32), freq.astype(np.float32),
+            _tints(c, SOURCE_NUM_CLASSES, offset=0.5))
 
 
 def synthetic_examples(input_size, num_examples, num_classes=NUM_CLASSES["synthetic"], seed=0,
@@ -390,15 +413,19 @@ def synthetic_examples(input_size, num_examples, num_classes=NUM_CLASSES["synthe
     return indices.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def _synthetic_source(input_size, num_examples, num_classes, seed, split):
+def _synthetic_source(input_size, num_examples, num_classes, seed, split, params=None):
     """(dataset of (index, label), generator fn (index, label) -> (image, label)).
 
     Callers shuffle the cheap (index, label) dataset, then map the generator over it.
+    params: the classes' (orientation, frequency, tint) arrays; default
+    _synthetic_class_params(num_classes), the `synthetic` dataset's.
     """
     input_size, num_examples, num_classes = int(input_size), int(num_examples), int(num_classes)
     labels = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(split)]).permutation(
         np.arange(num_examples) % num_classes).astype(np.int32)
-    orient, freq, tint = (tf.constant(a) for a in _synthetic_class_params(num_classes))
+    if params is None:
+        params = _synthetic_class_params(num_classes)
+    orient, freq, tint = (tf.constant(a) for a in params)
     coords = (np.arange(input_size, dtype=np.float32) + 0.5) / input_size - 0.5
     yy, xx = (tf.constant(a) for a in np.meshgrid(coords, coords, indexing="ij"))
     stream = tf.constant([int(seed), int(split) << 40], tf.int64)
@@ -408,7 +435,7 @@ def _synthetic_source(input_size, num_examples, num_classes, seed, split):
         keys = tf.random.experimental.stateless_split(key, num=3)
         u = tf.random.stateless_uniform([9], keys[0])
         theta = tf.gather(orient, label) + (u[0] - 0.5) * (np.pi / 11)  # about +-8 degrees
-        f = tf.gather(freq, label) * (0.9 + 0.2 * u[1])
+        f = tf.gather(freq, label) * (1 - SYN_FREQUENCY_JITTER + 2 * SYN_FREQUENCY_JITTER * u[1])
         phase = 2 * np.pi * u[2]
         cx, cy = 0.4 * (u[3] - 0.5), 0.4 * (u[4] - 0.5)
         sigma = 0.15 + 0.2 * u[5]
@@ -450,3 +477,12 @@ def synthetic_dataset(input_size=224, num_classes=NUM_CLASSES["synthetic"], num_
 
 
 _LOADERS.register("synthetic")(synthetic_dataset)
+
+
+def synthetic_source_examples(input_size, num_examples, seed=0, split=0):
+    """The source task of `--weights synthetic`: like synthetic_examples, but with the
+    SOURCE_NUM_CLASSES classes of synthetic_source_class_params (disjoint from the `synthetic`
+    dataset's) and its own random stream."""
+    indices, make = _synthetic_source(input_size, num_examples, SOURCE_NUM_CLASSES, seed, split,
+                                      params=synthetic_source_class_params())
+    return indices.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

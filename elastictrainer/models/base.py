@@ -15,6 +15,7 @@ machine fails fast with a one-line UserError naming the expected cache file.
 """
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import importlib
 import os
 import re
 
@@ -22,6 +23,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer.common import UserError, one_line
+from elastictrainer.models import MODELS
 
 _SERIALIZABLE_PACKAGE = "elastictrainer"
 
@@ -31,19 +33,31 @@ def register_serializable(cls):
     return keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)(cls)
 
 
+def build_builtin(name, input_size, num_classes, weights="none"):
+    """Call the builder models.MODELS declares for `name` (weights "none" or "imagenet")."""
+    spec = MODELS.get_or_fail(name)
+    module, function = spec.builder.split(":")
+    builder = getattr(importlib.import_module(module), function)
+    return builder(**spec.kwargs, input_size=input_size, num_classes=num_classes, weights=weights)
+
+
 # ----------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------
 
+WEIGHTS_NAMES = ("none", "imagenet", "synthetic")
+
+
 def weights_kind(weights):
-    """'none' | 'imagenet' | 'path' for a `weights` argument (None counts as 'none')."""
+    """'none' | 'imagenet' | 'synthetic' | 'path' for a `weights` argument (None counts as
+    'none'; a file literally named like one of these is passed as ./NAME)."""
     if weights is None:
         return "none"
-    text = os.fspath(weights)
-    if text.strip().lower() in ("", "none"):
+    text = os.fspath(weights).strip().lower()
+    if text in ("", "none"):
         return "none"
-    if text.strip().lower() == "imagenet":
-        return "imagenet"
+    if text in WEIGHTS_NAMES:
+        return text
     return "path"
 
 
@@ -99,12 +113,15 @@ def _looks_like_tf_checkpoint(path):
     return os.path.isfile(path + ".index")
 
 
-def load_weights_file(model, path):
+def load_weights_file(model, path, log=print):
     """Load a weights file saved by this project (`model.save_weights`) into `model`.
 
-    Accepts .h5 files and TF checkpoints (the prefix, e.g. run/ckpt for run/ckpt.index, or a
-    directory holding a `checkpoint` file).  Missing or mismatching files raise a one-line
-    UserError.  (build.load_weights also takes ViT .npz checkpoints.)
+    Accepts .weights.h5 / .h5 files and TF checkpoints (the prefix, e.g. run/ckpt for
+    run/ckpt.index, or a directory holding a `checkpoint` file).  A file saved by a model with
+    another classifier (another class count) loads everything but the classifier, which keeps
+    its fresh values, and `log` says so.  Missing or mismatching files raise a one-line
+    UserError naming the mismatch, and leave the model as it was.  (build.load_weights also
+    takes ViT .npz checkpoints.)
     """
     path = os.path.expanduser(os.fspath(path))
     if os.path.isdir(path):
@@ -114,10 +131,44 @@ def load_weights_file(model, path):
         path = latest
     if not (os.path.isfile(path) or _looks_like_tf_checkpoint(path)):
         raise UserError(f"weights file not found: {path}")
+    before = [w.numpy() for w in model.weights]  # a failed load may have assigned some
     try:
-        status = model.load_weights(path)
+        _load_all(model, path, model)
+        return model
+    except UserError as e:
+        full_error = e
+    head = output_head(model)
+    if head is not None:
+        dense, features, _ = head
+        try:
+            _load_all(keras.Model(model.inputs, features), path, model, by_name=True)
+        except UserError:
+            pass
+        else:
+            log(f"weights {path}: loaded everything but the classifier '{dense.name}', saved "
+                f"with another shape (another class count); it starts from fresh values for "
+                f"{dense.units} classes")
+            return model
+    for w, value in zip(model.weights, before):
+        w.assign(value)
+    raise full_error
+
+
+def _load_all(model, path, named, by_name=False):
+    """Load `path` into every variable of `model` (UserError naming `named` otherwise).
+
+    by_name: legacy (Keras 2) .h5 files are matched by layer name rather than by layer order,
+    and must then hold every layer of `model` that has weights (keras skips absent ones)."""
+    legacy_h5 = path.lower().endswith(".h5") and not path.lower().endswith(".weights.h5")
+    by_name = by_name and legacy_h5
+    try:
+        if by_name:
+            absent = _layers_missing_from_h5(model, path)
+            if absent:
+                raise ValueError(f"no weights for layer(s) {', '.join(absent[:5])}")
+        status = model.load_weights(path, by_name=True) if by_name else model.load_weights(path)
     except Exception as e:
-        raise UserError(f"cannot load weights {path} into model {model.name}: {one_line(e)}") from e
+        raise UserError(f"cannot load weights {path} into model {named.name}: {one_line(e)}") from e
     if status is not None and hasattr(status, "assert_existing_objects_matched"):
         # TF checkpoints restore lazily and silently skip unmatched variables: insist that every
         # model variable was matched; extra checkpoint values (e.g. optimizer slots) are fine.
@@ -126,10 +177,44 @@ def load_weights_file(model, path):
         except AssertionError as e:
             found = re.search(r"Found (\d+) Python objects", str(e))
             detail = f"{found.group(1)} of its variables are not in the checkpoint" if found else one_line(e)
-            raise UserError(f"weights {path} do not match model {model.name}: {detail}") from e
+            raise UserError(f"weights {path} do not match model {named.name}: {detail}") from e
         finally:
             status.expect_partial()  # no "unrestored values" log spam either way
-    return model
+
+
+def _layers_missing_from_h5(model, path):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        group = f["model_weights"] if "model_weights" in f else f
+        saved = {n.decode() if isinstance(n, bytes) else str(n)
+                 for n in group.attrs.get("layer_names", ())}
+    return [layer.name for layer in model.layers if layer.weights and layer.name not in saved]
+
+
+def output_head(model):
+    """(dense, features, after) for a model whose output is a Dense layer's, possibly followed
+    by weightless one-input layers (`after`, e.g. a Softmax), in order; `features` is the
+    Dense layer's input tensor.  None when the output is made otherwise (or the model is not a
+    graph of layers, e.g. subclassed)."""
+    outputs = getattr(model, "outputs", None)
+    if not outputs or len(outputs) != 1:
+        return None
+    tensor, after = outputs[0], []
+    while True:
+        history = getattr(tensor, "_keras_history", None)
+        if history is None:
+            return None
+        layer, node_index = history.layer, history.node_index
+        inputs = tf.nest.flatten(layer._inbound_nodes[node_index].input_tensors)
+        if len(inputs) != 1:
+            return None
+        if isinstance(layer, keras.layers.Dense):
+            return layer, inputs[0], after[::-1]
+        if layer.weights or isinstance(layer, keras.Model):
+            return None
+        after.append(layer)
+        tensor = inputs[0]
 
 
 def load_pretrained_h5(backbone, path, what):

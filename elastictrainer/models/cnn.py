@@ -66,8 +66,8 @@ def build_smallcnn(input_size=DEFAULT_INPUT_SIZE, num_classes=DEFAULT_NUM_CLASSE
     check_input_size(input_size, minimum=16, model="smallcnn")
     check_num_classes(num_classes)
     if weights_kind(weights) == "imagenet":
-        raise UserError("smallcnn has no pretrained weights; pass --weights none (random init) "
-                        "or --weights PATH")
+        raise UserError("smallcnn has no ImageNet weights; pass --weights synthetic (pretrained "
+                        "here on synthetic data), none (random init) or PATH")
 
     def backbone():
         image = keras.Input(shape=(input_size, input_size, 3), name="features_in")
