@@ -5,6 +5,7 @@ Parsing imports no TensorFlow (every name list comes from a light registry), so 
 flags answer at once; each command imports what it runs only after its flags parsed.
 """
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -296,11 +297,43 @@ def figure_main(argv=None, prog="elastictrainer figure"):
     return 1 if failed else 0
 
 
+# ----------------------------------------------------------------------------------- compare
+def compare_parser(prog="elastictrainer compare"):
+    p = train_parser(prog)
+    p.description = ("Train several schemes on the same settings, one after the other, and "
+                     "print one side-by-side table (best test accuracy, training time and its "
+                     "ratio to full training's, measured step-time ratio); also written as "
+                     "LOGDIR/RUN_NAME_compare.md.  Runs are LOGDIR/RUN_NAME_<train_type>: a "
+                     "finished one is not run again.  --train_type is ignored.")
+    p.add_argument("--train_types", type=comma_list(str),
+                   default="full_training,elastic_training,traditional_tl_training",
+                   help="comma-separated schemes, in order")
+    return p
+
+
+def compare_main(argv=None, prog="elastictrainer compare"):
+    args = compare_parser(prog).parse_args(argv)
+    for name in args.train_types:
+        schemes.SCHEMES.get_or_fail(name)
+    cfg = config_from_args(args)
+    if not cfg.run_name:
+        cfg = dataclasses.replace(cfg, run_name="compare")
+    cfg.validate()
+    from elastictrainer.compare import compare, table, write_table
+
+    rows = compare(cfg, args.train_types)
+    path = write_table(rows, cfg.logdir, cfg.run_name)
+    print(table(rows))
+    print(f"table written to {path}")
+    return 0 if all(r["status"] == "finished" for r in rows) else 130
+
+
 # ----------------------------------------------------------------------------------- elastictrainer
 COMMANDS = {
     "train": (train_main, "fine-tune a model (the paper's main.py)"),
     "profile": (profile_main, "profile per-tensor backward times (the paper's profiler.py)"),
     "plot": (plot_main, "draw the paper's figures from run directories"),
+    "compare": (compare_main, "train several schemes on the same settings, one table"),
     "figure": (figure_main, "run and draw one of the paper's figures (scripts/run_figure*.sh)"),
 }
 

@@ -592,8 +592,7 @@ class _Elastic:
         tf.summary.scalar(runlog.CORRECTIONS, len(self.summary["corrections"]), step=global_step)
         self.log(f"rho feedback: {len(old[0])} tensors measured {measured:.3f} of a full step "
                  f"for rho {self.cfg.rho:g} (predicted {old[1]['predicted_ratio']:.3f}); time "
-                 f"model corrected (t_dw x{self.ctl.dw_scale:.2f}, t_dy x{self.ctl.dy_scale:.2f} "
-                 f"of the table's, fixed cost "
+                 f"model corrected (backward ops x{self.ctl.dw_scale:.2f} of the table's, fixed cost "
                  f"{model.fixed_ms:+.1f} ms a step), now {len(self.selection)} tensors")
         if self.selection == old[0]:  # the same tensors again: nothing left to correct here
             self.corrections_here = self.ctl.max_corrections

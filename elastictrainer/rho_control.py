@@ -14,13 +14,15 @@ model to what the run measured and the loop re-solves eq. 3 with the same import
 MAX_CORRECTIONS times per re-selection.
 
 The correction model.  With the table's (already calibrated) times, a selection costs
-    r(sel) = f + a * DW(sel) / t_full + b * DY(sel) / t_full,
-with f = 1 - (a * DW_all + b * DY_all) / t_full so that full training is 1 by definition:
-two unknowns, the scales a (of t_dw) and b (of t_dy); f, the forward pass plus any fixed
-per-step cost, follows.  Each measured selection is one linear equation in (a, b); the fit is
-ridge least squares over the last HISTORY measurements, pulled toward the current scales (with
-one measurement this is the smallest change that explains it), and damped: one correction
-changes a scale by at most MAX_FACTOR.  NumPy only; the loop (loop.py) does the timing.
+    r(sel) = f + s * (DW(sel) + DY(sel)) / t_full,
+with f = 1 - s * (DW_all + DY_all) / t_full so that full training is 1 by definition: one
+unknown, the scale s of the backward ops, and f, the forward pass plus a fixed per-step cost
+that no op carries (dispatch, the optimizer's own work, the input pipeline's share), follows.
+The profiler's calibration already splits t_dw from t_dy; a run's few noisy measurements
+cannot split them again without swinging (fitting both scales, the t_dy scale went 0.6, 0.3,
+0.15 in three corrections of one run here), so the run fits only s: by least squares over the
+last HISTORY measurements, pulled toward the current s, and damped (one correction changes s by
+at most MAX_FACTOR).  NumPy only; the loop (loop.py) does the timing.
 """
 import numpy as np
 
@@ -88,22 +90,16 @@ class RhoController:
 
 
 def fit_scales(base, points, current):
-    """Scales (a, b) of t_dw and t_dy that best explain `points` [(DW, DY, ratio)] under the
-    module doc's model, ridge-pulled toward `current` and damped by MAX_FACTOR."""
-    dw_all, dy_all = float(np.sum(base.t_dw)), float(np.sum(base.t_dy))
-    t_full = base.t_full
-    a0, b0 = current
-    # 1 - r = a * u + b * v, one row per point
-    u = np.array([(dw_all - dw) / t_full for dw, _, _ in points])
-    v = np.array([(dy_all - dy) / t_full for _, dy, _ in points])
+    """Scales (a, b) of t_dw and t_dy, both the one backward scale s of the module doc that
+    best explains `points` [(DW, DY, ratio)], ridge-pulled toward `current` and damped by
+    MAX_FACTOR."""
+    backward_all = float(np.sum(base.t_dw) + np.sum(base.t_dy))
+    s0 = float(np.sqrt(current[0] * current[1]))
+    # 1 - r = s * u, one row per point: u is the backward work the selection leaves out
+    u = np.array([(backward_all - dw - dy) / base.t_full for dw, dy, _ in points])
     y = np.array([1.0 - r for _, _, r in points])
-    lam = _RIDGE * float(np.mean(u * u + v * v)) + 1e-12
-    lhs = np.array([[u @ u + lam, u @ v], [u @ v, v @ v + lam]])
-    rhs = np.array([u @ y + lam * a0, v @ y + lam * b0])
-    a, b = np.linalg.solve(lhs, rhs)
-    a = float(np.clip(a, a0 / MAX_FACTOR, a0 * MAX_FACTOR))
-    b = float(np.clip(b, b0 / MAX_FACTOR, b0 * MAX_FACTOR))
-    backward = a * dw_all + b * dy_all
-    if backward > t_full:  # f < 0 would mean a step faster than no forward pass at all
-        a, b = a * t_full / backward, b * t_full / backward
-    return a, b
+    lam = _RIDGE * float(np.mean(u * u)) + 1e-12
+    s = float((u @ y + lam * s0) / (u @ u + lam))
+    s = float(np.clip(s, s0 / MAX_FACTOR, s0 * MAX_FACTOR))
+    s = min(s, base.t_full / backward_all)  # f < 0: a step faster than no forward pass at all
+    return s, s

@@ -1,0 +1,63 @@
+"""Several schemes on the same settings, one after the other, and one side-by-side table: the
+README's first command (full training, ElasticTrainer and traditional TL fine-tuning the same
+pretrained model).  Runs are named RUN_NAME_<train_type>; a finished one is read, not run again,
+and an interrupted one continues from its checkpoint."""
+import dataclasses
+import os
+
+from elastictrainer import runlog
+from elastictrainer.schemes import SCHEMES
+
+COMPARE_FILE = "compare.md"
+
+
+def compare(cfg, train_types, log=print):
+    """Run `cfg` once per train type (in this process); returns the table's rows."""
+    from elastictrainer.loop import run
+
+    for name in train_types:
+        SCHEMES.get_or_fail(name)
+    prefix = cfg.run_name or "compare"
+    rows = []
+    for name in train_types:
+        run_cfg = dataclasses.replace(cfg, train_type=name, run_name=f"{prefix}_{name}")
+        out = runlog.run_dir(cfg.logdir, run_cfg.run_name)
+        try:
+            summary = runlog.read_summary(out)
+        except (OSError, ValueError):
+            summary = None
+        if summary is None or summary.get("status") != "finished":
+            log(f"--- {name} ({out})")
+            summary = run(run_cfg, log=log)
+        else:
+            log(f"--- {name}: finished before, read from {out}")
+        rows.append(summary)
+    return rows
+
+
+def table(rows):
+    """Markdown: best accuracy, training time, its ratio to full training's, measured ratio."""
+    full = next((r for r in rows if r["train_type"] == "full_training"), None)
+    lines = ["| scheme | rho | best test accuracy | training time | time / full training's | "
+             "measured step ratio | tensors trained (last epoch) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = (f"{r['train_time_s'] / full['train_time_s']:.2f}"
+                 if full and full["train_time_s"] else "")
+        measured = r.get("measured_ratio")
+        last = r["epochs"][-1]["selected"] if r["epochs"] else 0
+        lines.append(
+            f"| {SCHEMES[r['train_type']].label} | {'' if r['rho'] is None else r['rho']} | "
+            f"{max(r['best_test_accuracy'] or 0.0, 0.0):.1f}% | {r['train_time_s']:.1f} s | "
+            f"{ratio} | {'' if measured is None else f'{measured:.2f}'} | "
+            f"{last}/{r['num_tensors']} |")
+    return "\n".join(lines)
+
+
+def write_table(rows, logdir, prefix):
+    path = os.path.join(logdir, f"{prefix}_{COMPARE_FILE}")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(table(rows) + "\n")
+    os.replace(tmp, path)
+    return path
