@@ -2,7 +2,17 @@
 
 One definition of "a training step" keeps the profiled graph and the trained graph the same:
 what the Tensor Timing Profiler measures is what training later runs.  Every use of tf-keras'
-private optimizer API in the project is in `_apply` below.
+private optimizer API in the project is in this module (`_apply`, `_adam_update`).
+
+Adam's bias correction is counted per tensor (`_adam_update`): Keras corrects every tensor's
+moments with the optimizer's global iteration count, which is right when every tensor trains at
+every step, but elastic training (paper Sec. 4) trains a subset that changes every few epochs.  A
+tensor whose moments are still zero at global step t would take a first step of
+(1-beta1) sqrt(1-beta2^t) / ((1-beta1^t) sqrt(1-beta2)) x lr per element instead of lr: 1.5 x lr
+at t = 256 (as measured by scripts/bench_importance.py), 2.5 at 1000, 3.2 in the limit, and up
+to 6.5 x lr over its next steps.  Counting the steps each tensor has really taken gives it the
+steps Adam intends, and is plain Adam for a tensor trained from step one
+(tests/test_importance.py).
 """
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
@@ -17,6 +27,7 @@ TESTED_TF_KERAS = ((2, 16), (2, 21))
 _PRIVATE_OPTIMIZER_API = ("_compute_current_learning_rate", "_clip_gradients",
                           "_deduplicate_sparse_grad", "_use_weight_decay", "_update_step",
                           "_update_step_xla", "_var_key")
+_PRIVATE_ADAM_API = ("_index_dict", "_momentums", "_velocities")  # _adam_update reads these
 
 
 def make_loss():
@@ -24,13 +35,17 @@ def make_loss():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def make_optimizer(name, learning_rate, weight_decay, total_steps):
+def make_optimizer(name, learning_rate, weight_decay, total_steps,
+                   per_tensor_bias_correction=True):
     """sgd: momentum 0.9 with decoupled weight decay applied as lr_t x weight_decay, lr_t on one
-    cosine decay over all steps: the reference's SGDW schedule exactly.  adam: plain Adam."""
+    cosine decay over all steps: the reference's SGDW schedule exactly.  adam: Adam, its bias
+    correction counted per tensor (module docstring) unless per_tensor_bias_correction=False."""
     if name not in OPTIMIZERS:
         raise UserError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
     if name == "adam":
-        return keras.optimizers.Adam(learning_rate)
+        optimizer = keras.optimizers.Adam(learning_rate)
+        optimizer.per_tensor_bias_correction = per_tensor_bias_correction
+        return optimizer
     schedule = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
     return keras.optimizers.SGD(schedule, momentum=0.9, weight_decay=weight_decay or None)
 
@@ -96,11 +111,70 @@ def check_optimizer(optimizer):
 def prepare_optimizer(optimizer, variables):
     """Check `optimizer`, build it once for every trainable tensor (new-style optimizers refuse
     variables they were not built with), and create its learning-rate state outside any
-    tf.function."""
+    tf.function.  For Adam, also one step counter per tensor (see the module docstring) unless
+    the optimizer's attribute `per_tensor_bias_correction` is False (Keras' global count)."""
     check_optimizer(optimizer)
-    optimizer.build(list(variables))
+    variables = list(variables)
+    optimizer.build(variables)
     optimizer._compute_current_learning_rate()  # private API: see _apply
+    if (getattr(optimizer, "per_tensor_bias_correction", True) and _is_plain_adam(optimizer)
+            and all(hasattr(optimizer, a) for a in _PRIVATE_ADAM_API)):
+        counts = getattr(optimizer, "_tensor_steps", None)
+        if counts is None:
+            counts = optimizer._tensor_steps = {}
+        for v in variables:
+            key = optimizer._var_key(v)
+            if key not in counts:
+                # An optimizer variable (optimizer.variables), so it is saved, restored and reset
+                # with the moments; float like Keras' own step arithmetic, exact to 2^24 steps.
+                counts[key] = optimizer.add_variable_from_reference(
+                    v, "tensor_steps", shape=(), initial_value=tf.zeros((), v.dtype))
     return optimizer
+
+
+def tensor_steps(optimizer, variable):
+    """How many updates `variable` has received (Adam with per-tensor bias correction), else
+    None."""
+    counts = getattr(optimizer, "_tensor_steps", None)
+    if counts is None:
+        return None
+    return int(counts[optimizer._var_key(variable)].numpy())
+
+
+def _is_plain_adam(optimizer):
+    # Adam's own update rule (not a subclass that changes it, e.g. AdamW or Adamax).
+    return type(optimizer).update_step is keras.optimizers.Adam.update_step
+
+
+def _adam_update(optimizer, gradient, variable, count):
+    """tf_keras' Adam.update_step with the bias correction of `variable`'s own step count."""
+    lr = tf.cast(optimizer.learning_rate, variable.dtype)
+    local_step = count + 1
+    beta_1_power = tf.pow(tf.cast(optimizer.beta_1, variable.dtype), local_step)
+    beta_2_power = tf.pow(tf.cast(optimizer.beta_2, variable.dtype), local_step)
+    index = optimizer._index_dict[optimizer._var_key(variable)]
+    m = optimizer._momentums[index]
+    v = optimizer._velocities[index]
+    alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+    epsilon_hat = optimizer.epsilon
+    if getattr(optimizer, "adaptive_epsilon", False):  # tf-keras >= 2.17
+        epsilon_hat = optimizer.epsilon * tf.sqrt(1 - beta_2_power)
+    if isinstance(gradient, tf.IndexedSlices):
+        m.assign_add(-m * (1 - optimizer.beta_1))
+        m.scatter_add(tf.IndexedSlices(gradient.values * (1 - optimizer.beta_1),
+                                       gradient.indices))
+        v.assign_add(-v * (1 - optimizer.beta_2))
+        v.scatter_add(tf.IndexedSlices(tf.square(gradient.values) * (1 - optimizer.beta_2),
+                                       gradient.indices))
+    else:
+        m.assign_add((gradient - m) * (1 - optimizer.beta_1))
+        v.assign_add((tf.square(gradient) - v) * (1 - optimizer.beta_2))
+    if optimizer.amsgrad:
+        v_hat = optimizer._velocity_hats[index]
+        v_hat.assign(tf.maximum(v_hat, v))
+        v = v_hat
+    variable.assign_sub((m * alpha) / (tf.sqrt(v) + epsilon_hat))
+    count.assign_add(1)
 
 
 def apply_updates(optimizer, grads, variables):
@@ -134,8 +208,15 @@ def _apply(optimizer, grads, variables):
             if optimizer._use_weight_decay(v):
                 lr = tf.cast(optimizer.learning_rate, v.dtype)
                 v.assign_sub(v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
+    counts = getattr(optimizer, "_tensor_steps", None)
     for g, v in zip(grads, variables):
-        if optimizer.jit_compile:
+        if counts is not None:
+            update = _adam_update
+            if optimizer.jit_compile:
+                update = optimizer.__dict__.setdefault(
+                    "_adam_update_xla", tf.function(_adam_update, jit_compile=True))
+            update(optimizer, g, v, counts[optimizer._var_key(v)])
+        elif optimizer.jit_compile:
             optimizer._update_step_xla(g, v, id(optimizer._var_key(v)))
         else:
             optimizer._update_step(g, v)

@@ -52,8 +52,12 @@ for _scheme in (
     Scheme("prunetrain", "PruneTrain", "#7f7f7f",
            "full training with an L1 penalty (1e-4) on kernels, as the reference", kernel_l1=1e-4),
     Scheme("elastic_training", "ElasticTrainer", ("#fc9272", "#99000d"),
-           "ElasticTrainer: Taylor importance (eq. 4-6) + exact selection under rho (eq. 3)",
+           "ElasticTrainer: Taylor importance (first-order loss drop of a fresh optimizer "
+           "step, importance.py) + exact selection under rho (eq. 3)",
            importance="taylor"),
+    Scheme("elastic_training_taylor_paper", "ElasticTrainer eq. 6", ("#c7eae5", "#01665e"),
+           "ElasticTrainer with the paper's exact importance, -g(w+dw).dw (eq. 4-6)",
+           importance="taylor_paper"),
     Scheme("elastic_training_weight_magnitude", "ElasticTrainer |w|", ("#fdd0a2", "#a63603"),
            "ablation: importance by weight magnitude", importance="weight_magnitude"),
     Scheme("elastic_training_grad_magnitude", "ElasticTrainer |g|", ("#fcc5c0", "#7a0177"),
