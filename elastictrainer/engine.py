@@ -121,7 +121,10 @@ def prepare_optimizer(optimizer, variables):
             and all(hasattr(optimizer, a) for a in _PRIVATE_ADAM_API)):
         counts = getattr(optimizer, "_tensor_steps", None)
         if counts is None:
-            counts = optimizer._tensor_steps = {}
+            # Past Keras' attribute tracking: a tracked dict would be a second checkpoint path
+            # to these variables (they are saved as the optimizer's variables already), and
+            # tf.train.Checkpoint refuses one filled after it was wrapped.
+            counts = optimizer.__dict__["_tensor_steps"] = {}
         for v in variables:
             key = optimizer._var_key(v)
             if key not in counts:

@@ -488,7 +488,7 @@ class _Elastic:
         self.warm = set()  # ids of full steps already called once (a first call compiles)
         self.times = []  # this selection's step times (s), its first step apart
         self.first_step_s = None
-        self.corrections_here = 0
+        self.corrections_here, self.was_over = 0, False
         self.overhead_s = 0.0
         summary.update(rho_feedback=controller.feedback, measured_ratio=None, corrections=[],
                        reselection_overhead_s=0.0)
@@ -503,7 +503,7 @@ class _Elastic:
         self.importance = normalize(IMPORTANCE[self.scheme.importance](self.trainer, batches))
         t1 = _clock()
         self.full_ms, self.full_times = None, []
-        self.corrections_here = 0
+        self.corrections_here, self.was_over = 0, False
         self._solve(global_step, reason="interval", importance_ms=(t1 - t0) * 1e3)
         self.overhead_s += _clock() - t0
         return self.selection
@@ -572,13 +572,14 @@ class _Elastic:
         measured = self._measured()
         self.record["measured_ratio"] = measured
         tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
-        miss = self.ctl.judge(measured, self.record["limited_by"])
+        miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over)
         if (miss is None or not self.ctl.feedback
                 or self.corrections_here >= self.ctl.max_corrections):
             return False
         t0 = _clock()
         self.ctl.correct(self.mask, measured)
         self.corrections_here += 1
+        self.was_over = self.was_over or miss == "over"
         old = (self.selection, self.record)
         self._close_record()
         self._solve(global_step, reason=f"correction ({miss} rho)")
@@ -624,6 +625,7 @@ class _Elastic:
                 "selection": None if self.selection is None else list(self.selection),
                 "open_record": self.record is not None, "full_times": self.full_times,
                 "times": self.times, "corrections_here": self.corrections_here,
+                "was_over": self.was_over,
                 "overhead_s": self.overhead_s, "controller": self.ctl.state()}
 
     def load_state(self, state):
@@ -637,6 +639,7 @@ class _Elastic:
         self.times = list(state["times"])
         self.first_step_s = None  # the first step after resuming compiles again
         self.corrections_here = state["corrections_here"]
+        self.was_over = state["was_over"]
         self.overhead_s = state["overhead_s"]
         self.ctl.load_state(state["controller"])
 

@@ -30,8 +30,8 @@ from elastictrainer.time_model import selection_sums
 
 TOLERANCE = 0.05       # a miss is |measured / rho - 1| above this
 MAX_CORRECTIONS = 3    # per re-selection
-MEASURE_STEPS = 5      # a selection's steps timed (after its first, which may compile) before it is judged
-FULL_STEPS = 3         # full steps timed at each re-selection
+MEASURE_STEPS = 10     # a selection's steps timed (after its first, which may compile) before it is judged
+FULL_STEPS = 5         # full steps timed at each re-selection (medians of 5 and 3 swung by 0.3 here)
 MAX_FACTOR = 2.0       # damping: a scale moves by at most this factor per correction
 HISTORY = 8            # measurements the fit keeps (older ones may describe another load)
 _RIDGE = 1e-3
@@ -57,14 +57,18 @@ class RhoController:
         self.points = []  # (DW, DY, measured ratio), table ms
         self.model = base
 
-    def judge(self, measured, limited_by):
+    def judge(self, measured, limited_by, was_over=False):
         """"over", "under" or None.  Under rho is only a miss when the budget was what stopped
-        the selection: a selection of every tensor worth training is done, however fast."""
+        the selection (a selection of every tensor worth training is done, however fast), and
+        not once this re-selection has been over rho (`was_over`): going back up on noisy
+        measurements swung between over and under, and under is the side that keeps the
+        promise."""
         if measured is None:
             return None
         if measured > self.rho * (1 + self.tolerance):
             return "over"
-        if measured < self.rho * (1 - self.tolerance) and limited_by == "budget":
+        if (measured < self.rho * (1 - self.tolerance) and limited_by == "budget"
+                and not was_over):
             return "under"
         return None
 

@@ -116,3 +116,10 @@ def test_state_round_trips():
     again.load_state(ctl.state())
     assert again.model.t_dw == pytest.approx(ctl.model.t_dw)
     assert again.model.t_fp == pytest.approx(ctl.model.t_fp)
+
+
+def test_no_going_back_up_once_over():
+    ctl = RhoController(TimeModel(table()), 0.5)
+    assert ctl.judge(0.4, "budget") == "under"
+    assert ctl.judge(0.4, "budget", was_over=True) is None  # under keeps the promise: stop there
+    assert ctl.judge(0.6, "budget", was_over=True) == "over"
