@@ -502,7 +502,6 @@ class _Elastic:
         batches = [next(self.probe_iter) for _ in range(cfg.probe_batches)]
         self.importance = normalize(IMPORTANCE[self.scheme.importance](self.trainer, batches))
         t1 = _clock()
-        self.full_ms, self.full_times = None, []
         self.corrections_here, self.was_over = 0, False
         self._solve(global_step, reason="interval", importance_ms=(t1 - t0) * 1e3)
         self.overhead_s += _clock() - t0
@@ -510,10 +509,12 @@ class _Elastic:
 
     def before_step(self, x, y):
         """Time one full step on this training batch, weights and optimizer state restored
-        after it, for the first FULL_STEPS batches after a re-selection: the full steps run in
-        the same conditions as the selection's own (the input pipeline preparing the next
-        batches meanwhile), so the ratio compares like with like."""
-        if len(self.full_times) >= FULL_STEPS:
+        after it, FULL_STEPS times for each new selection: the full steps run in the same
+        conditions as the selection's own (the input pipeline preparing the next batches
+        meanwhile), so the ratio compares like with like."""
+        # interleaved with the selection's own first steps (before its steps 0, 2, 4, ...), so
+        # that load which comes and goes hits both alike
+        if len(self.full_times) >= FULL_STEPS or 2 * len(self.full_times) > len(self.times):
             return
         t0 = _clock()
         self.full_times.append(_time_full_step(self.trainer, x, y, self.warm))
@@ -546,7 +547,7 @@ class _Elastic:
         self.record = {
             "step": global_step, "epoch": global_step / self.steps_per_epoch, "reason": reason,
             "mask": [int(b) for b in mask], "predicted_ratio": ratio, "limited_by": limited_by,
-            "solve_ms": solve_ms, "full_step_ms": self.full_ms, "measured_ratio": None,
+            "solve_ms": solve_ms, "full_step_ms": None, "measured_ratio": None,
             "step_ms": None, "steps": 0, **extra,
             "importance": [float(v) for v in self.importance],
         }
@@ -554,6 +555,7 @@ class _Elastic:
         self.selection = selection
         self.mask = mask
         self.times, self.first_step_s = [], None
+        self.full_ms, self.full_times = None, []
         tf.summary.scalar(runlog.NUM_SELECTED, len(selection), step=global_step)
         tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=global_step)
         tf.summary.write(runlog.SELECTION_MASK, tf.constant(mask.astype(np.int32)),

@@ -67,8 +67,10 @@ class RhoController:
             return None
         if measured > self.rho * (1 + self.tolerance):
             return "over"
-        if (measured < self.rho * (1 - self.tolerance) and limited_by == "budget"
-                and not was_over):
+        # "forward floor": the model says nothing is that fast, and the run just measured
+        # something faster; the model is what is wrong
+        if (measured < self.rho * (1 - self.tolerance)
+                and limited_by in ("budget", "forward floor") and not was_over):
             return "under"
         return None
 
