@@ -12,21 +12,29 @@ from elastictrainer.common import Registry
 IMPORTANCE = Registry("importance")
 
 
-def _probe_step_and_grads(tr, x, y):
-    """One optimizer step on all weights, then the gradient at the updated weights; weights and
-    optimizer state (slots, iteration count) are restored bit for bit afterwards."""
+def _probe_importance(tr, x, y):
+    """-g(w + dw) . dw per tensor after one optimizer step dw on all weights; weights and
+    optimizer state (slots, iteration count) are restored bit for bit afterwards.
+
+    Memory: only the snapshot needed to restore is kept whole; dw and each gradient are formed
+    one tensor at a time (holding dw and the gradients as full copies on top of the snapshot
+    raised an elastic run's peak above full training's)."""
     weights0 = [v.numpy() for v in tr.variables]
     opt0 = [v.numpy() for v in tr.optimizer.variables]
     try:
         tr.step_for(tuple(range(len(tr.variables))))(x, y)
-        dw = [v.numpy() - w for v, w in zip(tr.variables, weights0)]
-        grads = [g.numpy() for g in tr.grads_fn(x, y)]
+        grads = list(tr.grads_fn(x, y))
+        out = np.empty(len(grads))
+        for k, (v, w) in enumerate(zip(tr.variables, weights0)):
+            d = v.numpy() - w
+            out[k] = -float(np.sum(grads[k].numpy().astype(np.float64) * d))
+            grads[k] = d = None  # free as we go
     finally:
         for v, w in zip(tr.variables, weights0):
             v.assign(w)
         for v, w in zip(tr.optimizer.variables, opt0):
             v.assign(w)
-    return grads, dw
+    return out
 
 
 @IMPORTANCE.register("taylor")
@@ -35,8 +43,7 @@ def taylor_importance(tr, batches):
     that tensor k's update brings (dw: one optimizer step on the probe batch)."""
     total = np.zeros(len(tr.variables))
     for x, y in batches:
-        grads, dw = _probe_step_and_grads(tr, x, y)
-        total += [-float(np.sum(g.astype(np.float64) * d)) for g, d in zip(grads, dw)]
+        total += _probe_importance(tr, x, y)
     return total
 
 
