@@ -134,10 +134,17 @@ def markdown(results):
         cells = []
         for lb in labels:
             hit = [r for r in results[lb]["rows"] if (r["model"], r["run"], r["rho"]) == k]
-            cells.append(f"{hit[0]['rss_mb']:.0f}" if hit and hit[0]["rss_mb"] else "")
+            cell = f"{hit[0]['rss_mb']:.0f}" if hit and hit[0]["rss_mb"] else ""
+            peak = hit[0].get("summary_peak_mb") if hit else None
+            if cell and peak and abs(peak - hit[0]["rss_mb"]) > 5:
+                cell += f" (training process {peak:.0f})"
+            cells.append(cell)
         rho = "" if k[2] is None else f"{k[2]:g}"
         lines.append(f"| {k[0]} | {k[1]} | {rho} | " + " | ".join(cells) + " |")
     lines.append("")
+    lines.append("Max RSS is /usr/bin/time -v's: the largest of the run's processes, a profiling "
+                 "child included; where summary.json's peak_rss_mb (the training process alone) "
+                 "differs, it is in parentheses.")
     for lb in labels:
         lines.append(f"{lb}: {results[lb]['settings']}")
     return "\n".join(lines) + "\n"
