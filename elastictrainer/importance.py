@@ -53,41 +53,41 @@ def _probe_apply(tr):
     return fn
 
 
-def probe(tr, x, y, fresh_state=False, after=True):
-    """(g0, dw, g1) as float64 arrays per tensor, see the module docstring; g1 is None unless
-    `after`.  fresh_state: the step from zeroed optimizer slots (momenta, Adam's moments and
-    per-tensor step counts), the learning-rate schedule kept.  Weights and optimizer variables
-    are restored bit for bit."""
-    weights0 = [v.numpy() for v in tr.variables]
-    opt0 = [v.numpy() for v in tr.optimizer.variables]
-    try:
-        grads = tr.grads_fn(x, y)
-        g0 = [g.numpy().astype(np.float64) for g in grads]
-        if fresh_state:
-            for v in tr.optimizer.variables:
-                if v is not tr.optimizer.iterations:
-                    v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
-        _probe_apply(tr)(list(grads))
-        dw = [v.numpy().astype(np.float64) - w for v, w in zip(tr.variables, weights0)]
-        g1 = [g.numpy().astype(np.float64) for g in tr.grads_fn(x, y)] if after else None
-    finally:
-        for v, w in zip(tr.variables, weights0):
-            v.assign(w)
-        for v, w in zip(tr.optimizer.variables, opt0):
-            v.assign(w)
-    return g0, dw, g1
-
-
 def probe_terms(tr, batches, fresh_state=False, after=True):
-    """Per-tensor sums over `batches` of -g0.dw and (if `after`, else None) -g1.dw, from which
-    every Taylor estimator follows."""
-    first = np.zeros(len(tr.variables))
-    second = np.zeros(len(tr.variables)) if after else None
+    """Per-tensor sums over `batches` of -g0.dw and (if `after`, else None) -g1.dw (see the
+    module docstring), from which every Taylor estimator follows.  fresh_state: the step from
+    zeroed optimizer slots (momenta, Adam's moments and per-tensor step counts), the
+    learning-rate schedule kept.  Weights and optimizer variables are restored bit for bit.
+
+    Memory: besides the snapshot the restore needs, dw and the gradients are taken one tensor
+    at a time in float64 and dropped (whole float64 copies of them raised an elastic run's peak
+    above full training's)."""
+    n = len(tr.variables)
+    first = np.zeros(n)
+    second = np.zeros(n) if after else None
     for x, y in batches:
-        g0, dw, g1 = probe(tr, x, y, fresh_state, after)
-        first -= [float(np.sum(g * d)) for g, d in zip(g0, dw)]
-        if after:
-            second -= [float(np.sum(g * d)) for g, d in zip(g1, dw)]
+        weights0 = [v.numpy() for v in tr.variables]
+        opt0 = [v.numpy() for v in tr.optimizer.variables]
+        try:
+            g0 = list(tr.grads_fn(x, y))
+            if fresh_state:
+                for v in tr.optimizer.variables:
+                    if v is not tr.optimizer.iterations:
+                        v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
+            _probe_apply(tr)(g0)
+            g1 = list(tr.grads_fn(x, y)) if after else None
+            for k, (v, w) in enumerate(zip(tr.variables, weights0)):
+                d = v.numpy().astype(np.float64) - w
+                first[k] -= float(np.sum(g0[k].numpy().astype(np.float64) * d))
+                if after:
+                    second[k] -= float(np.sum(g1[k].numpy().astype(np.float64) * d))
+                    g1[k] = None
+                g0[k] = d = None  # free as we go
+        finally:
+            for v, w in zip(tr.variables, weights0):
+                v.assign(w)
+            for v, w in zip(tr.optimizer.variables, opt0):
+                v.assign(w)
     return first, second
 
 

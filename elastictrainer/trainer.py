@@ -10,30 +10,93 @@ import tf_keras as keras
 from elastictrainer import engine
 
 
-class StepCache:
-    """Compiled train steps keyed by selection, least recently used evicted beyond `maxsize`:
-    each distinct selection is traced once, and memory stays bounded however often the
-    selection changes (a fresh tf.function per re-selection leaks graph memory)."""
+# Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
+# 224 px, batch 4 (scripts/bench_memory.py's investigation): a 71-tensor step serializes to
+# 0.5 MB and each one cached added 20-90 MB of RSS (after malloc_trim); clearing 6 cached steps
+# returned 170 MB.  An estimate, on the high side.
+GRAPH_RSS_FACTOR = 50
+# Default budget of the step cache (estimated resident bytes): ResNet50's full step (~40 MB
+# estimated) plus three partial ones; small models stay bounded by the count alone.
+STEP_CACHE_BYTES = 128 * 2**20
 
-    def __init__(self, factory, maxsize=8):
+
+class StepCache:
+    """Compiled train steps keyed by selection, least recently used evicted beyond `maxsize`
+    steps or beyond `max_bytes` of their graphs: each distinct selection is traced once, and
+    memory stays bounded however often the selection changes (a fresh tf.function per
+    re-selection leaks graph memory).
+
+    A step is traced at its first call, so its size is known only then: `size_fn(step)` (bytes;
+    None while not yet known) is asked again at each lookup until it answers, and the step just
+    looked up is never evicted.  The default size_fn, resident_bytes, estimates what a step's
+    traced graphs keep resident.
+    """
+
+    def __init__(self, factory, maxsize=8, max_bytes=STEP_CACHE_BYTES, size_fn=None):
         self.factory = factory
         self.maxsize = maxsize
+        self.max_bytes = max_bytes
+        self.size_fn = size_fn or resident_bytes
         self._steps = OrderedDict()
+        self._sizes = {}
         self.traces = 0
+        self.evictions = 0
 
     def __call__(self, key):
         if key in self._steps:
             self._steps.move_to_end(key)
-            return self._steps[key]
-        step = self.factory(key)
-        self.traces += 1
-        self._steps[key] = step
-        while len(self._steps) > self.maxsize:
-            self._steps.popitem(last=False)
+            step = self._steps[key]
+        else:
+            step = self.factory(key)
+            self.traces += 1
+            self._steps[key] = step
+        self._evict(keep=key)
         return step
+
+    def _evict(self, keep):
+        while len(self._steps) > self.maxsize:
+            self._drop(next(iter(self._steps)))
+        if self.max_bytes is None:
+            return
+        for k, step in self._steps.items():
+            if self._sizes.get(k) is None:
+                self._sizes[k] = self.size_fn(step)
+        for k in list(self._steps):
+            if self.nbytes <= self.max_bytes:
+                break
+            if k != keep:
+                self._drop(k)
+
+    def _drop(self, key):
+        del self._steps[key]
+        self._sizes.pop(key, None)
+        self.evictions += 1
+
+    @property
+    def nbytes(self):
+        """Known size of the cached steps, in bytes."""
+        return sum(v for v in self._sizes.values() if v is not None)
 
     def __len__(self):
         return len(self._steps)
+
+    def __contains__(self, key):
+        return key in self._steps
+
+
+def resident_bytes(step):
+    """Estimated resident memory of a traced step: GRAPH_RSS_FACTOR x graph_bytes."""
+    size = graph_bytes(step)
+    return None if size is None else GRAPH_RSS_FACTOR * size
+
+
+def graph_bytes(step):
+    """Serialized size of the graphs a tf.function has traced so far, None before its first
+    trace: a proxy for the memory its concrete functions hold."""
+    fns = step._list_all_concrete_functions()  # private tf.function API, used only here
+    if not fns:
+        return None
+    return sum(f.graph.as_graph_def().ByteSize() for f in fns)
 
 
 class Trainer:

@@ -145,6 +145,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "trace": None if own_dir else xplane,
         "profiling_wall_s": time.perf_counter() - wall0,
         "peak_rss_mb": peak_rss_mb(),
+        "profiled_pid": os.getpid(),
     }
 
 
@@ -170,16 +171,144 @@ def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
 
 
 def load_or_profile(path, model, model_name, input_size, batch_size, num_classes, seed=0,
-                    progress=True, log=print, optimizer="sgd"):
-    """The table at `path` for `model`, profiling `model` first when there is none."""
+                    progress=True, log=print, optimizer="sgd", in_child=True):
+    """The table at `path` for `model`, profiling first when there is none.
+
+    With `in_child` (the default) the profiling runs in a separate Python process
+    (profile_in_child) that rebuilds the model from `model_name`: its graphs, trace and
+    allocator high-water mark die with it, so profiling first does not raise the training
+    process's peak memory.  `in_child=False` profiles `model` itself in this process (for a
+    model that cannot be rebuilt from its name) and then releases what it can (release_memory).
+    """
     if not os.path.exists(path):
         log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
-        table = profile_model(model, model_name, input_size, batch_size, num_classes,
-                              progress=progress, seed=seed, optimizer=optimizer)
-        tables.save_table(table, path)
+        if in_child:
+            table = profile_in_child(path, model_name, input_size, batch_size, num_classes,
+                                     seed=seed, progress=progress, optimizer=optimizer,
+                                     names=[v.name for v in model.trainable_weights],
+                                     shapes=[list(v.shape) for v in model.trainable_weights])
+        else:
+            table = profile_model(model, model_name, input_size, batch_size, num_classes,
+                                  progress=progress, seed=seed, optimizer=optimizer)
+            tables.save_table(table, path)
+            release_memory()
         log(tables.summarize(table))
     return tables.load_table(path, model=model, input_size=input_size, batch_size=batch_size,
                              optimizer=optimizer)
+
+
+def release_memory():
+    """Collect garbage, then hand glibc's free heap pages back to the OS (malloc_trim): after
+    profiling in-process, freed graphs and buffers would otherwise stay in this process's
+    resident set under training's own allocations.  A no-op where there is no glibc."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
+                     progress=True, optimizer="sgd", names=None, shapes=None):
+    """Profile in a fresh Python process that builds `model_name` (weights "none": timings do
+    not depend on their values), write the table at `path` and return it.
+
+    The child's progress bar goes to this process's stderr; its failure comes back as one
+    UserError line.  `names`/`shapes`: the caller's model's trainable tensors; the child checks
+    its rebuilt model has the same shapes and writes the caller's names into the table (Keras
+    numbers unnamed layers per process, so the names may differ)."""
+    import json
+    import subprocess
+    import sys
+
+    request = {"path": os.path.abspath(path), "model_name": model_name,
+               "input_size": int(input_size), "batch_size": int(batch_size),
+               "num_classes": int(num_classes), "seed": int(seed), "progress": bool(progress),
+               "optimizer": optimizer, "names": names, "shapes": shapes}
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    # the child imports this very package, not another installed copy
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="et_profile_") as tmp:
+        request_file = os.path.join(tmp, "request.json")
+        status_file = os.path.join(tmp, "status.json")
+        with open(request_file, "w") as f:
+            json.dump(dict(request, status=status_file), f)
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD_CODE, request_file], env=env)
+        try:
+            code = proc.wait()
+        except BaseException:  # Ctrl-C reached the child too; do not leave it behind
+            proc.terminate()
+            proc.wait()
+            raise
+        status = {}
+        if os.path.exists(status_file):
+            with open(status_file) as f:
+                status = json.load(f)
+    if code == 0 and status.get("ok"):
+        return tables.load_table(path, input_size=input_size, batch_size=batch_size,
+                                 optimizer=optimizer)
+    if status.get("error"):
+        raise UserError(f"profiling {model_name} failed: {status['error']}")
+    if code < 0:
+        raise UserError(f"the profiling process of {model_name} was killed by signal {-code}"
+                        f"{' (out of memory?)' if -code == 9 else ''}; profile with profiler.py "
+                        f"and pass --timing_table")
+    raise UserError(f"the profiling process of {model_name} exited with code {code}")
+
+
+_CHILD_CODE = "from elastictrainer.profiler.run import _child_main; _child_main()"
+
+
+def _child_main():
+    """Entry point of profile_in_child's process: argv[1] is the request file."""
+    import json
+    import sys
+
+    from elastictrainer.common import one_line
+
+    with open(sys.argv[1]) as f:
+        req = json.load(f)
+    status = {"ok": False}
+    code = 1
+    try:
+        table = _profile_request(req)
+        tables.save_table(table, req["path"])
+        status, code = {"ok": True, "peak_rss_mb": table["peak_rss_mb"]}, 0
+    except UserError as e:
+        status["error"] = one_line(e)
+        code = 2
+    except KeyboardInterrupt:
+        status["error"] = "interrupted"
+        code = 130
+    except Exception as e:  # noqa: BLE001  (reported to the parent as one line)
+        status["error"] = f"{type(e).__name__}: {one_line(e)}"
+    with open(req["status"], "w") as f:
+        json.dump(status, f)
+    sys.exit(code)
+
+
+def _profile_request(req):
+    from elastictrainer.models.build import build_sized
+
+    model, _, _ = build_sized(req["model_name"], req["input_size"], req["num_classes"], "none")
+    variables = model.trainable_weights
+    if req.get("shapes") is not None:
+        shapes = [list(v.shape) for v in variables]
+        if shapes != req["shapes"]:
+            raise UserError(f"{req['model_name']} rebuilt for profiling has other trainable "
+                            f"tensors ({len(shapes)}) than the model being trained "
+                            f"({len(req['shapes'])})")
+    table = profile_model(model, req["model_name"], req["input_size"], req["batch_size"],
+                          req["num_classes"], seed=req["seed"], progress=req["progress"],
+                          optimizer=req["optimizer"])
+    if req.get("names") is not None:
+        for t, name in zip(table["tensors"], req["names"]):
+            t["name"] = name
+    return table
 
 
 def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=None,
