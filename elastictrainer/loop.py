@@ -60,12 +60,12 @@ class _StopFlag:
         return False
 
 
-def _load_time_model(cfg, model, num_classes, log):
+def _load_time_model(cfg, model, num_classes, log, in_child=True):
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
     table = load_or_profile(path, model, cfg.model_name, cfg.input_size, cfg.batch_size,
                             num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
-                            optimizer=cfg.optimizer)
+                            optimizer=cfg.optimizer, in_child=in_child)
     tm = TimeModel(table)
     if not tm.calibrated:
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
@@ -102,7 +102,8 @@ def run(cfg, log=print, model=None, data=None):
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
                         f"classes of {cfg.dataset_name}")
-    if model is not None:
+    given_model = model is not None
+    if given_model:
         if not isinstance(model, keras.Model):
             raise UserError(f"model must be a tf_keras Model (import tf_keras as keras), got "
                             f"{type(model).__module__}.{type(model).__name__}")
@@ -134,7 +135,9 @@ def run(cfg, log=print, model=None, data=None):
     n = len(trainer.variables)
     time_model = table_path = None
     if scheme.elastic:
-        time_model, table_path = _load_time_model(cfg, model, num_classes, log)
+        # a model object cannot be rebuilt from its name in a child process
+        time_model, table_path = _load_time_model(cfg, model, num_classes, log,
+                                                  in_child=not given_model)
     _restore_random_state(model, rng_state, cfg.seed)
 
     out = runlog.run_dir(cfg.logdir, cfg.run_name)
