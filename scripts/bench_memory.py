@@ -22,10 +22,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, HERE)
+from elastictrainer.common import ArgumentParser, comma_list
 
-from elastictrainer.common import ArgumentParser, comma_list  # noqa: E402
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TIME = "/usr/bin/time"
 

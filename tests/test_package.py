@@ -146,7 +146,7 @@ def test_a_scheme_carries_its_plot_label_and_colour():
 def test_console_command_and_bad_subcommand():
     r = subprocess.run([sys.executable, "-m", "elastictrainer", "trian"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "valid: train, profile, plot, figure" in r.stderr
+    assert r.returncode == 2 and "valid: train, profile, plot, compare, figure" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     r = subprocess.run([sys.executable, "-m", "elastictrainer"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
