@@ -531,7 +531,8 @@ class _Elastic:
         mask = model.select(self.importance, self.cfg.rho, resolution=self.cfg.dp_resolution)
         solve_ms = (_clock() - t0) * 1e3
         selection, empty = model.selection(mask)
-        limited_by = model.limited_by(mask, self.importance, self.cfg.rho)
+        limited_by = model.limited_by(mask, self.importance, self.cfg.rho,
+                                      resolution=self.cfg.dp_resolution)
         if empty:
             nothing_worth = not np.any(self.importance > 0)
             if nothing_worth and self.selection is not None:
@@ -577,7 +578,8 @@ class _Elastic:
         measured = self._measured()
         self.record["measured_ratio"] = measured
         tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
-        miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over)
+        miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over,
+                              predicted=self.record["predicted_ratio"])
         if (miss is None or not self.ctl.feedback
                 or self.corrections_here >= self.ctl.max_corrections):
             return False

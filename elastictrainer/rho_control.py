@@ -9,7 +9,8 @@ state restored afterwards), then the selection's own steps, and
 
 both taken within the same minutes, so that a device that has slowed down since profiling
 slows both alike.  When a selection misses rho by more than TOLERANCE (above it; or below it
-while tensors worth training were left out for lack of budget) the controller refits the time
+while tensors worth training were left out for lack of budget; or, for a selection that cannot
+reach its deeper worthwhile tensors at all, below its own predicted ratio) the controller refits the time
 model to what the run measured and the loop re-solves eq. 3 with the same importance, at most
 MAX_CORRECTIONS times per re-selection.
 
@@ -26,9 +27,8 @@ at most MAX_FACTOR).  NumPy only; the loop (loop.py) does the timing.
 """
 import numpy as np
 
-from elastictrainer.time_model import selection_sums
+from elastictrainer.time_model import TOLERANCE, selection_sums  # a miss: |measured / rho - 1| above it
 
-TOLERANCE = 0.05       # a miss is |measured / rho - 1| above this
 MAX_CORRECTIONS = 3    # per re-selection
 MEASURE_STEPS = 10     # a selection's steps timed (after its first, which may compile) before it is judged
 FULL_STEPS = 5         # full steps timed at each re-selection (medians of 5 and 3 swung by 0.3 here)
@@ -57,22 +57,29 @@ class RhoController:
         self.points = []  # (DW, DY, measured ratio), table ms
         self.model = base
 
-    def judge(self, measured, limited_by, was_over=False):
+    def judge(self, measured, limited_by, was_over=False, predicted=None):
         """"over", "under" or None.  Under rho is only a miss when the budget was what stopped
         the selection (a selection of every tensor worth training is done, however fast), and
         not once this re-selection has been over rho (`was_over`): going back up on noisy
         measurements swung between over and under, and under is the side that keeps the
-        promise."""
+        promise.  A selection stopped by "depth" (time_model.limited_by) is judged against
+        its own `predicted` ratio when under rho: only a time model that overestimates it
+        (one that corrected might reach the deeper tensors) is a miss."""
         if measured is None:
             return None
         if measured > self.rho * (1 + self.tolerance):
             return "over"
+        if was_over:
+            return None
         # "forward floor": the model says nothing is that fast, and the run just measured
         # something faster; the model is what is wrong
-        if (measured < self.rho * (1 - self.tolerance)
-                and limited_by in ("budget", "forward floor") and not was_over):
-            return "under"
-        return None
+        if limited_by in ("budget", "forward floor"):
+            target = self.rho
+        elif limited_by == "depth" and predicted is not None:
+            target = min(self.rho, predicted)
+        else:
+            return None
+        return "under" if measured < target * (1 - self.tolerance) else None
 
     def correct(self, mask, measured):
         """Add one measurement (a selection's mask and its measured ratio), refit the scales and

@@ -15,6 +15,10 @@ import numpy as np
 
 from elastictrainer import selector
 
+# A selection "spends" its budget when the time model puts it within this fraction of rho; the
+# closed loop (rho_control.py) counts a measured ratio this far from its target as a miss.
+TOLERANCE = 0.05
+
 
 def output_first(rank):
     """Indices of the tensors from the output (rank 0) back to the input."""
@@ -94,15 +98,29 @@ class TimeModel:
         mask[o] = np.asarray(res.mask, bool)
         return mask
 
-    def limited_by(self, mask, importance, rho):
-        """Why a selection stops where it does: "importance" when every tensor left out scores
-        <= 0 (more budget would buy nothing), "forward floor" when rho is below what no
-        selection can beat, else "budget"."""
+    def limited_by(self, mask, importance, rho, resolution=10000):
+        """Why a selection stops where it does.
+
+        "forward floor": rho is below what no selection can beat.
+        "importance": every tensor left out scores <= 0; more budget would buy nothing.
+        "depth": tensors worth training were left out and the selection leaves more than
+            TOLERANCE of rho unspent, yet even rho * (1 + TOLERANCE) would buy nothing more:
+            what is worth training is so deep that eq. 3's error-gradient chain down to it
+            costs more than is left.  The step is faster than rho on purpose, as with
+            "importance".
+        "budget": otherwise; a little more budget would buy more importance.
+        """
         if rho <= self.rho_floor:
             return "forward floor"
-        left_out = ~np.asarray(mask, bool)
-        worth = np.asarray(importance, float)[left_out] > 0
-        return "budget" if worth.any() or not left_out.any() else "importance"
+        mask = np.asarray(mask, bool)
+        importance = np.asarray(importance, float)
+        if not (importance[~mask] > 0).any():
+            return "budget" if mask.all() else "importance"
+        if self.predicted_ratio(mask) >= rho * (1 - TOLERANCE):
+            return "budget"
+        gain = np.clip(importance, 0, None)
+        more = self.select(importance, rho * (1 + TOLERANCE), resolution=resolution)
+        return "budget" if gain[more].sum() > gain[mask].sum() * (1 + 1e-9) else "depth"
 
     def selection(self, mask):
         """Indices to train for a mask (trainable order), and whether it was empty.  Nothing

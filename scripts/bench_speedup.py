@@ -131,9 +131,9 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     results = []
     for rho in rhos:
         sel_ms = statistics.median(times[rho]) * 1e3
-        # "importance": every tensor left out scores <= 0, so the DP stops short of the budget
-        # on purpose; "budget": a tensor worth training was left out because it did not fit
-        # (it may also be too deep to fit at all: then budget_used stays well below 1).
+        # "importance" / "depth" (time_model.limited_by): the DP stops short of the budget on
+        # purpose (nothing left out is worth anything, or what is worth something is too deep
+        # to reach); "budget": a tensor worth training was left out because it did not fit.
         limited_by = tm.limited_by(masks[rho], importance, rho)
         predicted = tm.predicted_ratio(masks[rho])
         results.append({"rho": rho, "measured_ratio": sel_ms / full_ms,
@@ -159,7 +159,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         mask, measured = masks[rho], res["measured_ratio"]
         corrections = 0
         while corrections < MAX_CORRECTIONS:
-            if ctl.judge(measured, ctl.model.limited_by(mask, importance, rho)) is None:
+            if ctl.judge(measured, ctl.model.limited_by(mask, importance, rho),
+                         predicted=ctl.model.predicted_ratio(mask)) is None:
                 break
             ctl.correct(mask, measured)
             corrections += 1
@@ -233,10 +234,11 @@ def plot(result, path):
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="requested = achieved")
     ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="±10%")
     ax.plot(rhos, [r["measured_ratio"] for r in result["results"]], "o-", label="measured")
-    bound = [r for r in result["results"] if r.get("limited_by") == "importance"]
+    bound = [r for r in result["results"] if r.get("limited_by") in ("importance", "depth")]
     if bound:
         ax.plot([r["rho"] for r in bound], [r["measured_ratio"] for r in bound], "o", ms=11,
-                mfc="none", mec="C3", label="nothing left worth training\n(importance <= 0)")
+                mfc="none", mec="C3", label="budget left unspent on purpose\n"
+                "(nothing worth training within reach)")
     ax.plot(rhos, [r["predicted_ratio"] for r in result["results"]], "s:", label="time model")
     ax.set_xlabel("requested rho (elastic / full step time)")
     ax.set_ylabel("achieved step-time ratio")

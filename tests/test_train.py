@@ -484,7 +484,7 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     sels = summary["selections"]
     assert summary["rho_feedback"] is (feedback == "true")
     for s in sels:
-        assert s["limited_by"] in ("budget", "importance", "forward floor")
+        assert s["limited_by"] in ("budget", "importance", "depth", "forward floor")
         assert s["measured_ratio"] is not None and s["steps"] > 0
         mask = np.array(s["mask"], bool)
         assert s["measured_ratio"] == pytest.approx(truth.predicted_ratio(mask), rel=1e-6)
