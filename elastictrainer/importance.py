@@ -91,13 +91,49 @@ def probe_terms(tr, batches, fresh_state=False, after=True):
     return first, second
 
 
+def _fresh_drop_fn(tr):
+    """A compiled probe: per tensor, -g0.dw0 with dw0 engine.fresh_step's closed form (cached
+    on `tr`)."""
+    fn = getattr(tr, "_importance_fresh_drop", None)
+    if fn is None:
+        import tensorflow as tf
+
+        from elastictrainer import engine
+
+        variables, optimizer = list(tr.variables), tr.optimizer
+
+        @tf.function
+        def fn(x, y):
+            # sparse gradients as the dense sum the optimizer's de-duplication gives; a tensor
+            # the loss does not reach scores 0
+            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(tr.grads_fn(x, y), variables)]
+            steps = engine.fresh_step(optimizer, grads, variables)
+            return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
+                             for g, d in zip(grads, steps)])
+
+        tr._importance_fresh_drop = fn
+    return fn
+
+
 @IMPORTANCE.register("taylor")
 def taylor_importance(tr, batches):
     """What elastic_training uses: I_k = -g(w) . dw0_k, the first-order loss drop of the step
     dw0 the optimizer takes on the probe batch from a fresh state (zeroed momenta, moments and
     step counts; the learning-rate schedule kept): lr (|g_k|^2 + wd g_k.w_k) for SGD,
-    ~ lr |g_k|_1 for Adam.  One backward pass per probe batch (eq. 4-6 takes two)."""
-    return probe_terms(tr, batches, fresh_state=True, after=False)[0]
+    ~ lr |g_k|_1 for Adam.  One backward pass per probe batch (eq. 4-6 takes two).
+
+    dw0 in closed form where engine.fresh_step covers the optimizer (SGD, Adam as make_optimizer
+    builds them): no weight or slot is copied, updated or restored, so the probe holds no more
+    than a backward pass does; otherwise the general path (probe_terms)."""
+    from elastictrainer import engine
+
+    if not engine.fresh_step_supported(tr.optimizer, tr.variables):
+        return probe_terms(tr, batches, fresh_state=True, after=False)[0]
+    total = np.zeros(len(tr.variables))
+    for x, y in batches:
+        total += _fresh_drop_fn(tr)(x, y).numpy()
+    return total
 
 
 @IMPORTANCE.register("taylor_paper")

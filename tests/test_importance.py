@@ -147,6 +147,43 @@ def test_taylor_is_the_first_order_drop_of_a_fresh_optimizer_step(opt):
     assert np.all(fast > 0)
 
 
+def _optimizer(kind):
+    if kind in ("sgd", "adam"):
+        return engine.make_optimizer(kind, 0.05, 5e-3, 10 ** 6)
+    if kind == "sgd_nesterov":
+        return keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True, weight_decay=5e-3)
+    if kind == "sgd_plain":
+        return keras.optimizers.SGD(0.05)
+    return keras.optimizers.SGD(0.05, momentum=0.9, clipnorm=1e-3)  # not covered: general path
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam", "sgd_nesterov", "sgd_plain", "clipped"])
+def test_taylors_closed_form_step_matches_the_general_probe(kind, monkeypatch):
+    """engine.fresh_step (no snapshot, update or restore) against probe_terms, which takes the
+    step with the optimizer itself from zeroed slots and restores everything."""
+    keras.utils.set_random_seed(2)
+    tr = _trainer(_optimizer(kind))
+    for s in range(3):  # training state that a fresh step must ignore
+        tr.step_for(range(8))(*batch(seed=s))
+    tr.step_for((6, 7))(*batch(seed=3))
+    data = [batch(seed=s) for s in (7, 8)]
+    bn0 = snapshot(tr.model.non_trainable_weights)
+    general = importance.probe_terms(tr, data, fresh_state=True, after=False)[0]
+    for v, w in zip(tr.model.non_trainable_weights, bn0):
+        v.assign(w)
+    covered = kind != "clipped"
+    assert engine.fresh_step_supported(tr.optimizer, tr.variables) == covered
+    if covered:  # the closed form must not fall back to the general path
+        monkeypatch.setattr(importance, "probe_terms", None)
+    w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
+    fast = importance.taylor_importance(tr, data)
+    # the general path's dw is a difference of float32 weights: rounding, not the formula
+    np.testing.assert_allclose(fast, general, rtol=2e-3, atol=1e-9)
+    assert np.all(np.abs(fast) > 0)
+    assert all(np.array_equal(a, b) for a, b in zip(w0, snapshot(tr.variables)))
+    assert all(np.array_equal(a, b) for a, b in zip(o0, snapshot(tr.optimizer.variables)))
+
+
 def test_taylor_paper_is_eq_6_from_trainings_optimizer_state():
     """I_k = -g(w + dw).dw with dw SGD's step with its momentum, by hand."""
     keras.utils.set_random_seed(3)
