@@ -27,7 +27,7 @@ from elastictrainer.importance import IMPORTANCE, normalize
 from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
-from elastictrainer.rho_control import FULL_STEPS, MEASURE_STEPS, RhoController
+from elastictrainer.rho_control import CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS, RhoController
 from elastictrainer.roles import check_roles, tensor_roles
 from elastictrainer.schemes import SCHEMES
 from elastictrainer.time_model import TimeModel
@@ -492,6 +492,7 @@ class _Elastic:
         self.times = []  # this selection's step times (s), its first step apart
         self.first_step_s = None
         self.corrections_here, self.was_over = 0, False
+        self.rounds = 1  # measurement rounds this selection is judged on (2: confirming a miss)
         self.overhead_s = 0.0
         summary.update(rho_feedback=controller.feedback, measured_ratio=None, corrections=[],
                        reselection_overhead_s=0.0)
@@ -512,12 +513,13 @@ class _Elastic:
 
     def before_step(self, x, y):
         """Time one full step on this training batch, weights and optimizer state restored
-        after it, FULL_STEPS times for each new selection: the full steps run in the same
+        after it, FULL_STEPS times per measurement round: the full steps run in the same
         conditions as the selection's own (the input pipeline preparing the next batches
         meanwhile), so the ratio compares like with like."""
         # interleaved with the selection's own first steps (before its steps 0, 2, 4, ...), so
         # that load which comes and goes hits both alike
-        if len(self.full_times) >= FULL_STEPS or 2 * len(self.full_times) > len(self.times):
+        if (len(self.full_times) >= FULL_STEPS * self.rounds
+                or 2 * len(self.full_times) > len(self.times)):
             return
         t0 = _clock()
         self.full_times.append(_time_full_step(self.trainer, x, y, self.warm))
@@ -560,6 +562,7 @@ class _Elastic:
         self.mask = mask
         self.times, self.first_step_s = [], None
         self.full_ms, self.full_times = None, []
+        self.rounds = 1
         tf.summary.scalar(runlog.NUM_SELECTED, len(selection), step=global_step)
         tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=global_step)
         tf.summary.write(runlog.SELECTION_MASK, tf.constant(mask.astype(np.int32)),
@@ -573,7 +576,8 @@ class _Elastic:
             self.first_step_s = seconds
             return False
         self.times.append(seconds)
-        if len(self.times) != MEASURE_STEPS or len(self.full_times) < FULL_STEPS:
+        if (len(self.times) != MEASURE_STEPS * self.rounds
+                or len(self.full_times) < FULL_STEPS * self.rounds):
             return False
         measured = self._measured()
         self.record["measured_ratio"] = measured
@@ -582,6 +586,11 @@ class _Elastic:
                               predicted=self.record["predicted_ratio"])
         if (miss is None or not self.ctl.feedback
                 or self.corrections_here >= self.ctl.max_corrections):
+            return False
+        if self.rounds < CONFIRM_ROUNDS:
+            # one round's ratio varies by 4% here and has outliers (a burst of other load); a
+            # miss is corrected only if it holds over the pooled rounds
+            self.rounds += 1
             return False
         t0 = _clock()
         self.ctl.correct(self.mask, measured)
@@ -632,7 +641,7 @@ class _Elastic:
                 "selection": None if self.selection is None else list(self.selection),
                 "open_record": self.record is not None, "full_times": self.full_times,
                 "times": self.times, "corrections_here": self.corrections_here,
-                "was_over": self.was_over,
+                "was_over": self.was_over, "rounds": self.rounds,
                 "overhead_s": self.overhead_s, "controller": self.ctl.state()}
 
     def load_state(self, state):
@@ -647,6 +656,7 @@ class _Elastic:
         self.first_step_s = None  # the first step after resuming compiles again
         self.corrections_here = state["corrections_here"]
         self.was_over = state["was_over"]
+        self.rounds = state.get("rounds", 1)
         self.overhead_s = state["overhead_s"]
         self.ctl.load_state(state["controller"])
 

@@ -105,9 +105,10 @@ class TimeModel:
         "importance": every tensor left out scores <= 0; more budget would buy nothing.
         "depth": tensors worth training were left out and the selection leaves more than
             TOLERANCE of rho unspent, yet even rho * (1 + TOLERANCE) would buy nothing more:
-            what is worth training is so deep that eq. 3's error-gradient chain down to it
-            costs more than is left.  The step is faster than rho on purpose, as with
-            "importance".
+            what is worth training costs more than is left, mostly because it lies so deep
+            that eq. 3's error-gradient chain down to it is dear (in a model of a few tensors,
+            also because one tensor's t_dw is).  The step is faster than rho on purpose, as
+            with "importance".
         "budget": otherwise; a little more budget would buy more importance.
         """
         if rho <= self.rho_floor:

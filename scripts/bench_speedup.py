@@ -26,6 +26,9 @@ def build_parser():
     p.add_argument("--random_selections", type=int, default=20,
                    help="random selections for the time model's error")
     p.add_argument("--reselections", type=int, default=30, help="re-selections for RSS growth")
+    p.add_argument("--noise_trials", type=int, default=8,
+                   help="measurements of one selection's ratio, as a run takes them, to show "
+                        "their run-to-run noise")
     p.add_argument("--timing_table", default=None, help="reuse this table (default: profile or "
                                                         "reuse profiles/<model>...json)")
     p.add_argument("--importance", default="taylor", choices=("taylor", "uniform"),
@@ -51,7 +54,7 @@ def rss_mb():
 
 def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rhos=(0.4, 0.5, 0.6, 0.7),
                   repeats=5, steps=3, random_selections=20, reselections=30, timing_table=None,
-                  seed=0, progress=True, log=print, importance="taylor"):
+                  seed=0, progress=True, log=print, importance="taylor", noise_trials=8):
     import statistics
     import time
 
@@ -114,7 +117,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
             out.append(time.perf_counter() - t)
         return out
 
-    bar = tqdm(total=len(selections) * (repeats + 1) + len(rhos) + random_selections + reselections,
+    bar = tqdm(total=len(selections) * (repeats + 1) + len(rhos) + 1 + random_selections + reselections,
                desc="benchmark", disable=not progress)
     for sel in selections.values():  # compile and warm up every step first
         timed(sel, 2)
@@ -143,33 +146,63 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
 
     # The closed loop (rho_control.py), as a run at each rho would apply it: measure the
     # selection against full steps in the same minutes, correct the time model, re-solve.
-    from elastictrainer.rho_control import MAX_CORRECTIONS, RhoController
+    from elastictrainer.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MAX_CORRECTIONS,
+                                            MEASURE_STEPS, RhoController)
+
+    def measure_round(sel, samples=None):
+        """One round of a run's measurement (loop.py): MEASURE_STEPS steps of the selection
+        (after its first, untimed, when the round is its first), a full step before every
+        other one of them up to FULL_STEPS; pooled with `samples` of earlier rounds."""
+        sel_t, full_t = samples or ([], [])
+        if not sel_t:
+            timed(sel, 1)
+        for i in range(MEASURE_STEPS):
+            if i % 2 == 0 and i // 2 < FULL_STEPS:
+                full_t += timed(full, 1)
+            sel_t += timed(sel, 1)
+        return statistics.median(sel_t) / statistics.median(full_t), (sel_t, full_t)
 
     def measure_ratio(sel):
-        timed(sel, 1)  # compile
-        sel_t, full_t = [], []
-        for r in range(max(repeats // 2, 2)):
-            for key in ((sel, full) if r % 2 == 0 else (full, sel)):
-                (sel_t if key is sel else full_t).extend(timed(key, steps))
-        return statistics.median(sel_t) / statistics.median(full_t)
+        return measure_round(sel)[0]
+
+    # The noise of one such measurement on this machine: the same selection measured again and
+    # again.  No controller can hold rho closer than this.
+    mid = rhos[len(rhos) // 2]
+    noise = [measure_ratio(selections[mid]) for _ in range(noise_trials)]
+    bar.update(1)
 
     for res in results:
         rho = res["rho"]
         ctl = RhoController(tm, rho)
         mask, measured = masks[rho], res["measured_ratio"]
-        corrections = 0
+        corrections, was_over, samples = 0, False, None
+        history = [(int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured)]
+        rounds = 1
         while corrections < MAX_CORRECTIONS:
-            if ctl.judge(measured, ctl.model.limited_by(mask, importance, rho),
-                         predicted=ctl.model.predicted_ratio(mask)) is None:
+            miss = ctl.judge(measured, ctl.model.limited_by(mask, importance, rho), was_over,
+                             predicted=ctl.model.predicted_ratio(mask))
+            if miss is None:
                 break
+            sel = ctl.model.selection(mask)[0]
+            if rounds < CONFIRM_ROUNDS:  # as the loop: confirm on pooled rounds first
+                if samples is None:  # the open-loop measurement above has no raw samples
+                    measured, samples = measure_round(sel)
+                measured, samples = measure_round(sel, samples)
+                rounds += 1
+                history.append((int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured))
+                continue
             ctl.correct(mask, measured)
             corrections += 1
+            was_over = was_over or miss == "over"
             new = ctl.model.select(importance, rho)
             if np.array_equal(new, mask):
                 break
             mask = new
-            measured = measure_ratio(ctl.model.selection(mask)[0])
+            measured, samples = measure_round(ctl.model.selection(mask)[0])
+            rounds = 1
+            history.append((int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured))
         res.update(closed_loop_ratio=measured, corrections=corrections,
+                   closed_loop_history=history,
                    closed_loop_selected=int(np.sum(mask)),
                    closed_loop_predicted=ctl.model.predicted_ratio(mask))
         bar.update(1)
@@ -217,6 +250,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         "results": results, "time_model_mape": float(np.mean(errors)) if errors else None,
         "time_model_mape_corrected": float(np.mean(errors_after)) if errors_after else None,
         "correction": pooled.state(),
+        "noise": {"rho": mid, "ratios": noise,
+                  "cv": float(np.std(noise) / np.mean(noise)) if len(noise) > 1 else None},
         "dp_ms": dp_ms, "rss_mb": rss, "rss_growth_mb_per_reselection": growth,
         "rss_after_first_mb": rss[0] if rss else None, "rss_after_last_mb": rss[-1] if rss else None,
         "step_cache_traces": trainer.steps.traces, "repeats": repeats, "steps": steps,
@@ -253,7 +288,7 @@ def main(argv=None):
     result = run_benchmark(args.model_name, args.input_size, args.batch_size, args.num_classes, args.rhos,
                            args.repeats, args.steps, args.random_selections, args.reselections,
                            args.timing_table, args.seed, progress=not args.quiet,
-                           importance=args.importance)
+                           importance=args.importance, noise_trials=args.noise_trials)
     stem = os.path.splitext(os.path.basename(args.model_name))[0]
     out = args.out or os.path.join(
         "figures", f"bench_{stem}_i{result['input_size']}_b{args.batch_size}_{args.importance}.json")
@@ -275,6 +310,11 @@ def main(argv=None):
     print(f"time model MAPE on {args.random_selections} random selections: {mape:.3f} as "
           f"profiled, {after:.3f} corrected by the rho measurements" if mape is not None
           else "time model MAPE: n/a")
+    nz = result["noise"]
+    if nz["cv"] is not None:
+        print(f"one run's measurement of the rho {nz['rho']:g} selection, taken {len(nz['ratios'])} "
+              f"times: {min(nz['ratios']):.3f} to {max(nz['ratios']):.3f} (coefficient of "
+              f"variation {nz['cv']:.3f}): no closed loop holds rho closer than its measurements")
     print(f"DP solve: {result['dp_ms']:.2f} ms; RSS growth {result['rss_growth_mb_per_reselection']:.2f} MB "
           f"per re-selection ({result['rss_after_first_mb']:.0f} -> {result['rss_after_last_mb']:.0f} MB "
           f"over {args.reselections}); written {out}")

@@ -431,11 +431,13 @@ def test_profiling_first_does_not_change_the_run(tmp_path):
     assert [s["mask"] for s in first["selections"]] == [s["mask"] for s in again["selections"]]
 
 
-def _fake_device(monkeypatch, truth):
+def _fake_device(monkeypatch, truth, slow=None):
     """Step times from `truth` (a TimeModel standing for the device) on a fake clock: every
-    train step of a selection advances it by what truth says that selection costs."""
+    train step of a selection advances it by what truth says that selection costs, times
+    slow(n) for the n-th call of a partial selection's steps (a burst of other load)."""
     from elastictrainer import loop, trainer as trainer_mod
     clock = [0.0]
+    calls = [0]
     monkeypatch.setattr(loop, "_clock", lambda: clock[0])
     real = trainer_mod.Trainer.step_for
 
@@ -444,20 +446,23 @@ def _fake_device(monkeypatch, truth):
         mask = np.zeros(len(self.variables), bool)
         mask[list(selection)] = True
         ms = truth.t_fp + truth.cost_ms(mask)
+        partial = not mask.all()
 
         def timed(x, y):
-            clock[0] += ms / 1e3
+            factor = 1.0
+            if partial:
+                calls[0] += 1
+                factor = slow(calls[0]) if slow else 1.0
+            clock[0] += ms * factor / 1e3
             return step(x, y)
         return timed
 
     monkeypatch.setattr(trainer_mod.Trainer, "step_for", step_for)
 
 
-@pytest.mark.parametrize("feedback", ["true", "false"])
-def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, feedback):
-    from elastictrainer.time_model import TimeModel
-    # the profiled table of the tiny model, with times as a real CNN's (forward 0.35 of a step;
-    # at 16 px the tiny model's own step is nearly all overhead)
+def _realistic_table(workdir, name):
+    """The tiny model's table with times as a real CNN's (forward 0.35 of a step; at 16 px the
+    tiny model's own step is nearly all overhead), no calibration."""
     data = json.load(open(workdir / "table.json"))
     rng = np.random.default_rng(0)
     for t in data["tensors"]:
@@ -466,8 +471,43 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     data["t_fp_ms"] = 0.35 / 0.65 * backward
     data["t_full_ms"] = data["t_fp_ms"] + backward
     data.pop("calibration", None)
-    path = workdir / f"wrong_table_{feedback}.json"
+    path = workdir / name
     json.dump(data, open(path, "w"))
+    return path, data
+
+
+def test_a_burst_of_load_in_one_measurement_round_is_not_corrected(workdir, monkeypatch):
+    """The table is right, but the selection's first timed steps run 1.5x slow (other load):
+    the first round misses rho, the pooled rounds do not, and nothing is corrected."""
+    from elastictrainer.time_model import TimeModel
+    path, data = _realistic_table(workdir, "right_table.json")
+    args = ("--steps_per_epoch", "32", "--num_epochs", "1", "--interval", "1",
+            "--timing_table", str(path))
+    # a rho that the first selection fills exactly (a tiny model's tensors are coarse): its
+    # predicted ratio at 0.75, feedback off
+    _fake_device(monkeypatch, TimeModel(data))
+    assert main_cli.main(_argv(workdir, "elastic_training", "burst_rho", "--rho", "0.75",
+                               "--rho_feedback", "false", *args)) == 0
+    rho = json.load(open(workdir / "logs" / "burst_rho" / runlog.SUMMARY_FILE)
+                    )["selections"][0]["predicted_ratio"] * 1.01  # the DP rounds costs up
+    # calls 2-7 of the partial selection's step (its first is untimed): 6 of the 10 steps of
+    # round one, 6 of the 20 pooled
+    _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.5 if 2 <= n <= 7 else 1.0)
+    assert main_cli.main(_argv(workdir, "elastic_training", "burst", "--rho", f"{rho:.9f}",
+                               *args)) == 0
+    summary = json.load(open(workdir / "logs" / "burst" / runlog.SUMMARY_FILE))
+    assert summary["corrections"] == []
+    (sel,) = summary["selections"]
+    assert sel["steps"] == 32 and sel["limited_by"] == "budget"
+    assert sel["measured_ratio"] == pytest.approx(sel["predicted_ratio"], rel=1e-6)
+    # without the burst in round one... with it and one round only, it would have been a miss
+    assert 1.5 * sel["predicted_ratio"] > rho * 1.05
+
+
+@pytest.mark.parametrize("feedback", ["true", "false"])
+def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, feedback):
+    from elastictrainer.time_model import TimeModel
+    path, data = _realistic_table(workdir, f"wrong_table_{feedback}.json")
     table = TimeModel(data)
     # the device: backward ops 40% cheaper than profiled, the difference a fixed per-step cost
     # the table missed, so every partial selection costs more of a step than predicted
@@ -476,7 +516,7 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     assert truth.rho_floor < rho * 0.9
     _fake_device(monkeypatch, truth)
     name = f"feedback_{feedback}"
-    assert main_cli.main(_argv(workdir, "elastic_training", name, "--steps_per_epoch", "16",
+    assert main_cli.main(_argv(workdir, "elastic_training", name, "--steps_per_epoch", "32",
                                "--interval", "1", "--rho", str(rho),
                                "--rho_feedback", feedback, "--timing_table", str(path))) == 0
     run = workdir / "logs" / name
