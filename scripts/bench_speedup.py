@@ -268,7 +268,11 @@ def plot(result, path):
     lo, hi = min(rhos) - 0.1, max(rhos) + 0.1
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="requested = achieved")
     ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="±10%")
-    ax.plot(rhos, [r["measured_ratio"] for r in result["results"]], "o-", label="measured")
+    ax.plot(rhos, [r["measured_ratio"] for r in result["results"]], "o-",
+            label="measured, open loop (the table alone)")
+    if all("closed_loop_ratio" in r for r in result["results"]):
+        ax.plot(rhos, [r["closed_loop_ratio"] for r in result["results"]], "^-", color="C4",
+                label="measured, closed loop (as a run)")
     bound = [r for r in result["results"] if r.get("limited_by") in ("importance", "depth")]
     if bound:
         ax.plot([r["rho"] for r in bound], [r["measured_ratio"] for r in bound], "o", ms=11,
