@@ -65,9 +65,10 @@ class RhoController:
     def judge(self, measured, limited_by, was_over=False, predicted=None):
         """"over", "under" or None.  Over: measured above rho by more than the tolerance.
         Under: measured below rho by more than the tolerance while the budget is what stopped
-        the selection ("budget", "forward floor"), or, for a selection that leaves budget
-        unspent on purpose ("depth", time_model.limited_by), below its own `predicted` ratio:
-        only a time model that overestimates it might then afford more.  Never when every
+        the selection ("budget"); or, for a selection the model says cannot reach rho ("depth":
+        budget unspent on purpose, time_model.limited_by; "forward floor": nothing is that
+        fast), below its own `predicted` ratio: the model overestimates it, and a corrected
+        one might afford more.  Never when every
         tensor left out scores <= 0 ("importance": done, however fast).  Once this
         re-selection has been over rho (`was_over`), under needs BACK_UP times the tolerance:
         going back up on marginal, noisy measurements swung between over and under, and under
@@ -81,8 +82,8 @@ class RhoController:
         if limited_by == "importance":
             return None
         target = self.rho
-        if limited_by == "depth" and predicted is not None:
-            target = min(self.rho, predicted)
+        if limited_by in ("depth", "forward floor") and predicted is not None:
+            target = predicted
         margin = self.tolerance * (BACK_UP if was_over else 1)
         return "under" if measured < target * (1 - margin) else None
 
