@@ -13,9 +13,10 @@ steps) varies by 4% from round to round on this 2-core machine (scripts/bench_sp
 noise), with outliers when other load comes in bursts, so a miss in one round is only a
 suspicion: the loop measures CONFIRM_ROUNDS rounds and acts when the pooled medians still miss.
 A miss is a measured ratio above rho by more than TOLERANCE, or below it while tensors worth
-training were left out for lack of budget (see judge for the details); then the controller refits the
-time model to what the run measured and the loop re-solves eq. 3 with the same importance, at
-most MAX_CORRECTIONS times per re-selection.
+training were left out for lack of budget, or below its own prediction for a selection the
+model says cannot reach rho (see judge); then the controller refits the time model to what the
+run measured and the loop re-solves eq. 3 with the same importance, at most MAX_CORRECTIONS
+times per re-selection.
 
 The correction model.  With the table's (already calibrated) times, a selection costs
     r(sel) = f + s * (DW(sel) + DY(sel)) / t_full,
@@ -30,7 +31,9 @@ at most MAX_FACTOR).  NumPy only; the loop (loop.py) does the timing.
 """
 import numpy as np
 
-from elastictrainer.time_model import TOLERANCE, selection_sums  # a miss: |measured / rho - 1| above it
+# TOLERANCE: a miss is |measured / target - 1| above it (defined with the time model, whose
+# limited_by uses it too)
+from elastictrainer.time_model import TOLERANCE, selection_sums
 
 MAX_CORRECTIONS = 3    # per re-selection
 MEASURE_STEPS = 10     # a selection's steps timed (after its first, which may compile) before it is judged
@@ -68,9 +71,9 @@ class RhoController:
         the selection ("budget"); or, for a selection the model says cannot reach rho ("depth":
         budget unspent on purpose, time_model.limited_by; "forward floor": nothing is that
         fast), below its own `predicted` ratio: the model overestimates it, and a corrected
-        one might afford more.  Never when every
-        tensor left out scores <= 0 ("importance": done, however fast).  Once this
-        re-selection has been over rho (`was_over`), under needs BACK_UP times the tolerance:
+        one might afford more.  Never when every tensor left out scores <= 0 ("importance":
+        done, however fast).  Once this re-selection has been over rho (`was_over`), under
+        needs BACK_UP times the tolerance:
         going back up on marginal, noisy measurements swung between over and under, and under
         is the side that keeps the promise; but one overshooting correction had left the
         README's first command training 1 tensor of 20 for 4 epochs (the corrected model put
