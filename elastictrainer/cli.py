@@ -80,6 +80,11 @@ def train_parser(prog="elastictrainer train"):
     p.add_argument("--steps_per_epoch", type=int, default=None,
                    help="cap on training steps per epoch, for quick trials (default: the whole "
                         "set)")
+    p.add_argument("--num_train", type=int, default=None,
+                   help="synthetic dataset only: training images to generate (default 512)")
+    p.add_argument("--num_test", type=int, default=None,
+                   help="synthetic dataset only: test images (default 512; every epoch is "
+                        "evaluated on all of them, so more means steadier accuracies)")
     p.add_argument("--energy", default="auto", choices=ENERGY_MODES,
                    help="measure training energy from the device's sensor: auto (Jetson INA3221 "
                         "rails, else NVIDIA GPUs through NVML plus Intel RAPL), one of those "

@@ -43,6 +43,8 @@ class Config:
     probe_batches: int = 1
     timing_table: Optional[str] = None
     steps_per_epoch: Optional[int] = None
+    num_train: Optional[int] = None  # synthetic dataset only: images generated (default 512)
+    num_test: Optional[int] = None   # synthetic dataset only: test images (default 512)
     dp_resolution: int = 10000
     energy: str = "auto"
     resume: bool = True
@@ -58,6 +60,13 @@ class Config:
             raise UserError(f"--num_classes must be positive, got {self.num_classes}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise UserError(f"--steps_per_epoch must be positive, got {self.steps_per_epoch}")
+        for name in ("num_train", "num_test"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"--{name} must be a positive integer, got {value}")
+            if value is not None and self.dataset_name != "synthetic":
+                raise UserError(f"--{name} sizes the built-in synthetic dataset only; "
+                                f"{self.dataset_name} has its own splits")
         if not self.learning_rate > 0:
             raise UserError(f"--learning_rate must be positive, got {self.learning_rate}")
         if self.weight_decay < 0:

@@ -96,8 +96,11 @@ def run(cfg, log=print, model=None, data=None):
         bundle, batch_size = _user_data(data, model, cfg)
         cfg = dataclasses.replace(cfg, dataset_name=bundle.name, batch_size=batch_size)
     else:
+        sizes = {k: getattr(cfg, k) for k in ("num_train", "num_test")
+                 if getattr(cfg, k) is not None}
         bundle = load_dataset(cfg.dataset_name, input_size=cfg.input_size,
-                              batch_size=cfg.batch_size, seed=cfg.seed, data_dir=cfg.data_dir)
+                              batch_size=cfg.batch_size, seed=cfg.seed, data_dir=cfg.data_dir,
+                              **sizes)
     num_classes = cfg.num_classes or bundle.num_classes
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "

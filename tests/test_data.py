@@ -396,3 +396,21 @@ def test_known_class_counts_match_tfds_metadata_and_synthetic():
     bundle = loaders.load_dataset("synthetic", input_size=16, batch_size=4)
     assert bundle.num_classes == data.NUM_CLASSES["synthetic"]
     assert set(data.NUM_CLASSES) == set(data.DATASET_NAMES)
+
+
+def test_synthetic_training_set_kept_in_memory_is_the_generated_one(monkeypatch):
+    """A small training set is generated once and kept as uint8 (SYN_MEMORY_BYTES); its batches,
+    order included, are exactly those generated on the fly, epoch after epoch."""
+    def epochs(n):
+        bundle = loaders.synthetic_dataset(input_size=16, batch_size=8, num_train=40, seed=4)
+        return [[(x.numpy(), y.numpy()) for x, y in bundle.train] for _ in range(n)]
+
+    kept = epochs(2)
+    monkeypatch.setattr(loaders, "SYN_MEMORY_BYTES", 0)
+    streamed = epochs(2)
+    for a, b in zip(kept, streamed):
+        for (xa, ya), (xb, yb) in zip(a, b):
+            np.testing.assert_array_equal(xa, xb)
+            np.testing.assert_array_equal(ya, yb)
+    assert not all(np.array_equal(a[0][1], b[0][1]) for a, b in [(kept[0], kept[1])])  # reshuffled
+    assert np.all(kept[0][0][0] == np.round(kept[0][0][0]))  # 8-bit levels

@@ -296,6 +296,8 @@ def test_nan_loss_stops_with_a_clear_message(workdir):
     (["--num_epochs", "-1"], "num_epochs"),
     (["--save_txt", "maybe"], "save_txt"),
     (["--dataset_name", "imagenet"], "synthetic"),
+    (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "synthetic dataset only"),
+    (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, needle):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--weights", "none",
@@ -545,3 +547,15 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     # once corrected, no selection runs above 1.1 rho
     first = sels.index(next(s for s in sels if s["reason"].startswith("correction")))
     assert all(s["measured_ratio"] <= rho * 1.1 for s in sels[first:])
+
+
+def test_num_train_and_num_test_size_the_synthetic_dataset(workdir):
+    assert main_cli.main(_argv(workdir, "full_training", "sized", "--num_train", "24",
+                               "--num_test", "40", "--steps_per_epoch", "100")) == 0
+    summary = json.load(open(workdir / "logs" / "sized" / runlog.SUMMARY_FILE))
+    assert summary["steps_per_epoch"] == 24 // 4  # every epoch one pass over the 24 images
+    cfg = json.load(open(workdir / "logs" / "sized" / runlog.CONFIG_FILE))
+    assert (cfg["num_train"], cfg["num_test"]) == (24, 40)
+    # accuracies on 40 test images are multiples of 2.5%
+    assert all(abs(e["test_accuracy"] / 2.5 - round(e["test_accuracy"] / 2.5)) < 1e-6
+               for e in summary["epochs"])
