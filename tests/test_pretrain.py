@@ -60,16 +60,16 @@ def test_source_classes_are_disjoint_from_the_targets(target_classes):
 
 def test_source_task_is_the_same_generator_with_its_own_classes():
     orient, freq, tint = loaders.synthetic_source_class_params()
-    assert len(orient) == loaders.SOURCE_NUM_CLASSES == 16
-    assert len({(round(float(o), 4), float(f)) for o, f in zip(orient, freq)}) == 16  # distinct
-    examples = list(loaders.synthetic_source_examples(24, 32, seed=1).as_numpy_iterator())
+    assert len(orient) == loaders.SOURCE_NUM_CLASSES == 18
+    assert len({(round(float(o), 4), float(f)) for o, f in zip(orient, freq)}) == 18  # distinct
+    examples = list(loaders.synthetic_source_examples(24, 36, seed=1).as_numpy_iterator())
     labels = [int(y) for _, y in examples]
-    assert sorted(set(labels)) == list(range(16)) and labels.count(0) == 2  # balanced
+    assert sorted(set(labels)) == list(range(18)) and labels.count(0) == 2  # balanced
     x = np.stack([x for x, _ in examples])
-    assert x.shape == (32, 24, 24, 3) and 0 <= x.min() and x.max() <= 255
-    again = np.stack([x for x, _ in loaders.synthetic_source_examples(24, 32, seed=1)])
+    assert x.shape == (36, 24, 24, 3) and 0 <= x.min() and x.max() <= 255
+    again = np.stack([x for x, _ in loaders.synthetic_source_examples(24, 36, seed=1)])
     np.testing.assert_array_equal(x, again)
-    target = np.stack([x for x, _ in loaders.synthetic_examples(24, 32, seed=1)])
+    target = np.stack([x for x, _ in loaders.synthetic_examples(24, 36, seed=1)])
     assert not np.allclose(x, target)
 
 

@@ -39,7 +39,7 @@ from elastictrainer.models.base import build_builtin, keras_cache_root
 
 # Bump when the source task, the recipe or the procedure changes: old cache files are then
 # simply not found (their name holds the version) and a new one is made.
-VERSION = 1
+VERSION = 2
 SOURCE_SEED = 0x5EED  # the source images' random stream and the pretraining's seed
 EVAL_IMAGES = 512     # held-out source images for the accuracy the log line reports
 
