@@ -4,8 +4,9 @@ A selection whose deepest tensor (from the output back) is d costs
     T(sel) = t_fp + sum_{k in sel} t_dw[k] + sum_{j <= d} t_dy[j]        (ms)
 and ElasticTrainer keeps T(sel) <= rho * t_full.  The per-tensor op times of the table are scaled
 so that training everything predicts the measured full step: with the profiler's calibration
-(profiler/calibration.py), t_dw and t_dy each by their own fitted scale, otherwise both by one
-uniform scale.  The cost itself is defined once, in selector.eq3_parts; this module applies it
+(profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
+fixed cost a partial step pays beyond its ops (fit_fixed_cost), otherwise both by one uniform
+scale.  The cost itself is defined once, in selector.eq3_parts; this module applies it
 to tables in model.trainable_weights order.  NumPy only.
 """
 import copy
@@ -58,7 +59,10 @@ class TimeModel:
         self.calibrated = bool(cal)
         self.t_dw = t_dw * (cal["dw_scale"] if cal else scale)
         self.t_dy = t_dy * (cal["dy_scale"] if cal else scale)
-        self.fixed_ms = 0.0  # per-step cost beyond the profiled forward pass (rho_control.py)
+        # per-step cost beyond the profiled forward pass: the calibration's (fit_fixed_cost),
+        # then the closed loop's corrections (rho_control.py)
+        self.fixed_ms = float(cal.get("fixed_ms", 0.0)) if cal else 0.0
+        self.t_fp += self.fixed_ms
 
     def corrected(self, dw_scale, dy_scale):
         """This model with t_dw and t_dy scaled again (by what a run measured), the full step

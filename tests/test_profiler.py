@@ -296,7 +296,8 @@ def test_calibration_recovers_known_overlap_and_matches_naive_fit():
     b_true = (60.0 - a_true * t_dw.sum()) / t_dy.sum()
     t_full = t_fp + 60.0
     refs = calibration.reference_selections(rank)
-    assert set(refs) == {"dy_to_input", "dy_to_half", "all_to_half"}
+    assert set(refs) == {"output_only", "dy_to_input", "dy_to_half", "all_to_half"}
+    assert refs["output_only"][np.argmin(rank)] and refs["output_only"].sum() == 1
     assert refs["dy_to_input"][np.argmax(rank)] and refs["dy_to_input"].sum() == 1
 
     def true_ratio(mask):
@@ -313,6 +314,48 @@ def test_calibration_recovers_known_overlap_and_matches_naive_fit():
     assert a == pytest.approx(na, abs=2 * grid) and b == pytest.approx(nb, rel=1e-3)
     # training everything still predicts the full step exactly
     assert t_fp + a * t_dw.sum() + b * t_dy.sum() == pytest.approx(t_full)
+
+
+def test_fixed_cost_fit_recovers_an_offset_and_falls_back_without_one():
+    """fit_fixed_cost finds the per-step cost that partial steps pay beyond their ops (an
+    offset of every partial selection's ratio), keeps the full step exact, and gives
+    fit_calibration's scales with c = 0 when the measurements show no such cost."""
+    rng = np.random.default_rng(2)
+    n = 30
+    t_dw, t_dy = rng.uniform(0.5, 3, n), rng.uniform(0.2, 2, n)
+    rank = rng.permutation(n)
+    t_fp, t_full, c_true, a_true = 20.0, 80.0, 6.0, 0.4
+    b_true = (t_full - t_fp - c_true - a_true * t_dw.sum()) / t_dy.sum()
+    refs = calibration.reference_selections(rank)
+
+    def ratio(mask, c):
+        dw, dy = time_model.selection_sums(t_dw, t_dy, rank, mask)
+        return (t_fp + c + a_true * dw + b_true * dy) / t_full
+
+    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full,
+                                         {k: (m, ratio(m, c_true)) for k, m in refs.items()})
+    assert (a, b, c) == pytest.approx((a_true, b_true, c_true), rel=1e-9)
+    assert t_fp + c + a * t_dw.sum() + b * t_dy.sum() == pytest.approx(t_full)
+    # the same ratios without the offset: no fixed cost, the two-scale fit exactly
+    b0 = (t_full - t_fp - a_true * t_dw.sum()) / t_dy.sum()
+    exact = {k: (m, (t_fp + a_true * time_model.selection_sums(t_dw, t_dy, rank, m)[0]
+                     + b0 * time_model.selection_sums(t_dw, t_dy, rank, m)[1]) / t_full)
+             for k, m in refs.items()}
+    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, exact)
+    assert c == 0.0 and (a, b) == calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full,
+                                                               exact)
+    # partial steps cheaper than the ops say (a negative offset): not a fixed cost, c = 0
+    cheaper = {k: (m, ratio(m, -6.0)) for k, m in refs.items()}
+    assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, cheaper)[2] == 0.0
+    # the time model adds it to the forward pass
+    table = {"tensors": [{"rank": int(r), "t_dw_ms": float(w), "t_dy_ms": float(y)}
+                         for r, w, y in zip(rank, t_dw, t_dy)],
+             "t_fp_ms": t_fp, "t_full_ms": t_full,
+             "calibration": {"dw_scale": a_true, "dy_scale": b_true, "fixed_ms": c_true}}
+    tm = time_model.TimeModel(table)
+    for m in refs.values():
+        assert tm.predicted_ratio(m) == pytest.approx(ratio(m, c_true))
+    assert tm.predicted_ratio(np.ones(n, bool)) == pytest.approx(1.0)
 
 
 def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
@@ -336,7 +379,9 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
 
     model, table = cnn_table
     cal = table["calibration"]
-    assert {r["name"] for r in cal["references"]} == {"dy_to_input", "dy_to_half", "all_to_half"}
+    assert {r["name"] for r in cal["references"]} == {"output_only", "dy_to_input", "dy_to_half",
+                                                      "all_to_half"}
+    assert 0 <= cal["fixed_ms"] < table["t_full_ms"]
     for r in cal["references"]:
         assert 0 < r["measured_ratio"] < 2 and np.isfinite(r["calibrated_ratio"])
     assert cal["dw_scale"] >= 0 and cal["dy_scale"] >= 0
@@ -344,11 +389,12 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
     assert tm.calibrated
     raw_dw = np.array([t["t_dw_ms"] for t in table["tensors"]])
     assert tm.t_dw == pytest.approx(raw_dw * cal["dw_scale"])
+    assert tm.t_fp == pytest.approx(table["t_fp_ms"] + cal["fixed_ms"])
     assert tm.predicted_ratio(np.ones(len(raw_dw), bool)) == pytest.approx(1.0)
     for r in cal["references"]:  # the stored prediction is the time model's
         mask = calibration.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
         assert tm.predicted_ratio(mask) == pytest.approx(r["calibrated_ratio"])
-    assert "calibrated on 3 timed selections" in ptable.summarize(table)
+    assert "calibrated on 4 timed selections" in ptable.summarize(table)
     noisy = json.loads(json.dumps(table))
     noisy["calibration"]["references"][0]["measured_ratio"] *= 1.5
     assert "profile again" in ptable.summarize(noisy)
@@ -386,7 +432,7 @@ def test_a_tensor_estimated_from_flops_does_not_break_the_calibration(monkeypatc
     assert table["tensors"][0]["estimated"] and not table["tensors"][1]["estimated"]
     assert table["tensors"][0]["t_dw_ms"] > 0
     cal = table["calibration"]
-    assert cal is not None and len(cal["references"]) == 3
+    assert cal is not None and len(cal["references"]) == 4
 
 
 def test_profiles_with_the_runs_optimizer_and_refuses_a_table_of_another(tmp_path, monkeypatch):

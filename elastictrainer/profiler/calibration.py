@@ -9,13 +9,15 @@ import numpy as np
 from elastictrainer.time_model import selection_sums, uniform_scale
 
 def reference_selections(rank):
-    """Selections timed to calibrate the time model, as {name: mask}: the error gradient alone
-    down to the input and down to half depth (one tensor trained), and everything in the
-    output-most half.  With the full step they pull t_dw's and t_dy's scales apart."""
+    """Selections timed to calibrate the time model, as {name: mask}: the output-most tensor
+    alone (the floor of every selection), the error gradient alone down to the input and down
+    to half depth (one tensor trained), and everything in the output-most half.  With the full
+    step they pull t_dw's and t_dy's scales apart and give the fixed cost (fit_fixed_cost)."""
     rank = np.asarray(rank)
     n = len(rank)
     half = max(0, (n - 1) // 2)
     refs = {
+        "output_only": rank == 0,
         "dy_to_input": rank == n - 1,
         "dy_to_half": rank == half,
         "all_to_half": rank <= half,
@@ -52,6 +54,38 @@ def fit_calibration(t_dw, t_dy, rank, t_fp, t_full, measured):
     a = min(max(num / den, 0.0), budget / dw_all)
     # at a's upper bound, budget - a * dw_all rounds to about -1e-16: b is 0 then, not below
     return a, max((budget - a * dw_all) / dy_all, 0.0)
+
+
+def fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, measured):
+    """Like fit_calibration, plus a fixed cost c (ms) that every partial step pays beyond the
+    profiled forward pass: ratio = (t_fp + c + a*DW + b*DY) / t_full, the full selection still
+    predicting exactly t_full.  Returns (a, b, c).
+
+    Why: at small inputs a partial step costs more than its ops (dispatch, Python, a less
+    parallel backward on few cores): smallcnn at 64 px, batch 32, measured 0.36 / 0.41 / 0.47 /
+    0.59 of a full step for its 2 / 5 / 8 / 11 output-most tensors where the scales alone
+    predicted 0.30 / 0.34 / 0.40 / 0.49, an offset, not a slope.  Least squares over (a, c),
+    with b following from the constraint; when that gives c <= 0 or a negative scale, c = 0
+    and (a, b) are fit_calibration's.
+    """
+    t_dw, t_dy = np.asarray(t_dw, float), np.asarray(t_dy, float)
+    dw_all, dy_all = t_dw.sum(), t_dy.sum()
+    budget = t_full - t_fp
+    a0, b0 = fit_calibration(t_dw, t_dy, rank, t_fp, t_full, measured)
+    if dw_all <= 0 or dy_all <= 0 or budget <= 0 or len(measured) < 2:
+        return a0, b0, 0.0
+    # t_fp + c + a*dw + b*dy = ratio*t_full, b = (budget - c - a*dw_all)/dy_all:
+    #   a*(dw - dw_all*dy/dy_all) + c*(1 - dy/dy_all) = ratio*t_full - t_fp - budget*dy/dy_all
+    rows, target = [], []
+    for mask, ratio in measured.values():
+        dw, dy = selection_sums(t_dw, t_dy, rank, mask)
+        rows.append([dw - dw_all * dy / dy_all, 1.0 - dy / dy_all])
+        target.append(ratio * t_full - t_fp - budget * dy / dy_all)
+    (a, c), *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
+    b = (budget - c - a * dw_all) / dy_all
+    if not (np.isfinite(a) and np.isfinite(c)) or c <= 0 or a < 0 or b < 0:
+        return a0, b0, 0.0
+    return float(a), float(b), float(c)
 
 
 def time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,

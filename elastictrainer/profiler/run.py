@@ -154,18 +154,19 @@ def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
     reference was timed."""
     if not references:
         return None
-    a, b = calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, references)
+    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, references)
     uniform = uniform_scale(t_dw, t_dy, t_fp, t_full)
 
-    def ratio(scale_dw, scale_dy, mask):
+    def ratio(scale_dw, scale_dy, mask, fixed=0.0):
         dw, dy = selection_sums(t_dw, t_dy, rank, mask)
-        return (t_fp + scale_dw * dw + scale_dy * dy) / t_full
+        return (t_fp + fixed + scale_dw * dw + scale_dy * dy) / t_full
 
     return {
-        "dw_scale": a, "dy_scale": b, "uniform_scale": uniform,
+        "dw_scale": a, "dy_scale": b, "fixed_ms": c, "uniform_scale": uniform,
         "references": [
             {"name": name, "selected": int(np.sum(mask)), "measured_ratio": r,
-             "uniform_ratio": ratio(uniform, uniform, mask), "calibrated_ratio": ratio(a, b, mask)}
+             "uniform_ratio": ratio(uniform, uniform, mask),
+             "calibrated_ratio": ratio(a, b, mask, c)}
             for name, (mask, r) in references.items()],
     }
 

@@ -77,6 +77,9 @@ def load_table(path, model=None, input_size=None, batch_size=None, optimizer=Non
         try:
             if not all(math.isfinite(cal[k]) and cal[k] >= 0 for k in ("dw_scale", "dy_scale")):
                 raise ValueError("scales must be finite and >= 0")
+            fixed = cal.get("fixed_ms", 0.0)  # tables before the fixed cost have none
+            if not (math.isfinite(fixed) and 0 <= fixed < table["t_full_ms"]):
+                raise ValueError(f"fixed_ms {fixed} is not in [0, t_full_ms)")
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"corrupt timing table {path}: bad calibration ({e})") from None
     if input_size is not None and table["input_size"] != input_size:
@@ -122,7 +125,8 @@ def summarize(table):
                     default=0.0)
         lines.append(f"time model calibrated on {len(cal['references'])} timed selections: "
                      f"t_dw x{cal['dw_scale'] / cal['uniform_scale']:.2f}, "
-                     f"t_dy x{cal['dy_scale'] / cal['uniform_scale']:.2f} of the uniform scale "
+                     f"t_dy x{cal['dy_scale'] / cal['uniform_scale']:.2f} of the uniform scale, "
+                     f"fixed cost {cal.get('fixed_ms', 0.0):.2f} ms a partial step "
                      f"(worst reference error {100 * worst:.1f}%)")
         if worst > NOISY_CALIBRATION:
             lines.append("the timed selections disagree with the fit by more than "
