@@ -278,7 +278,8 @@ def figure_parser(prog="elastictrainer figure"):
                    help=" | ".join(figures.FIGURES))
     p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
     p.add_argument("--smoke", action="store_true",
-                   help="synthetic data, smallcnn at 32 px: the whole pipeline in minutes")
+                   help="the README's command 1 settings (smallcnn from --weights synthetic on "
+                        "synthetic data, 64 px): the whole pipeline in minutes")
     p.add_argument("--seeds", default="0", type=comma_list(int, "integers"),
                    help="comma-separated seeds; each run once per seed (default 0)")
     p.add_argument("--logdir", default=None,
@@ -287,6 +288,9 @@ def figure_parser(prog="elastictrainer figure"):
                    help="figures (default figures/, smoke: figures/smoke/)")
     p.add_argument("--profiles", default=None, help="timing tables (default profiles/)")
     p.add_argument("--data_dir", default=None, help="TFDS data directory (default: TFDS's)")
+    p.add_argument("--steps_per_epoch", type=int, default=None,
+                   help="cap on every run's training steps per epoch, for a quick check of the "
+                        "pipeline (the numbers then mean little)")
     p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     return p
 
@@ -297,7 +301,8 @@ def figure_main(argv=None, prog="elastictrainer figure"):
 
     driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
                     logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
-                    data_dir=args.data_dir, dry_run=args.dry_run)
+                    data_dir=args.data_dir, dry_run=args.dry_run,
+                    steps_per_epoch=args.steps_per_epoch)
     _, failed = driver()
     return 1 if failed else 0
 
