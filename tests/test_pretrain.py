@@ -128,7 +128,7 @@ def test_pretraining_makes_features_that_transfer(monkeypatch, tmp_path):
         MODELS["smallcnn"], synthetic=dict(MODELS["smallcnn"].synthetic, steps=150)))
     accuracy = pretrain.pretrain("smallcnn", 16, str(tmp_path / "b.weights.h5"), log=lambda m: None,
                                  progress=False)
-    assert accuracy > 50  # 16 classes: chance is 6%
+    assert accuracy > 50  # 18 classes: chance is 6%
 
     def probe(weights):
         keras.utils.set_random_seed(0)
