@@ -10,5 +10,5 @@
 #
 # Writes figures/fig17.{png,pdf,md} (bars + table), fig17_curves.*, fig17_fig21.* (tensor
 # selection over epochs at rho 0.5), fig17_profile.*; SMOKE=1: the same under figures/smoke/,
-# with rho 0.6 / 0.7 / 0.8 / 0.9 (the small model's forward pass is 0.41-0.51 of its step).
+# with rho 0.4 / 0.5 / 0.6 / 0.7 (the small model's forward pass is about 0.31 of its step).
 exec "$(dirname "$0")/figure.sh" fig17 "$@"
