@@ -135,6 +135,8 @@ class Trainer:
 
         self.grads_fn = grads_fn
         self.eval_fn = eval_fn
+        # the closed loop's stand-in for a full step (loop._time_gradient_step)
+        self.gradient_step = engine.make_gradient_step(model, self.loss_fn, variables)
 
     def step_for(self, selection):
         return self.steps(tuple(selection))

@@ -461,6 +461,13 @@ def _fake_device(monkeypatch, truth, slow=None):
 
     monkeypatch.setattr(trainer_mod.Trainer, "step_for", step_for)
 
+    def gradient_step(trainer, x, y, warm):  # the loop scales it by the table's full / grads
+        seconds = truth.t_full / truth.full_over_grads / 1e3
+        clock[0] += seconds
+        return seconds
+
+    monkeypatch.setattr(loop, "_time_gradient_step", gradient_step)
+
 
 def _realistic_table(workdir, name):
     """The tiny model's table with times as a real CNN's (forward 0.35 of a step; at 16 px the
@@ -559,3 +566,56 @@ def test_num_train_and_num_test_size_the_synthetic_dataset(workdir):
     # accuracies on 40 test images are multiples of 2.5%
     assert all(abs(e["test_accuracy"] / 2.5 - round(e["test_accuracy"] / 2.5)) < 1e-6
                for e in summary["epochs"])
+
+
+def test_the_loop_times_a_full_step_without_changing_or_copying_what_trains(monkeypatch):
+    """The closed loop's full step is a gradient step (no update), scaled by the table's
+    t_full / t_grads: trainable weights and optimizer state stay bit-identical without a copy of
+    them being made; moving statistics that the training-mode forward pass moved are put back."""
+    from elastictrainer.engine import make_optimizer
+    model = tiny_model()
+    opt = make_optimizer("sgd", 0.1, 5e-4, 100)
+    tr = trainer.Trainer(model, opt, schemes.SCHEMES["elastic_training"], tensor_roles(model))
+    x, y = batch()
+    tr.step_for(tuple(range(len(tr.variables))))(x, y)  # slots with values
+    trainable = snapshot(model.trainable_weights)
+    slots = snapshot(opt.variables)
+    moving = snapshot(model.non_trainable_weights)
+    copied = []
+    classes = {type(v) for v in model.weights + opt.variables}
+
+    for cls in classes:
+        def numpy(v, real=cls.numpy):
+            copied.append(v.name)
+            return real(v)
+        monkeypatch.setattr(cls, "numpy", numpy)
+    warm = set()
+    seconds = [loop._time_gradient_step(tr, x, y, warm) for _ in range(2)]
+    monkeypatch.undo()
+    assert all(s > 0 for s in seconds) and len(warm) == 1
+    for a, b in zip(trainable + slots + moving,
+                    snapshot(model.trainable_weights + opt.variables + model.non_trainable_weights)):
+        np.testing.assert_array_equal(a, b)
+    assert not set(copied) & {v.name for v in model.trainable_weights + opt.variables}
+    # the forward pass in training mode did move BatchNorm's statistics: they were restored
+    model(x, training=True)
+    assert any(not np.array_equal(a, b) for a, b in zip(moving, snapshot(model.non_trainable_weights)))
+
+
+def test_full_step_stand_in_uses_the_tables_update_share(workdir, monkeypatch):
+    """With t_grads_ms in the table the loop never runs a full step to time it; the full step
+    time it records is the gradient step's times t_full / t_grads."""
+    from elastictrainer.time_model import TimeModel
+    path, data = _realistic_table(workdir, "grads_table.json")
+    data["t_grads_ms"] = data["t_full_ms"] / 1.25
+    json.dump(data, open(path, "w"))
+    truth = TimeModel(data)
+    assert truth.full_over_grads == pytest.approx(1.25)
+    _fake_device(monkeypatch, truth)
+    monkeypatch.setattr(loop, "_time_full_step", lambda *a: pytest.fail("timed a full step"))
+    assert main_cli.main(_argv(workdir, "elastic_training", "grads_stand_in", "--steps_per_epoch",
+                               "24", "--interval", "1", "--rho", "0.75", "--rho_feedback", "false",
+                               "--timing_table", str(path))) == 0
+    summary = json.load(open(workdir / "logs" / "grads_stand_in" / runlog.SUMMARY_FILE))
+    for s in summary["selections"]:
+        assert s["full_step_ms"] == pytest.approx(truth.t_full, rel=1e-6)

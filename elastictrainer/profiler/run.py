@@ -54,6 +54,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     capture = {}
     step = engine.make_train_step(model, opt, loss_fn, variables, capture=capture)
     forward = engine.make_forward_step(model, loss_fn)
+    gradients = engine.make_gradient_step(model, loss_fn, variables)
 
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
@@ -65,11 +66,12 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     for _ in range(warmup):
         step(x, y)[0].numpy()
         forward(x, y)[0].numpy()
+        gradients(x, y).numpy()
         bar.update(1)
     graph = step.get_concrete_function(x, y).graph
     info = GraphInfo(graph, capture["loss"], capture["grads"], variables, opt.variables)
 
-    fp, full = [], []
+    fp, full, grads = [], [], []
     for _ in range(num_iterations):
         t0 = time.perf_counter()
         forward(x, y)[0].numpy()
@@ -78,6 +80,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         t0 = time.perf_counter()
         step(x, y)[0].numpy()
         full.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        gradients(x, y).numpy()
+        grads.append(time.perf_counter() - t0)
         bar.update(1)
 
     own_dir = trace_dir is None
@@ -126,6 +131,8 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "t_fp_ms": t_fp,
         "t_full_ms": t_full,
         "t_bp_ms": t_full - t_fp,
+        # a full step without the optimizer's update: what a run times in its place (loop.py)
+        "t_grads_ms": statistics.median(grads) * 1e3,
         "t_fp_ops_ms": att["t_fp_ops_ms"],
         "t_bp_ops_ms": att["t_bp_ops_ms"],
         "coverage": att["coverage"],

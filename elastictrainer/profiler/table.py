@@ -72,6 +72,10 @@ def load_table(path, model=None, input_size=None, batch_size=None, optimizer=Non
                                      "and >= 0")
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"corrupt timing table {path}: bad tensor entry ({e})") from None
+    grads = table.get("t_grads_ms")  # tables before it have none
+    if grads is not None and not (isinstance(grads, (int, float)) and math.isfinite(grads)
+                                  and grads > 0):
+        raise UserError(f"corrupt timing table {path}: t_grads_ms {grads} must be positive")
     cal = table.get("calibration")
     if cal is not None:
         try:
@@ -114,7 +118,8 @@ def summarize(table):
         f"model {table['model']}  input {table['input_size']}  batch {table['batch_size']}  "
         f"classes {table['num_classes']}  tensors {n} ({est} estimated)",
         f"forward {table['t_fp_ms']:.1f} ms  backward {table['t_bp_ms']:.1f} ms  "
-        f"full step {table['t_full_ms']:.1f} ms  (t_fp/t_full {table['t_fp_ms'] / table['t_full_ms']:.2f})",
+        f"full step {table['t_full_ms']:.1f} ms  (t_fp/t_full {table['t_fp_ms'] / table['t_full_ms']:.2f})"
+        + (f"  without the update {table['t_grads_ms']:.1f} ms" if table.get("t_grads_ms") else ""),
         f"backward op time attributed to tensors: {100 * table['coverage']:.1f}%",
     ]
     if table.get("timing_note"):
