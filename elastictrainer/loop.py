@@ -515,8 +515,8 @@ class _Elastic:
         return self.selection
 
     def before_step(self, x, y):
-        """Time one full step on this training batch, weights and optimizer state restored
-        after it, FULL_STEPS times per measurement round: the full steps run in the same
+        """Time one full step on this training batch (_time_gradient_step: nothing that trains
+        changes), FULL_STEPS times per measurement round: the full steps run in the same
         conditions as the selection's own (the input pipeline preparing the next batches
         meanwhile), so the ratio compares like with like."""
         # interleaved with the selection's own first steps (before its steps 0, 2, 4, ...), so

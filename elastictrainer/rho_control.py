@@ -2,8 +2,9 @@
 
 Not in the paper.  The paper keeps T(sel) <= rho * t_full with a time model (eq. 3) built once,
 offline; it names that model's staleness (other load, throttling) as its weakness.  Here every
-elastic run times its own steps: at each re-selection a few full steps (weights and optimizer
-state restored afterwards), then the selection's own steps, and
+elastic run times its own steps: at each re-selection a few full steps (each the same step
+without its update, so nothing that trains changes, times the table's t_full / t_grads), then
+the selection's own steps, and
 
     measured ratio = median(step time of the selection) / median(full step time)
 
