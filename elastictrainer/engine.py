@@ -78,21 +78,26 @@ def make_train_step(model, optimizer, loss_fn, var_list, penalty_fn=None, captur
 
 
 def make_gradient_step(model, loss_fn, var_list):
-    """A full training step without the update: forward pass, loss and the gradients of every
-    tensor in `var_list`, compiled.  Returns the sum of the gradients' first elements (a scalar
-    that depends on every gradient, so none is pruned, and that costs nothing to fetch).  It
-    changes no weight and no optimizer state; a training-mode forward pass may still move a
-    normalisation layer's moving statistics and random generators."""
+    """A full training step without the update, compiled: forward pass, loss, and the gradients
+    of every tensor in `var_list` (returned, in var_list order).  It changes no weight and no
+    optimizer state; a training-mode forward pass may still move a normalisation layer's
+    moving statistics and random generators.  The importance probes' gradients, and what the
+    profiler (t_grads_ms) and the closed loop time in place of a full step."""
     var_list = list(var_list)
 
     @tf.function
     def gradient_step(x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, var_list)
-        return tf.add_n([tf.reshape(g, [-1])[0] for g in grads if g is not None])
+        return tape.gradient(loss, var_list)
 
     return gradient_step
+
+
+def first_output(outputs):
+    """The first tensor a step returned (its loss, or its first gradient that is not None):
+    fetching it waits for the step."""
+    return next(t for t in tf.nest.flatten(outputs) if t is not None)
 
 
 def make_forward_step(model, loss_fn):

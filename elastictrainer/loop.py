@@ -677,49 +677,42 @@ class _Elastic:
 
 def _time_gradient_step(trainer, x, y, warm):
     """Seconds of a full training step's forward and backward pass on (x, y), without the
-    optimizer's update, timed as the loop times its steps.  The loop multiplies it by the
-    table's t_full / t_grads to get a full step's time: nothing trainable changes, so unlike
-    _time_full_step it keeps no copy of the weights and optimizer state (for ResNet50 with SGD,
-    2 x 98 MB held next to a full step's activations, more than an elastic run's peak saved).
-    The update's share of a step is the table's, not measured in the run: it is elementwise
-    work that slows down with the device as the rest of the step does.  Non-trainable weights
-    (moving statistics of normalisation in training mode) and random generators are restored."""
-    fixed = [v.numpy() for v in trainer.model.non_trainable_weights]
-    generators = _random_state(trainer.model)
-    step = trainer.gradient_step
-    try:
-        if id(step) not in warm:  # a first call compiles: not a step time
-            step(x, y).numpy()
-            warm.add(id(step))
-        t0 = _clock()
-        float(step(x, y))
-        return _clock() - t0
-    finally:
-        for v, w in zip(trainer.model.non_trainable_weights, fixed):
-            v.assign(w)
-        for v, w in generators:
-            v.assign(w)
+    optimizer's update (trainer.grads_fn).  The loop multiplies it by the table's t_full /
+    t_grads to get a full step's time: nothing trainable changes, so unlike _time_full_step it
+    keeps no copy of the weights and optimizer state (for ResNet50 with SGD, 2 x 98 MB held next
+    to a full step's activations, more than an elastic run's peak saved).  The update's share of
+    a step is the table's, not measured in the run: it is elementwise work that slows down with
+    the device as the rest of the step does.  Non-trainable weights (moving statistics of
+    normalisation in training mode) are restored."""
+    return _time_restoring(trainer.grads_fn, x, y, warm, trainer.model,
+                           trainer.model.non_trainable_weights)
 
 
 def _time_full_step(trainer, x, y, warm):
-    """Seconds of one full training step on (x, y), timed as the loop times its steps; the
-    model's weights (moving statistics included) and the optimizer's state are restored
-    afterwards, so what trains is unchanged."""
-    weights = [v.numpy() for v in trainer.model.weights]
-    slots = [v.numpy() for v in trainer.optimizer.variables]
-    generators = _random_state(trainer.model)  # augmentation draws: as if no step had run
+    """Seconds of one full training step on (x, y); the model's weights (moving statistics
+    included) and the optimizer's state are restored afterwards, so what trains is unchanged.
+    For timing tables without t_grads_ms."""
     step = trainer.step_for(tuple(range(len(trainer.variables))))
+    return _time_restoring(step, x, y, warm, trainer.model,
+                           trainer.model.weights + trainer.optimizer.variables)
+
+
+def _time_restoring(step, x, y, warm, model, variables):
+    """Seconds of one call of `step` on (x, y), timed as the loop times its steps (waiting for
+    its first output); `variables` and the model's random generators (augmentation draws) are
+    put back afterwards, as if the call had not run.  A step's first call compiles, so it runs
+    once untimed unless its id is in `warm` (then added)."""
+    saved = [v.numpy() for v in variables]
+    generators = _random_state(model)
     try:
-        if id(step) not in warm:  # a first call compiles: not a step time
-            step(x, y)[0].numpy()
+        if id(step) not in warm:
+            engine.first_output(step(x, y)).numpy()
             warm.add(id(step))
         t0 = _clock()
-        float(step(x, y)[0])
+        engine.first_output(step(x, y)).numpy()
         return _clock() - t0
     finally:
-        for v, w in zip(trainer.model.weights, weights):
-            v.assign(w)
-        for v, w in zip(trainer.optimizer.variables, slots):
+        for v, w in zip(variables, saved):
             v.assign(w)
         for v, w in generators:
             v.assign(w)

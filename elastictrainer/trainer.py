@@ -118,13 +118,9 @@ class Trainer:
                 return l1 * tf.add_n([tf.reduce_sum(tf.abs(k)) for k in kernels])
         self.steps = StepCache(lambda sel: engine.make_train_step(
             model, optimizer, self.loss_fn, [self.variables[k] for k in sel], penalty_fn=penalty))
-        variables = self.variables
-
-        @tf.function
-        def grads_fn(x, y):
-            with tf.GradientTape() as tape:
-                loss = self.loss_fn(y, model(x, training=True))
-            return tape.gradient(loss, variables)
+        # every tensor's gradient, no update: importance probes, and the closed loop's stand-in
+        # for a full step (loop._time_gradient_step)
+        self.grads_fn = engine.make_gradient_step(model, self.loss_fn, self.variables)
 
         @tf.function
         def eval_fn(x, y):
@@ -133,10 +129,7 @@ class Trainer:
             correct = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32))
             return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(correct, tf.float32))
 
-        self.grads_fn = grads_fn
         self.eval_fn = eval_fn
-        # the closed loop's stand-in for a full step (loop._time_gradient_step)
-        self.gradient_step = engine.make_gradient_step(model, self.loss_fn, variables)
 
     def step_for(self, selection):
         return self.steps(tuple(selection))
