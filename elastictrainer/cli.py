@@ -297,6 +297,8 @@ def figure_parser(prog="elastictrainer figure"):
 
 def figure_main(argv=None, prog="elastictrainer figure"):
     args = figure_parser(prog).parse_args(argv)
+    if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
+        raise UserError(f"--steps_per_epoch must be positive, got {args.steps_per_epoch}")
     from elastictrainer.figures import Driver
 
     driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,

@@ -154,3 +154,13 @@ def test_comma_lists_parse_or_fail_as_usage_errors():
     for bad in ("x", "", " , "):
         with pytest.raises(argparse.ArgumentTypeError):
             common.comma_list(int, "integers")(bad)
+
+
+def test_a_bad_steps_per_epoch_is_one_line_exit_2_before_anything_runs(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig15", "--smoke",
+                          "--steps_per_epoch", "0", "--logdir", str(tmp_path / "logs")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--steps_per_epoch" in lines[0], lines
+    assert not os.path.exists(tmp_path / "logs")
