@@ -244,10 +244,9 @@ def run(cfg, log=print, model=None, data=None):
                                 acc=f"{100 * st.ep_correct / st.ep_seen:.1f}")
                 if stop.requested or (every_s and _clock() - st.last_checkpoint >= every_s
                                       and st.step_in_epoch < steps_per_epoch):
-                    now = _clock()
-                    st.train_time += now - t_epoch
-                    t_epoch = now
+                    st.train_time += _clock() - t_epoch
                     checkpoint()  # mid-epoch: a kill or Ctrl-C loses at most a few minutes
+                    t_epoch = _clock()  # saving is not training
                     if stop.requested:
                         break
             st.train_time += _clock() - t_epoch
@@ -289,7 +288,7 @@ def run(cfg, log=print, model=None, data=None):
             if stop.requested:
                 break
         if elastic:
-            elastic.finish()
+            elastic.finish(st.train_time, st.global_step)
     writer.flush()
     summary["status"] = "interrupted" if stop.requested else "finished"
     summary["step_cache_traces"] = trainer.steps.traces
@@ -303,9 +302,12 @@ def run(cfg, log=print, model=None, data=None):
              else "")
     if elastic:
         measured = summary["measured_ratio"]
+        wall = summary["wall_ratio"]
         spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
                   f"{'n/a' if measured is None else f'{measured:.3f}'}"
-                  f" ({len(summary['corrections'])} correction(s))")
+                  f" ({len(summary['corrections'])} correction(s)); wall clock "
+                  f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, estimated "
+                  f"in the run (re-selecting {summary['reselection_overhead_s']:.1f} s)")
     ended = (f"interrupted after {len(summary['epochs'])} of {cfg.num_epochs} epochs (run the "
              f"same command again to continue)" if stop.requested else "finished")
     log(f"{cfg.train_type} {ended}: best test accuracy {max(best, 0.0):.2f}%, "
@@ -497,8 +499,10 @@ class _Elastic:
         self.corrections_here, self.was_over = 0, False
         self.rounds = 1  # measurement rounds this selection is judged on (2: confirming a miss)
         self.overhead_s = 0.0
+        self.step_s = 0.0  # the selections' own steps, compiling excepted
+        self.full_s = 0.0  # the same steps at each selection's measured full-step time
         summary.update(rho_feedback=controller.feedback, measured_ratio=None, corrections=[],
-                       reselection_overhead_s=0.0)
+                       reselection_overhead_s=0.0, wall_ratio=None)
 
     # ------------------------------------------------------------------ re-selection
     def reselect(self, global_step):
@@ -578,6 +582,7 @@ class _Elastic:
     def after_step(self, seconds, global_step):
         """Book one step's time; returns True when the selection was re-solved (a correction)."""
         self.record["steps"] += 1
+        self.step_s += seconds
         if self.first_step_s is None:  # may include compiling this selection's step
             self.first_step_s = seconds
             return False
@@ -637,7 +642,11 @@ class _Elastic:
             self.record["measured_ratio"] = self._measured()
             # compiling a new selection's step is part of re-selecting
             if self.first_step_s is not None:
-                self.overhead_s += max(self.first_step_s - median, 0.0)
+                compiling = max(self.first_step_s - median, 0.0)
+                self.overhead_s += compiling
+                self.step_s -= compiling
+        if self.full_ms is not None:
+            self.full_s += self.record["steps"] * self.full_ms / 1e3
         self.record = None
 
     def state(self):
@@ -648,7 +657,8 @@ class _Elastic:
                 "open_record": self.record is not None, "full_times": self.full_times,
                 "times": self.times, "corrections_here": self.corrections_here,
                 "was_over": self.was_over, "rounds": self.rounds,
-                "overhead_s": self.overhead_s, "controller": self.ctl.state()}
+                "overhead_s": self.overhead_s, "step_s": self.step_s, "full_s": self.full_s,
+                "controller": self.ctl.state()}
 
     def load_state(self, state):
         self.importance = (None if state["importance"] is None
@@ -664,15 +674,37 @@ class _Elastic:
         self.was_over = state["was_over"]
         self.rounds = state.get("rounds", 1)
         self.overhead_s = state["overhead_s"]
+        self.step_s = state.get("step_s", 0.0)
+        self.full_s = state.get("full_s", 0.0)
         self.ctl.load_state(state["controller"])
 
-    def finish(self):
+    def finish(self, train_time_s, global_step):
+        """Run-level numbers: `measured_ratio` (the selections' measured step ratios weighted by
+        their steps) and `wall_ratio`, this run's training time over what full training would
+        have taken for the same steps: the same loop work outside the compiled step (next batch,
+        bookkeeping, logging: train_time_s minus the steps and re-selecting), plus each step at
+        the full-step time measured for its selection.  The wall clock also pays re-selecting
+        and the loop's own per-step work, which do not shrink with rho, so wall_ratio is what
+        a user's clock shows, above measured_ratio."""
         self._close_record()
         done = [s for s in self.summary["selections"] if s["measured_ratio"] is not None]
         weight = sum(s["steps"] for s in done)
         self.summary["measured_ratio"] = (
             sum(s["measured_ratio"] * s["steps"] for s in done) / weight if weight else None)
         self.summary["reselection_overhead_s"] = self.overhead_s
+        self.summary["wall_ratio"] = wall_ratio(train_time_s, self.step_s, self.overhead_s,
+                                                self.full_s)
+        if self.summary["wall_ratio"] is not None:
+            tf.summary.scalar(runlog.WALL_RATIO, self.summary["wall_ratio"], step=global_step)
+
+
+def wall_ratio(train_time_s, step_s, overhead_s, full_s):
+    """train_time_s / (loop work + full_s), loop work = train_time_s - step_s - overhead_s
+    (_Elastic.finish); None without a measured full step."""
+    if not full_s > 0:
+        return None
+    loop_s = max(train_time_s - step_s - overhead_s, 0.0)
+    return train_time_s / (loop_s + full_s)
 
 
 def _time_gradient_step(trainer, x, y, warm):

@@ -14,6 +14,7 @@ ENERGY_JOULES = "energy/joules"  # per epoch, training energy so far (where a se
 NUM_SELECTED = "elastic/num_selected"
 PREDICTED_RATIO = "elastic/predicted_step_ratio"
 MEASURED_RATIO = "elastic/measured_step_ratio"  # median selection step / median full step, same run
+WALL_RATIO = "elastic/wall_clock_ratio"  # at the end: training time / full training's, estimated in the run (loop.wall_ratio)
 CORRECTIONS = "elastic/rho_corrections"  # running count of closed-loop corrections (rho_control.py)
 SELECTION_MASK = "elastic/selection_mask"  # tensor summary: 1 = trained, model.trainable_weights order
 

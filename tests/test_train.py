@@ -556,6 +556,43 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     assert all(s["measured_ratio"] <= rho * 1.1 for s in sels[first:])
 
 
+def test_wall_ratio_is_the_time_a_full_training_run_takes(workdir, monkeypatch):
+    """summary.json's wall_ratio, estimated inside the elastic run, equals the elastic run's
+    training time over a full-training run's on the same (fake) device, whose loop spends 3 ms
+    a step outside the compiled step: that loop work does not shrink with rho, so the wall
+    clock ratio is above the step ratio."""
+    import tqdm as tqdm_mod
+    from elastictrainer import loop
+    from elastictrainer.time_model import TimeModel
+    path, data = _realistic_table(workdir, "wall_table.json")
+    truth = TimeModel(data)
+    _fake_device(monkeypatch, truth)
+    device_clock, loop_work = loop._clock, [0.0]
+    monkeypatch.setattr(loop, "_clock", lambda: device_clock() + loop_work[0])
+
+    class Bar(tqdm_mod.tqdm):  # the loop's per-step work, 3 ms on the fake clock
+        def update(self, n=1):
+            loop_work[0] += 3e-3
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm_mod, "tqdm", Bar)
+    times = {}
+    for train_type in ("full_training", "elastic_training"):
+        name = f"wall_{train_type}"
+        assert main_cli.main(_argv(workdir, train_type, name, "--steps_per_epoch", "24",
+                                   "--rho", "0.6", "--rho_feedback", "false",
+                                   "--timing_table", str(path))) == 0
+        times[train_type] = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE))
+    elastic = times["elastic_training"]
+    actual = elastic["train_time_s"] / times["full_training"]["train_time_s"]
+    assert elastic["wall_ratio"] == pytest.approx(actual, rel=1e-6)
+    assert elastic["wall_ratio"] > elastic["measured_ratio"] + 0.01
+    tags = set(_scalars(workdir / "logs" / "wall_elastic_training").Tags()["tensors"])
+    assert runlog.WALL_RATIO in tags
+    assert loop.wall_ratio(10.0, 6.0, 1.0, 0.0) is None
+    assert loop.wall_ratio(10.0, 6.0, 1.0, 12.0) == pytest.approx(10.0 / 15.0)
+
+
 def test_num_train_and_num_test_size_the_synthetic_dataset(workdir):
     assert main_cli.main(_argv(workdir, "full_training", "sized", "--num_train", "24",
                                "--num_test", "40", "--steps_per_epoch", "100")) == 0
