@@ -42,6 +42,38 @@ def build_parser():
     return p
 
 
+def _time_model_variants(table):
+    """TimeModels of one table: "table" (as profiled: two scales and, where it fitted one,
+    a fixed cost), "two_scales" (the same references fitted without the fixed cost) and
+    "uniform" (no calibration)."""
+    import copy
+
+    import numpy as np
+
+    from elastictrainer.profiler import calibration
+    from elastictrainer.time_model import TimeModel
+
+    out = {"table": TimeModel(table)}
+    cal = table.get("calibration")
+    bare = copy.deepcopy(table)
+    bare["calibration"] = None
+    out["uniform"] = TimeModel(bare)
+    if cal:
+        tensors = table["tensors"]
+        rank = np.array([t["rank"] for t in tensors])
+        t_dw = [t["t_dw_ms"] for t in tensors]
+        t_dy = [t["t_dy_ms"] for t in tensors]
+        masks = calibration.reference_selections(rank)
+        measured = {r["name"]: (masks[r["name"]], r["measured_ratio"])
+                    for r in cal["references"] if r["name"] in masks}
+        a, b = calibration.fit_calibration(t_dw, t_dy, rank, table["t_fp_ms"],
+                                           table["t_full_ms"], measured)
+        two = copy.deepcopy(table)
+        two["calibration"] = dict(cal, dw_scale=a, dy_scale=b, fixed_ms=0.0)
+        out["two_scales"] = TimeModel(two)
+    return out
+
+
 def rss_mb():
     """Resident set size now (not the peak), in MB."""
     try:
@@ -211,7 +243,11 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     for res in results:
         pooled.correct(masks[res["rho"]], res["measured_ratio"])
 
+    # the same random selections judged by the time model without the calibration's fixed cost,
+    # and without calibration at all: does the intercept lower the error?
+    variants = _time_model_variants(table)
     errors, errors_after = [], []
+    errors_by = {k: [] for k in variants}
     trainer.steps.maxsize = 4
     for i in range(random_selections):
         # random depth, random density above it: the kinds of selections the DP makes
@@ -229,6 +265,9 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         errors.append(abs(predicted / tm.t_full - measured / full_ms) / (measured / full_ms))
         after = pooled.model.predicted_ratio(mask)
         errors_after.append(abs(after - measured / full_ms) / (measured / full_ms))
+        for k, v in variants.items():
+            errors_by[k].append(abs(v.predicted_ratio(mask) - measured / full_ms)
+                                / (measured / full_ms))
         bar.update(1)
 
     trainer.steps.maxsize = 8
@@ -249,6 +288,8 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         "full_step_ms": full_ms, "profiled_full_step_ms": tm.t_full,
         "results": results, "time_model_mape": float(np.mean(errors)) if errors else None,
         "time_model_mape_corrected": float(np.mean(errors_after)) if errors_after else None,
+        "time_model_mape_by_model": {k: float(np.mean(v)) if v else None
+                                     for k, v in errors_by.items()},
         "correction": pooled.state(),
         "noise": {"rho": mid, "ratios": noise,
                   "cv": float(np.std(noise) / np.mean(noise)) if len(noise) > 1 else None},
@@ -314,6 +355,10 @@ def main(argv=None):
     print(f"time model MAPE on {args.random_selections} random selections: {mape:.3f} as "
           f"profiled, {after:.3f} corrected by the rho measurements" if mape is not None
           else "time model MAPE: n/a")
+    by = result["time_model_mape_by_model"]
+    if all(v is not None for v in by.values()):
+        print("  the same selections, by time model: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in by.items()))
     nz = result["noise"]
     if nz["cv"] is not None:
         print(f"one run's measurement of the rho {nz['rho']:g} selection, taken {len(nz['ratios'])} "

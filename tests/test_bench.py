@@ -38,6 +38,11 @@ def test_bench_speedup_smoke(tmp_path):
         assert x["closed_loop_history"][0][2] == x["measured_ratio"]
         assert x["closed_loop_ratio"] > 0 and 0 <= x["corrections"] <= 3
     assert res["time_model_mape_corrected"] is not None
+    # the same random selections judged by the table's model, without its fixed cost, and
+    # without calibration
+    by = res["time_model_mape_by_model"]
+    assert set(by) == {"table", "two_scales", "uniform"}
+    assert abs(by["table"] - res["time_model_mape"]) < 1e-12
     assert len(res["noise"]["ratios"]) == 8 and res["noise"]["cv"] >= 0
     assert len(res["rss_mb"]) == 12
     assert os.path.getsize(tmp_path / "b.png") > 1000
