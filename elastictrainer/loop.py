@@ -27,7 +27,8 @@ from elastictrainer.importance import IMPORTANCE, normalize
 from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
-from elastictrainer.rho_control import CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS, RhoController
+from elastictrainer.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
+                                        RhoController)
 from elastictrainer.roles import check_roles, tensor_roles
 from elastictrainer.schemes import SCHEMES
 from elastictrainer.time_model import TimeModel
@@ -499,7 +500,12 @@ class _Elastic:
         self.times = []  # this selection's step times (s), its first step apart
         self.first_step_s = None
         self.corrections_here, self.was_over = 0, False
-        self.rounds = 1  # measurement rounds this selection is judged on (2: confirming a miss)
+        self.rounds = 1  # measurement rounds this window is judged on (2: confirming a miss)
+        # A measurement window: the selection's steps from times[win_t] and the full steps from
+        # full_times[win_f].  The first opens with the selection; once judged, the next opens
+        # RECHECK_STEPS steps later (measuring False meanwhile: no full steps are timed).
+        self.win_t = self.win_f = 0
+        self.measuring = True
         self.overhead_s = 0.0
         self.step_s = 0.0  # the selections' own steps, compiling excepted
         self.full_s = 0.0  # the same steps at each selection's measured full-step time
@@ -527,8 +533,10 @@ class _Elastic:
         meanwhile), so the ratio compares like with like."""
         # interleaved with the selection's own first steps (before its steps 0, 2, 4, ...), so
         # that load which comes and goes hits both alike
-        if (len(self.full_times) >= FULL_STEPS * self.rounds
-                or 2 * len(self.full_times) > len(self.times)):
+        if not self.measuring:
+            return
+        full, own = len(self.full_times) - self.win_f, len(self.times) - self.win_t
+        if full >= FULL_STEPS * self.rounds or 2 * full > own:
             return
         t0 = _clock()
         factor = self.ctl.model.full_over_grads
@@ -575,6 +583,8 @@ class _Elastic:
         self.times, self.first_step_s = [], None
         self.full_ms, self.full_times = None, []
         self.rounds = 1
+        self.win_t = self.win_f = 0
+        self.measuring = True
         tf.summary.scalar(runlog.NUM_SELECTED, len(selection), step=global_step)
         tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=global_step)
         tf.summary.write(runlog.SELECTION_MASK, tf.constant(mask.astype(np.int32)),
@@ -589,16 +599,24 @@ class _Elastic:
             self.first_step_s = seconds
             return False
         self.times.append(seconds)
-        if (len(self.times) != MEASURE_STEPS * self.rounds
-                or len(self.full_times) < FULL_STEPS * self.rounds):
+        if not self.measuring:
+            # a selection trains for --interval epochs, an hour or more on a small device: its
+            # ratio is measured again now and then, in case the load or the device changed
+            if len(self.times) - self.win_t >= RECHECK_STEPS:
+                self.win_t, self.win_f = len(self.times), len(self.full_times)
+                self.rounds, self.measuring = 1, True
             return False
-        measured = self._measured()
+        if (len(self.times) - self.win_t != MEASURE_STEPS * self.rounds
+                or len(self.full_times) - self.win_f < FULL_STEPS * self.rounds):
+            return False
+        measured = self._measured(window=True)
         self.record["measured_ratio"] = measured
         tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
         miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over,
                               predicted=self.record["predicted_ratio"])
         if (miss is None or not self.ctl.feedback
                 or self.corrections_here >= self.ctl.max_corrections):
+            self.win_t, self.measuring = len(self.times), False  # judged: until the re-check
             return False
         if self.rounds < CONFIRM_ROUNDS:
             # one round's ratio varies by 4% here and has outliers (a burst of other load); a
@@ -629,10 +647,14 @@ class _Elastic:
         self.overhead_s += _clock() - t0
         return True
 
-    def _measured(self):
-        if not self.times or not self.full_ms:
+    def _measured(self, window=False):
+        """The selection's median step over the median full step: of the current measurement
+        window, or (by default) of the selection's whole life so far."""
+        times = self.times[self.win_t:] if window else self.times
+        full = self.full_times[self.win_f:] if window else self.full_times
+        if not times or not full:
             return None
-        return statistics.median(self.times) * 1e3 / self.full_ms
+        return statistics.median(times) / statistics.median(full)
 
     def _close_record(self):
         """Final numbers of the selection that stops training now."""
@@ -659,6 +681,7 @@ class _Elastic:
                 "open_record": self.record is not None, "full_times": self.full_times,
                 "times": self.times, "corrections_here": self.corrections_here,
                 "was_over": self.was_over, "rounds": self.rounds,
+                "window": [self.win_t, self.win_f], "measuring": self.measuring,
                 "overhead_s": self.overhead_s, "step_s": self.step_s, "full_s": self.full_s,
                 "controller": self.ctl.state()}
 
@@ -675,6 +698,8 @@ class _Elastic:
         self.corrections_here = state["corrections_here"]
         self.was_over = state["was_over"]
         self.rounds = state.get("rounds", 1)
+        self.win_t, self.win_f = state.get("window", (0, 0))
+        self.measuring = state.get("measuring", True)
         self.overhead_s = state["overhead_s"]
         self.step_s = state.get("step_s", 0.0)
         self.full_s = state.get("full_s", 0.0)

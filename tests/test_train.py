@@ -513,6 +513,42 @@ def test_a_burst_of_load_in_one_measurement_round_is_not_corrected(workdir, monk
     assert 1.5 * sel["predicted_ratio"] > rho * 1.05
 
 
+@pytest.mark.parametrize("recheck", [30, 10**6])
+def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monkeypatch,
+                                                                    recheck):
+    """The table is right when the selection is judged; from its 25th step on, its steps run
+    1.4x slow (other load that hits the small steps).  Measured again RECHECK_STEPS steps
+    after the first judgement, the drift is a confirmed miss and is corrected; never measured
+    again (10**6), the run keeps the drifted selection."""
+    from elastictrainer import loop
+    from elastictrainer.time_model import TimeModel
+    path, data = _realistic_table(workdir, "drift_table.json")
+    args = ("--steps_per_epoch", "90", "--num_epochs", "1", "--interval", "1",
+            "--timing_table", str(path))
+    _fake_device(monkeypatch, TimeModel(data))
+    name = f"drift_rho_{recheck}"
+    assert main_cli.main(_argv(workdir, "elastic_training", name, "--rho", "0.75",
+                               "--rho_feedback", "false", *args)) == 0
+    rho = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE)
+                    )["selections"][0]["predicted_ratio"] * 1.01  # the DP rounds costs up
+    monkeypatch.setattr(loop, "RECHECK_STEPS", recheck)
+    _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.4 if n >= 25 else 1.0)
+    name = f"drift_{recheck}"
+    assert main_cli.main(_argv(workdir, "elastic_training", name, "--rho", f"{rho:.9f}",
+                               *args)) == 0
+    summary = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE))
+    first = summary["selections"][0]
+    if recheck > 90:
+        assert summary["corrections"] == [] and len(summary["selections"]) == 1
+        assert first["measured_ratio"] > rho * 1.2  # the drift, seen only in the record
+        return
+    (correction, *_) = summary["corrections"]
+    assert correction["miss"] == "over"
+    # judged fine after its first 10 timed steps, measured again 30 steps later, confirmed
+    assert correction["step"] == 1 + 10 + recheck + 2 * 10 - 1
+    assert first["steps"] == correction["step"] + 1
+
+
 @pytest.mark.parametrize("feedback", ["true", "false"])
 def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, feedback):
     from elastictrainer.time_model import TimeModel
