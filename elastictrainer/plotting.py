@@ -606,11 +606,27 @@ def plot_selection(run_dir, out):
     ax.set_xlim(x_edges[0], x_edges[-1])
     if m <= 24:
         ax.set_xticks(x_edges)
-        ax.set_xticklabels([f"{e:g}" for e in x_edges], fontsize=8)
+        ax.set_xticklabels(sparse_tick_labels(x_edges), fontsize=8)
     status = f" ({run.flag})" if run.flag else ""
     top.set_title(f"{run.model} on {run.dataset}: {scheme_label(run.train_type, run.rho)}"
                   f"{status}\ntensors selected at each re-selection")
     return save_figure(fig, out)
+
+
+def sparse_tick_labels(edges, min_gap=0.04):
+    """Labels for ticks at `edges`, blank where a tick sits closer than min_gap of the axis
+    range to the last labelled one: a correction a few steps after a re-selection would print
+    its epoch on top of the re-selection's ("00.13")."""
+    edges = [float(e) for e in edges]
+    span = (max(edges) - min(edges)) or 1.0
+    labels, last = [], None
+    for e in edges:
+        if last is None or e - last >= min_gap * span:
+            labels.append(f"{e:.3g}")
+            last = e
+        else:
+            labels.append("")
+    return labels
 
 
 # --------------------------------------------------------------------------- profiler table

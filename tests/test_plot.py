@@ -362,3 +362,10 @@ def test_energy_draws_measured_runs_and_says_which_were_left_out(tmp_path, capsy
     make_run(only_tl, "tl", train_type="traditional_tl_training")
     code, out, err = cli(["energy", str(only_tl), "--out", str(tmp_path / "none")], capsys)
     assert code == 2 and "none of the runs measured energy" in err[-1]
+
+
+def test_selection_ticks_close_together_are_not_printed_over_each_other():
+    # a correction 20 steps (0.13 epoch) after the first re-selection, on a 12-epoch axis
+    assert plotting.sparse_tick_labels([0, 0.1333333, 4, 8, 8.05, 12]) == [
+        "0", "", "4", "8", "", "12"]
+    assert plotting.sparse_tick_labels([0, 0.5, 1, 1.5]) == ["0", "0.5", "1", "1.5"]
