@@ -246,8 +246,9 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     # the same random selections judged by the time model without the calibration's fixed cost,
     # and without calibration at all: does the intercept lower the error?
     variants = _time_model_variants(table)
-    errors, errors_after = [], []
-    errors_by = {k: [] for k in variants}
+    # ... and by the model the closed loop fitted from the rho selections ("corrected")
+    judges = dict(variants, corrected=pooled.model)
+    errors = {k: [] for k in judges}
     trainer.steps.maxsize = 4
     for i in range(random_selections):
         # random depth, random density above it: the kinds of selections the DP makes
@@ -259,16 +260,13 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         mask[order[depth - 1]] = True
         sel = tm.selection(mask)[0]
         timed(sel, 1)
-        measured = statistics.median(timed(sel, steps)) * 1e3
-        predicted = tm.t_fp + tm.cost_ms(mask)
         # in units of today's full step, so machine-wide drift since profiling cancels out
-        errors.append(abs(predicted / tm.t_full - measured / full_ms) / (measured / full_ms))
-        after = pooled.model.predicted_ratio(mask)
-        errors_after.append(abs(after - measured / full_ms) / (measured / full_ms))
-        for k, v in variants.items():
-            errors_by[k].append(abs(v.predicted_ratio(mask) - measured / full_ms)
-                                / (measured / full_ms))
+        ratio = statistics.median(timed(sel, steps)) * 1e3 / full_ms
+        for k, judge in judges.items():
+            errors[k].append(abs(judge.predicted_ratio(mask) - ratio) / ratio)
         bar.update(1)
+
+    mape = {k: float(np.mean(v)) if v else None for k, v in errors.items()}
 
     trainer.steps.maxsize = 8
     rss = []
@@ -286,10 +284,9 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         "model": str(model_name), "input_size": input_size, "batch_size": batch_size,
         "num_tensors": n, "importance": importance_kind, "timing_table": path,
         "full_step_ms": full_ms, "profiled_full_step_ms": tm.t_full,
-        "results": results, "time_model_mape": float(np.mean(errors)) if errors else None,
-        "time_model_mape_corrected": float(np.mean(errors_after)) if errors_after else None,
-        "time_model_mape_by_model": {k: float(np.mean(v)) if v else None
-                                     for k, v in errors_by.items()},
+        "results": results, "time_model_mape": mape["table"],
+        "time_model_mape_corrected": mape["corrected"],
+        "time_model_mape_by_model": {k: mape[k] for k in variants},
         "correction": pooled.state(),
         "noise": {"rho": mid, "ratios": noise,
                   "cv": float(np.std(noise) / np.mean(noise)) if len(noise) > 1 else None},
