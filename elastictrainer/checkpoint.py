@@ -22,7 +22,8 @@ CHECKPOINT_DIR = "checkpoints"
 # Settings that make a run what it is: a checkpoint of a run with other values is refused.
 IDENTITY = ("model_name", "dataset_name", "train_type", "rho", "batch_size", "input_size",
             "num_classes", "optimizer", "learning_rate", "weight_decay", "num_epochs",
-            "interval", "seed", "weights", "probe_batches", "steps_per_epoch", "rho_feedback")
+            "interval", "seed", "weights", "probe_batches", "steps_per_epoch", "rho_feedback",
+            "lr_schedule")
 
 
 class RunCheckpoint:

@@ -11,7 +11,7 @@ import sys
 
 from elastictrainer import __version__
 from elastictrainer.common import ArgumentParser, UserError, comma_list, run_cli, str2bool
-from elastictrainer.config import OPTIMIZERS, Config
+from elastictrainer.config import DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS, Config
 from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer import data, models, schemes
 
@@ -40,6 +40,10 @@ def train_parser(prog="elastictrainer train"):
                    metavar="TRAIN_TYPE", help=schemes.choices_help())
     p.add_argument("--batch_size", type=int, default=4, help="training batch (test: 2x)")
     p.add_argument("--learning_rate", type=float, default=1e-4, help="initial learning rate")
+    p.add_argument("--lr_schedule", default=None, choices=tuple(LR_SCHEDULES),
+                   help="; ".join(f"{k}: {v}" for k, v in LR_SCHEDULES.items()) + " (default: "
+                        + ", ".join(f"{v} for {k}" for k, v in DEFAULT_LR_SCHEDULE.items())
+                        + ", as the reference)")
     p.add_argument("--weight_decay", type=float, default=5e-4,
                    help="sgd's decoupled weight decay, applied as lr_t x weight_decay")
     p.add_argument("--num_epochs", type=int, default=12, help="training epochs")

@@ -15,6 +15,13 @@ OPTIMIZERS = {
            "(the reference's SGDW)",
     "adam": "plain Adam (advised for vit)",
 }
+# --lr_schedule choices; None (the default) is each optimizer's own, the reference's: cosine
+# for sgd, constant for adam.
+LR_SCHEDULES = {
+    "cosine": "one cosine decay from --learning_rate to 0 over all training steps",
+    "constant": "--learning_rate throughout",
+}
+DEFAULT_LR_SCHEDULE = {"sgd": "cosine", "adam": "constant"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,7 @@ class Config:
     num_classes: Optional[int] = None
     optimizer: str = "sgd"
     learning_rate: float = 1e-4
+    lr_schedule: Optional[str] = None  # None: the optimizer's own (DEFAULT_LR_SCHEDULE)
     weight_decay: float = 5e-4
     num_epochs: int = 12
     run_name: Optional[str] = None
@@ -82,6 +90,9 @@ class Config:
                             f"(0, 1], got {self.rho}")
         if self.optimizer not in OPTIMIZERS:
             raise UserError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
+            raise UserError(f"unknown --lr_schedule {self.lr_schedule!r}; valid: "
+                            f"{', '.join(LR_SCHEDULES)}")
         SCHEMES.get_or_fail(self.train_type)
         if self.energy not in ENERGY_MODES:
             raise UserError(f"unknown --energy {self.energy!r}; valid: {', '.join(ENERGY_MODES)}")

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer.common import UserError
-from elastictrainer.config import OPTIMIZERS
+from elastictrainer.config import DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS
 # tf-keras releases whose optimizer internals `_apply` was tested against (.ci/run runs the tests
 # on both ends).
 TESTED_TF_KERAS = ((2, 16), (2, 21))
@@ -36,18 +36,25 @@ def make_loss():
 
 
 def make_optimizer(name, learning_rate, weight_decay, total_steps,
-                   per_tensor_bias_correction=True):
-    """sgd: momentum 0.9 with decoupled weight decay applied as lr_t x weight_decay, lr_t on one
-    cosine decay over all steps: the reference's SGDW schedule exactly.  adam: Adam, its bias
-    correction counted per tensor (module docstring) unless per_tensor_bias_correction=False."""
+                   per_tensor_bias_correction=True, schedule=None):
+    """sgd: momentum 0.9 with decoupled weight decay applied as lr_t x weight_decay.  adam: Adam,
+    its bias correction counted per tensor (module docstring) unless
+    per_tensor_bias_correction=False.  `schedule` (config.LR_SCHEDULES; None: the optimizer's
+    own, as the reference) is lr_t: for sgd one cosine decay over all steps, the reference's
+    SGDW schedule exactly; for adam constant."""
     if name not in OPTIMIZERS:
         raise UserError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+    schedule = schedule or DEFAULT_LR_SCHEDULE[name]
+    if schedule not in LR_SCHEDULES:
+        raise UserError(f"unknown --lr_schedule {schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+    lr = learning_rate
+    if schedule == "cosine":
+        lr = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
     if name == "adam":
-        optimizer = keras.optimizers.Adam(learning_rate)
+        optimizer = keras.optimizers.Adam(lr)
         optimizer.per_tensor_bias_correction = per_tensor_bias_correction
         return optimizer
-    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
-    return keras.optimizers.SGD(schedule, momentum=0.9, weight_decay=weight_decay or None)
+    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=weight_decay or None)
 
 
 def make_train_step(model, optimizer, loss_fn, var_list, penalty_fn=None, capture=None):

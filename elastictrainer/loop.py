@@ -134,7 +134,7 @@ def run(cfg, log=print, model=None, data=None):
     rng_state = _random_state(model)
     roles = check_roles(tensor_roles(model))
     optimizer = engine.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
-                                      total_steps)
+                                      total_steps, schedule=cfg.lr_schedule)
     trainer = Trainer(model, optimizer, scheme, roles)
     n = len(trainer.variables)
     time_model = table_path = None

@@ -12,6 +12,8 @@ OPTIMIZERS = {
     "sgdw_cosine": lambda: keras.optimizers.SGD(
         keras.optimizers.schedules.CosineDecay(0.1, 10), momentum=0.9, weight_decay=5e-2),
     "adam": lambda: keras.optimizers.Adam(0.05),
+    # --lr_schedule cosine with adam: the per-tensor bias correction reads the scheduled lr
+    "adam_cosine": lambda: keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(0.05, 10)),
     "sgd_clipnorm": lambda: keras.optimizers.SGD(0.1, clipnorm=0.01),
 }
 
@@ -45,6 +47,29 @@ def test_apply_updates_matches_apply_gradients(name):
     for a, b in zip(*finals):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert finals[1][-1] == 4
+
+
+@pytest.mark.parametrize("name,schedule,expected", [
+    ("sgd", None, "cosine"), ("adam", None, "constant"),  # the reference's, by default
+    ("adam", "cosine", "cosine"), ("sgd", "constant", "constant")])
+def test_the_lr_schedule_is_the_optimizers_own_unless_chosen(name, schedule, expected):
+    model = tiny_mlp(1)
+    opt = engine.prepare_optimizer(
+        engine.make_optimizer(name, 0.1, 0.0, total_steps=10, schedule=schedule),
+        model.trainable_weights)
+    grads = [tf.ones_like(v) for v in model.trainable_weights]
+    for _ in range(6):
+        engine.apply_updates(opt, grads, model.trainable_weights)
+    # the rate of the 6th step (iteration 5 of 10)
+    want = 0.1 * 0.5 * (1 + np.cos(np.pi * 5 / 10)) if expected == "cosine" else 0.1
+    assert float(opt.learning_rate) == pytest.approx(want, rel=1e-5)
+
+
+def test_an_unknown_lr_schedule_is_refused_in_one_line():
+    from elastictrainer.common import UserError
+    from elastictrainer.config import Config
+    with pytest.raises(UserError, match="--lr_schedule 'step'; valid: cosine, constant"):
+        Config(lr_schedule="step").validate()
 
 
 def _compare(build, grads_fn_args, make_opt, steps=3, xla=False):
