@@ -28,7 +28,7 @@ from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
 from elastictrainer.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
-                                        RhoController)
+                                        RhoController, prefer_measured)
 from elastictrainer.roles import check_roles, tensor_roles
 from elastictrainer.schemes import SCHEMES
 from elastictrainer.time_model import TimeModel
@@ -506,7 +506,11 @@ class _Elastic:
         # RECHECK_STEPS steps later (measuring False meanwhile: no full steps are timed).
         self.win_t = self.win_f = 0
         self.measuring = True
+        # the ratio each selection's latest measurement window gave (rho_control.prefer_measured)
+        self.measured = {}
         self.overhead_s = 0.0
+        # its parts: importance probes, full steps timed, compiling new selections' steps, solving
+        self.overhead_parts = dict.fromkeys(OVERHEAD_PARTS, 0.0)
         self.step_s = 0.0  # the selections' own steps, compiling excepted
         self.full_s = 0.0  # the same steps at each selection's measured full-step time
         summary.update(rho_feedback=controller.feedback, measured_ratio=None, corrections=[],
@@ -523,7 +527,8 @@ class _Elastic:
         t1 = _clock()
         self.corrections_here, self.was_over = 0, False
         self._solve(global_step, reason="interval", importance_ms=(t1 - t0) * 1e3)
-        self.overhead_s += _clock() - t0
+        self._overhead("importance", t1 - t0)
+        self._overhead("solving", _clock() - t1)
         return self.selection
 
     def before_step(self, x, y):
@@ -545,12 +550,14 @@ class _Elastic:
             else factor * _time_gradient_step(self.trainer, x, y, self.warm))
         self.full_ms = statistics.median(self.full_times) * 1e3
         self.record["full_step_ms"] = self.full_ms
-        self.overhead_s += _clock() - t0
+        self._overhead("timing full steps", _clock() - t0)
 
     def _solve(self, global_step, reason, **extra):
         t0 = _clock()
         model = self.ctl.model
         mask = model.select(self.importance, self.cfg.rho, resolution=self.cfg.dp_resolution)
+        mask, measured_before = prefer_measured(mask, self.importance, self.measured,
+                                                self.cfg.rho, self.ctl.tolerance)
         solve_ms = (_clock() - t0) * 1e3
         selection, empty = model.selection(mask)
         limited_by = model.limited_by(mask, self.importance, self.cfg.rho,
@@ -574,7 +581,7 @@ class _Elastic:
             "step": global_step, "epoch": global_step / self.steps_per_epoch, "reason": reason,
             "mask": [int(b) for b in mask], "predicted_ratio": ratio, "limited_by": limited_by,
             "solve_ms": solve_ms, "full_step_ms": None, "measured_ratio": None,
-            "step_ms": None, "steps": 0, **extra,
+            "step_ms": None, "steps": 0, "measured_before": measured_before, **extra,
             "importance": [float(v) for v in self.importance],
         }
         self.summary["selections"].append(self.record)
@@ -611,6 +618,7 @@ class _Elastic:
             return False
         measured = self._measured(window=True)
         self.record["measured_ratio"] = measured
+        self.measured[self.selection] = measured
         tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
         miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over,
                               predicted=self.record["predicted_ratio"])
@@ -641,11 +649,17 @@ class _Elastic:
         self.log(f"rho feedback: {len(old[0])} tensors measured {measured:.3f} of a full step "
                  f"for rho {self.cfg.rho:g} (predicted {old[1]['predicted_ratio']:.3f}); time "
                  f"model corrected (backward ops x{self.ctl.dw_scale:.2f} of the table's, fixed cost "
-                 f"{model.fixed_ms:+.1f} ms a step), now {len(self.selection)} tensors")
+                 f"{model.fixed_ms:+.1f} ms a step), now {len(self.selection)} tensors"
+                 + ("" if self.record["measured_before"] is None else
+                    f" (measured {self.record['measured_before']:.3f} earlier in this run)"))
         if self.selection == old[0]:  # the same tensors again: nothing left to correct here
             self.corrections_here = self.ctl.max_corrections
-        self.overhead_s += _clock() - t0
+        self._overhead("solving", _clock() - t0)
         return True
+
+    def _overhead(self, part, seconds):
+        self.overhead_s += seconds
+        self.overhead_parts[part] += seconds
 
     def _measured(self, window=False):
         """The selection's median step over the median full step: of the current measurement
@@ -667,7 +681,7 @@ class _Elastic:
             # compiling a new selection's step is part of re-selecting
             if self.first_step_s is not None:
                 compiling = max(self.first_step_s - median, 0.0)
-                self.overhead_s += compiling
+                self._overhead("compiling", compiling)
                 self.step_s -= compiling
         if self.full_ms is not None:
             self.full_s += self.record["steps"] * self.full_ms / 1e3
@@ -682,7 +696,9 @@ class _Elastic:
                 "times": self.times, "corrections_here": self.corrections_here,
                 "was_over": self.was_over, "rounds": self.rounds,
                 "window": [self.win_t, self.win_f], "measuring": self.measuring,
-                "overhead_s": self.overhead_s, "step_s": self.step_s, "full_s": self.full_s,
+                "measured": [[list(k), v] for k, v in self.measured.items()],
+                "overhead_s": self.overhead_s, "overhead_parts": self.overhead_parts,
+                "step_s": self.step_s, "full_s": self.full_s,
                 "controller": self.ctl.state()}
 
     def load_state(self, state):
@@ -700,7 +716,9 @@ class _Elastic:
         self.rounds = state.get("rounds", 1)
         self.win_t, self.win_f = state.get("window", (0, 0))
         self.measuring = state.get("measuring", True)
+        self.measured = {tuple(k): v for k, v in state.get("measured", [])}
         self.overhead_s = state["overhead_s"]
+        self.overhead_parts.update(state.get("overhead_parts", {}))
         self.step_s = state.get("step_s", 0.0)
         self.full_s = state.get("full_s", 0.0)
         self.ctl.load_state(state["controller"])
@@ -719,10 +737,15 @@ class _Elastic:
         self.summary["measured_ratio"] = (
             sum(s["measured_ratio"] * s["steps"] for s in done) / weight if weight else None)
         self.summary["reselection_overhead_s"] = self.overhead_s
+        self.summary["reselection_overhead_parts_s"] = dict(self.overhead_parts)
         self.summary["wall_ratio"] = wall_ratio(train_time_s, self.step_s, self.overhead_s,
                                                 self.full_s)
         if self.summary["wall_ratio"] is not None:
             tf.summary.scalar(runlog.WALL_RATIO, self.summary["wall_ratio"], step=global_step)
+
+
+# what re-selecting spends its time on (summary.json reselection_overhead_parts_s)
+OVERHEAD_PARTS = ("importance", "timing full steps", "compiling", "solving")
 
 
 def wall_ratio(train_time_s, step_s, overhead_s, full_s):

@@ -153,3 +153,26 @@ def test_back_up_after_an_overshoot_only_when_clearly_under():
     assert ctl.judge(0.424, "forward floor", was_over=True, predicted=0.555) == "under"
     assert ctl.judge(0.52, "forward floor", was_over=True, predicted=0.555) is None
     assert ctl.judge(0.2, "importance", was_over=True) is None
+
+
+def test_a_selection_measured_within_rho_is_kept_when_it_is_worth_more_than_the_dps():
+    """After a correction the model may put a selection that measured within rho above rho;
+    prefer_measured keeps it if eq. 3's objective values it more than the DP's choice, and
+    never takes one measured over rho, nor one worth less."""
+    from elastictrainer.rho_control import prefer_measured
+    importance = np.array([0.0, 0.6, 0.01, 0.01, 0.6, 0.1])
+    dp = np.array([0, 1, 0, 0, 1, 1], bool)                       # worth 1.30
+    measured = {(1, 2, 3, 4, 5): 0.499,                           # worth 1.32, within rho
+                (0, 1, 2, 3, 4, 5): 0.56,                         # worth more, but over rho
+                (1, 4): 0.40}                                     # within rho, worth less
+    mask, ratio = prefer_measured(dp, importance, measured, rho=0.5)
+    assert mask.tolist() == [False, True, True, True, True, True] and ratio == 0.499
+    # the same selection measured over rho (its latest window) is no candidate
+    measured[(1, 2, 3, 4, 5)] = 0.54
+    mask, ratio = prefer_measured(dp, importance, measured, rho=0.5)
+    assert mask.tolist() == dp.tolist() and ratio is None
+    # within the tolerance above rho still fits (0.52 <= 0.5 x 1.05)
+    mask, ratio = prefer_measured(dp, importance, {(1, 2, 3, 4, 5): 0.52}, rho=0.5)
+    assert ratio == 0.52
+    # an empty memory is the DP's mask
+    assert prefer_measured(dp, importance, {}, rho=0.5)[0].tolist() == dp.tolist()

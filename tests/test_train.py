@@ -547,6 +547,10 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
     # judged fine after its first 10 timed steps, measured again 30 steps later, confirmed
     assert correction["step"] == 1 + 10 + recheck + 2 * 10 - 1
     assert first["steps"] == correction["step"] + 1
+    # its first window measured it within rho, its latest over: it is no candidate any more
+    # (rho_control.prefer_measured), so the correction trains something else
+    second = summary["selections"][1]
+    assert second["mask"] != first["mask"] and second["measured_before"] is None
 
 
 @pytest.mark.parametrize("feedback", ["true", "false"])
@@ -577,6 +581,10 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     ratios = np.array([s["measured_ratio"] for s in sels])
     assert summary["measured_ratio"] == pytest.approx(float(weights @ ratios / weights.sum()))
     assert 0 <= summary["reselection_overhead_s"] <= summary["train_time_s"]
+    parts = summary["reselection_overhead_parts_s"]
+    assert set(parts) == {"importance", "timing full steps", "compiling", "solving"}
+    assert sum(parts.values()) == pytest.approx(summary["reselection_overhead_s"])
+    assert min(parts.values()) >= 0
     tags = set(_scalars(run).Tags()["tensors"]) | set(_scalars(run).Tags()["scalars"])
     assert runlog.MEASURED_RATIO in tags
     over = [s for s in sels if s["reason"] == "interval" and s["measured_ratio"] > rho * 1.05]
