@@ -511,7 +511,7 @@ class _Elastic:
         self.overhead_s = 0.0
         # its parts: importance probes, full steps timed, compiling new selections' steps, solving
         self.overhead_parts = dict.fromkeys(OVERHEAD_PARTS, 0.0)
-        self.step_s = 0.0  # the selections' own steps, compiling excepted
+        self.step_s = 0.0  # the closed selections' own steps, compiling excepted
         self.full_s = 0.0  # what full training would have spent on the same steps (_close_record)
         self.sel_s = 0.0  # the current selection's own steps (compiling excepted once closed)
         self.compile_counted = False  # full_s holds one step's compiling, as a full run pays
@@ -603,7 +603,6 @@ class _Elastic:
     def after_step(self, seconds, global_step):
         """Book one step's time; returns True when the selection was re-solved (a correction)."""
         self.record["steps"] += 1
-        self.step_s += seconds
         self.sel_s += seconds
         if self.first_step_s is None:  # may include compiling this selection's step
             self.first_step_s = seconds
@@ -685,7 +684,6 @@ class _Elastic:
             if self.first_step_s is not None:
                 compiling = max(self.first_step_s - median, 0.0)
                 self._overhead("compiling", compiling)
-                self.step_s -= compiling
                 self.sel_s -= compiling
                 if not self.compile_counted:  # a full-training run compiles its one step too
                     self.full_s += compiling
@@ -699,6 +697,7 @@ class _Elastic:
             self.full_s += self.sel_s / ratio
         elif self.full_ms is not None:
             self.full_s += self.record["steps"] * self.full_ms / 1e3
+        self.step_s += self.sel_s
         self.sel_s = 0.0
         self.record = None
 
@@ -746,9 +745,9 @@ class _Elastic:
         their steps) and `wall_ratio`, this run's training time over what full training would
         have taken for the same steps: the same loop work outside the compiled step (next batch,
         bookkeeping, logging: train_time_s minus the steps and re-selecting), plus each
-        selection's steps over its measured step ratio, plus compiling one step.  The wall clock also pays re-selecting
-        and the loop's own per-step work, which do not shrink with rho, so wall_ratio is what
-        a user's clock shows, above measured_ratio."""
+        selection's steps over its measured step ratio, plus compiling one step.  The wall clock
+        also pays re-selecting and the loop's own per-step work, which do not shrink with rho,
+        so wall_ratio is what a user's clock shows, above measured_ratio."""
         self._close_record()
         done = [s for s in self.summary["selections"] if s["measured_ratio"] is not None]
         weight = sum(s["steps"] for s in done)

@@ -88,7 +88,7 @@ class RhoController:
         its forward floor at 0.57 for rho 0.5; the step measured 0.31)."""
         if measured is None:
             return None
-        if measured > self.rho * (1 + self.tolerance):
+        if over_rho(measured, self.rho, self.tolerance):
             return "over"
         if limited_by == "importance":
             return None
@@ -119,6 +119,11 @@ class RhoController:
         self.model = self.base.corrected(self.dw_scale, self.dy_scale)
 
 
+def over_rho(measured, rho, tolerance=TOLERANCE):
+    """A measured ratio above rho by more than the tolerance: a miss, and no candidate."""
+    return measured > rho * (1 + tolerance)
+
+
 def prefer_measured(mask, importance, measured, rho, tolerance=TOLERANCE):
     """The DP's `mask`, or a selection this run has measured within rho that eq. 3's objective
     (the summed importance) values more: (mask, its measured ratio or None for the DP's own).
@@ -135,7 +140,7 @@ def prefer_measured(mask, importance, measured, rho, tolerance=TOLERANCE):
     best, best_ratio = mask, None
     gain = float(importance[mask].sum())
     for selection, ratio in measured.items():
-        if not ratio <= rho * (1 + tolerance):
+        if over_rho(ratio, rho, tolerance):
             continue
         candidate = np.zeros(len(mask), bool)
         candidate[list(selection)] = True
