@@ -1,0 +1,128 @@
+"""What rho affords, trained without re-selecting: README command 1 with fixed selections.
+
+Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from the default line,
+about 25 min on 2 cores):
+    python scripts/bench_fixed_selection.py [--seeds 0,1,2,3,4] [--first 12,10]
+        [--logdir logs/bench_fixed_selection] [--out figures/bench_fixed_selection.json]
+
+For every seed it runs README command 1's settings (smallcnn fine-tuned from --weights synthetic
+on the synthetic data, Adam 1e-3, 12 epochs) with full training, with a fixed selection "tensor
+k to the output" for every k in --first (trained for the whole run, never re-selected: what an
+elastic run could reach if it always trained those tensors), and with elastic_training at
+--rho.  The table gives each run's best test accuracy and its points under full training's,
+per seed and on average.  With the default --first 12,10: tensors 12-19 are the last stage and
+the head, 10-19 add the second stage's last BatchNorm; they are the selections rho 0.5 affords
+(they measure 0.44-0.47 and 0.48-0.53 of a full step in elastic runs), so the gap they leave is
+the one rho 0.5 leaves in this task, whatever the selector does.  Deeper selections (--first 9 or
+6) show where the remaining points are, at a step cost rho 0.5 does not allow.
+
+Finished runs in --logdir are read, not run again (compare.compare); run nothing else on the
+machine meanwhile, since the elastic runs act on the step times they measure.
+"""
+import dataclasses
+import json
+import os
+import platform
+import statistics
+
+from elastictrainer.common import ArgumentParser, comma_list
+
+# README command 1, without --rho (given by --rho)
+COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
+             "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
+             "--learning_rate 0.001")
+
+
+def build_parser():
+    ap = ArgumentParser(prog="bench_fixed_selection.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0,1,2,3,4", type=comma_list(int, "integers"),
+                    help="seeds, comma-separated")
+    ap.add_argument("--first", default="12,10", type=comma_list(int, "integers"),
+                    help="fixed selections: tensor k to the output, for each k given")
+    ap.add_argument("--rho", type=float, default=0.5, help="rho of the elastic runs")
+    ap.add_argument("--no_elastic", action="store_true", help="skip the elastic runs")
+    ap.add_argument("--logdir", default="logs/bench_fixed_selection", help="where runs go")
+    ap.add_argument("--out", default="figures/bench_fixed_selection.json",
+                    help="JSON results; a Markdown table is written beside it (.md)")
+    return ap
+
+
+def fixed_scheme_name(first):
+    return f"fixed_from_{first}"
+
+
+def register_fixed(first):
+    """A fixed scheme training tensor `first` to the output (indices in the trainer's order,
+    input side first), registered under fixed_scheme_name(first)."""
+    from elastictrainer.schemes import SCHEMES, Scheme
+
+    @dataclasses.dataclass(frozen=True)
+    class FixedFrom(Scheme):
+        first: int = 0
+
+        def fixed_selection(self, roles):
+            return tuple(range(min(self.first, len(roles)), len(roles)))
+
+    name = fixed_scheme_name(first)
+    if name not in SCHEMES:
+        SCHEMES.register(name)(FixedFrom(name, f"tensors {first}-", "#777777",
+                                         f"tensors {first} to the output, fixed", first=first))
+    return name
+
+
+def table(results, firsts, elastic):
+    cols = ["full training"] + [f"tensors {k}- fixed" for k in firsts] + (
+        ["ElasticTrainer"] if elastic else [])
+    lines = ["| seed | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    gaps = {c: [] for c in cols[1:]}
+    for r in results:
+        full = r["full training"]
+        cells = [f"{full:.1f}%"]
+        for c in cols[1:]:
+            gaps[c].append(full - r[c])
+            cells.append(f"{r[c]:.1f}% ({full - r[c]:+.1f})")
+        lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    if len(results) > 1:
+        lines.append("| mean points under | | " + " | ".join(
+            f"{statistics.mean(gaps[c]):.1f} ({min(gaps[c]):.1f} to {max(gaps[c]):.1f})"
+            for c in cols[1:]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from elastictrainer import cli
+    from elastictrainer.compare import compare
+
+    names = [register_fixed(k) for k in args.first]
+    train_types = ["full_training"] + names + ([] if args.no_elastic else ["elastic_training"])
+    results = []
+    for seed in args.seeds:
+        cfg = cli.config_from_args(cli.train_parser().parse_args(
+            COMMAND_1.split() + ["--rho", str(args.rho), "--seed", str(seed), "--quiet",
+                                 "--logdir", args.logdir]))
+        cfg = dataclasses.replace(cfg, run_name=f"seed{seed}")
+        rows = {r["train_type"]: r for r in compare(cfg, train_types)}
+        entry = {"seed": seed, "full training": rows["full_training"]["best_test_accuracy"]}
+        for k, name in zip(args.first, names):
+            entry[f"tensors {k}- fixed"] = rows[name]["best_test_accuracy"]
+        if not args.no_elastic:
+            e = rows["elastic_training"]
+            entry.update({"ElasticTrainer": e["best_test_accuracy"],
+                          "elastic measured_ratio": e["measured_ratio"],
+                          "elastic time / full's": e["train_time_s"]
+                          / rows["full_training"]["train_time_s"]})
+        results.append(entry)
+        print(json.dumps(entry), flush=True)
+    text = table(results, args.first, not args.no_elastic)
+    print(text)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"args": vars(args), "command": COMMAND_1, "platform": platform.platform(),
+                   "results": results}, f, indent=1)
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

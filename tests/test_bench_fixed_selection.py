@@ -1,0 +1,49 @@
+"""scripts/bench_fixed_selection.py: its fixed scheme trains exactly tensor k to the output, and
+its table's gaps are full training's accuracy minus each run's."""
+import importlib.util
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from conftest import snapshot, tiny_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script():
+    path = os.path.join(ROOT, "scripts", "bench_fixed_selection.py")
+    spec = importlib.util.spec_from_file_location("bench_fixed_selection", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path):
+    import elastictrainer
+    from elastictrainer.schemes import SCHEMES
+
+    name = _script().register_fixed(2)
+    assert name in SCHEMES and not SCHEMES[name].elastic
+    model = tiny_model(num_classes=3)
+    before = snapshot(model.trainable_weights)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (16, 16, 16, 3)).astype("float32")
+    y = rng.integers(0, 3, 16).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    cfg = elastictrainer.Config(train_type=name, logdir=str(tmp_path), num_epochs=1,
+                                optimizer="adam", learning_rate=1e-2, progress=False)
+    summary = elastictrainer.run(cfg, model=model, data=(ds, ds), log=lambda *a: None)
+    n = len(before)
+    assert summary["epochs"][-1]["selected"] == n - 2
+    changed = [not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_weights)]
+    assert changed == [False, False] + [True] * (n - 2)
+
+
+def test_table_gaps_and_mean():
+    text = _script().table(
+        [{"seed": 0, "full training": 82.0, "tensors 10- fixed": 81.0, "ElasticTrainer": 80.0},
+         {"seed": 1, "full training": 80.0, "tensors 10- fixed": 77.0, "ElasticTrainer": 80.5}],
+        [10], elastic=True)
+    assert "81.0% (+1.0)" in text and "80.5% (-0.5)" in text
+    assert "| mean points under | | 2.0 (1.0 to 3.0) | 0.8 (-0.5 to 2.0) |" in text
