@@ -1,7 +1,7 @@
 """What rho affords, trained without re-selecting: README command 1 with fixed selections.
 
 Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from the default line,
-about 25 min on 2 cores):
+about 20 min on 2 cores):
     python scripts/bench_fixed_selection.py [--seeds 0,1,2,3,4] [--first 12,10]
         [--logdir logs/bench_fixed_selection] [--out figures/bench_fixed_selection.json]
 
@@ -80,10 +80,10 @@ def table(results, firsts, elastic):
         cells = [f"{full:.1f}%"]
         for c in cols[1:]:
             gaps[c].append(full - r[c])
-            cells.append(f"{r[c]:.1f}% ({full - r[c]:+.1f})")
+            cells.append(f"{r[c]:.1f}% ({full - r[c]:.1f} under)")
         lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     if len(results) > 1:
-        lines.append("| mean points under | | " + " | ".join(
+        lines.append("| mean points under full training | | " + " | ".join(
             f"{statistics.mean(gaps[c]):.1f} ({min(gaps[c]):.1f} to {max(gaps[c]):.1f})"
             for c in cols[1:]) + " |")
     return "\n".join(lines)
