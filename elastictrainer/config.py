@@ -24,6 +24,17 @@ LR_SCHEDULES = {
 DEFAULT_LR_SCHEDULE = {"sgd": "cosine", "adam": "constant"}
 
 
+def lr_schedule_for(optimizer, schedule=None):
+    """The LR_SCHEDULES name `optimizer` trains with: `schedule`, or the optimizer's own for None.
+    An unknown optimizer or schedule is a UserError naming the valid ones."""
+    if optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+    schedule = schedule or DEFAULT_LR_SCHEDULE[optimizer]
+    if schedule not in LR_SCHEDULES:
+        raise UserError(f"unknown --lr_schedule {schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+    return schedule
+
+
 @dataclass(frozen=True)
 class Config:
     """Every setting of a run; saved as config.json in the run directory."""
@@ -88,11 +99,7 @@ class Config:
         if not 0 < self.rho <= 1:
             raise UserError(f"--rho is the elastic step time / full step time and must be in "
                             f"(0, 1], got {self.rho}")
-        if self.optimizer not in OPTIMIZERS:
-            raise UserError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-        if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
-            raise UserError(f"unknown --lr_schedule {self.lr_schedule!r}; valid: "
-                            f"{', '.join(LR_SCHEDULES)}")
+        lr_schedule_for(self.optimizer, self.lr_schedule)
         SCHEMES.get_or_fail(self.train_type)
         if self.energy not in ENERGY_MODES:
             raise UserError(f"unknown --energy {self.energy!r}; valid: {', '.join(ENERGY_MODES)}")

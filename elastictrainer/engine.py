@@ -20,7 +20,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer.common import UserError
-from elastictrainer.config import DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS
+from elastictrainer.config import lr_schedule_for
 # tf-keras releases whose optimizer internals `_apply` was tested against (.ci/run runs the tests
 # on both ends).
 TESTED_TF_KERAS = ((2, 16), (2, 21))
@@ -42,13 +42,8 @@ def make_optimizer(name, learning_rate, weight_decay, total_steps,
     per_tensor_bias_correction=False.  `schedule` (config.LR_SCHEDULES; None: the optimizer's
     own, as the reference) is lr_t: for sgd one cosine decay over all steps, the reference's
     SGDW schedule exactly; for adam constant."""
-    if name not in OPTIMIZERS:
-        raise UserError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
-    schedule = schedule or DEFAULT_LR_SCHEDULE[name]
-    if schedule not in LR_SCHEDULES:
-        raise UserError(f"unknown --lr_schedule {schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     lr = learning_rate
-    if schedule == "cosine":
+    if lr_schedule_for(name, schedule) == "cosine":
         lr = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
     if name == "adam":
         optimizer = keras.optimizers.Adam(lr)

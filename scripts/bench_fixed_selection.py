@@ -26,6 +26,7 @@ import platform
 import statistics
 
 from elastictrainer.common import ArgumentParser, comma_list
+from elastictrainer.schemes import SCHEMES, Scheme  # no TensorFlow: --help stays quick
 
 # README command 1, without --rho (given by --rho)
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
@@ -47,23 +48,19 @@ def build_parser():
     return ap
 
 
-def fixed_scheme_name(first):
-    return f"fixed_from_{first}"
+@dataclasses.dataclass(frozen=True)
+class FixedFrom(Scheme):
+    """A fixed scheme training tensor `first` to the output (indices in the trainer's order,
+    input side first)."""
+    first: int = 0
+
+    def fixed_selection(self, roles):
+        return tuple(range(min(self.first, len(roles)), len(roles)))
 
 
 def register_fixed(first):
-    """A fixed scheme training tensor `first` to the output (indices in the trainer's order,
-    input side first), registered under fixed_scheme_name(first)."""
-    from elastictrainer.schemes import SCHEMES, Scheme
-
-    @dataclasses.dataclass(frozen=True)
-    class FixedFrom(Scheme):
-        first: int = 0
-
-        def fixed_selection(self, roles):
-            return tuple(range(min(self.first, len(roles)), len(roles)))
-
-    name = fixed_scheme_name(first)
+    """FixedFrom(first) in SCHEMES (once); returns its --train_type name."""
+    name = f"fixed_from_{first}"
     if name not in SCHEMES:
         SCHEMES.register(name)(FixedFrom(name, f"tensors {first}-", "#777777",
                                          f"tensors {first} to the output, fixed", first=first))

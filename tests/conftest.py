@@ -33,6 +33,17 @@ def batch(n=4, size=16, num_classes=10, seed=0):
             tf.constant(rng.integers(0, num_classes, n), tf.int32))
 
 
+def load_script(name):
+    """scripts/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "scripts", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def snapshot(variables):
     return [v.numpy().copy() for v in variables]
 

@@ -1,22 +1,13 @@
 """scripts/bench_fixed_selection.py: its fixed scheme trains exactly tensor k to the output, and
 its table's gaps are full training's accuracy minus each run's."""
-import importlib.util
-import os
-
 import numpy as np
 import tensorflow as tf
 
-from conftest import snapshot, tiny_model
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import load_script, snapshot, tiny_model
 
 
 def _script():
-    path = os.path.join(ROOT, "scripts", "bench_fixed_selection.py")
-    spec = importlib.util.spec_from_file_location("bench_fixed_selection", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_fixed_selection")
 
 
 def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path):

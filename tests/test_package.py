@@ -154,12 +154,8 @@ def test_console_command_and_bad_subcommand():
 
 
 def _script_parser(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_parser()
+    from conftest import load_script
+    return load_script(name).build_parser()
 
 
 def test_every_flag_has_help_and_no_default_is_printed_twice():
