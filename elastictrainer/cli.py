@@ -11,6 +11,7 @@ import sys
 
 from elastictrainer import __version__
 from elastictrainer.common import ArgumentParser, UserError, comma_list, run_cli, str2bool
+from elastictrainer.compare import LAST_EPOCHS
 from elastictrainer.config import DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS, Config
 from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer import data, models, schemes
@@ -317,9 +318,9 @@ def figure_main(argv=None, prog="elastictrainer figure"):
 def compare_parser(prog="elastictrainer compare"):
     p = train_parser(prog)
     p.description = ("Train several schemes on the same settings, one after the other, and "
-                     "print one side-by-side table (best test accuracy, the mean of the last 3 "
-                     "epochs', training time and its ratio to full training's, measured "
-                     "step-time ratio); also written as "
+                     "print one side-by-side table (best test accuracy, the mean of the last "
+                     f"{LAST_EPOCHS} epochs', training time and its ratio to full training's, "
+                     "measured step-time ratio); also written as "
                      "LOGDIR/RUN_NAME_compare.md.  Runs are LOGDIR/RUN_NAME_<train_type>: a "
                      "finished one is not run again.  --train_type is ignored.")
     p.add_argument("--train_types", type=comma_list(str),

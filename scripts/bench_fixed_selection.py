@@ -9,8 +9,10 @@ For every seed it runs README command 1's settings (smallcnn fine-tuned from --w
 on the synthetic data, Adam 1e-3, 12 epochs) with full training, with a fixed selection "tensor
 k to the output" for every k in --first (trained for the whole run, never re-selected: what an
 elastic run could reach if it always trained those tensors), and with elastic_training at
---rho.  The table gives each run's best test accuracy and its points under full training's,
-per seed and on average.  With the default --first 12,10: tensors 12-19 are the last stage and
+--rho.  Two tables give each run's best test accuracy, and its mean test accuracy over the last
+3 epochs (how it ends; compare.LAST_EPOCHS), with the points it is under full training's, per
+seed and on average; the JSON also holds how far each run's test accuracy moved per epoch from
+epoch 5 on.  With the default --first 12,10: tensors 12-19 are the last stage and
 the head, 10-19 add the second stage's last BatchNorm; they are the selections rho 0.5 affords
 (they measure 0.44-0.47 and 0.48-0.53 of a full step in elastic runs), so the gap they leave is
 the one rho 0.5 leaves in this task, whatever the selector does.  Deeper selections (--first 9 or
@@ -26,6 +28,7 @@ import platform
 import statistics
 
 from elastictrainer.common import ArgumentParser, comma_list
+from elastictrainer.compare import LAST_EPOCHS, compare, last_epochs_accuracy
 from elastictrainer.schemes import SCHEMES, Scheme  # no TensorFlow: --help stays quick
 
 # README command 1, without --rho (given by --rho)
@@ -67,17 +70,35 @@ def register_fixed(first):
     return name
 
 
-def table(results, firsts, elastic):
+# Beside each run's best epoch, the measures of how it ends (compare.LAST_EPOCHS) and how much it
+# swings: the mean change of test accuracy from one epoch to the next, from epoch SWING_FROM on
+# (1-based; the first epochs still climb).
+LAST = "mean of the last epochs"
+SWING = "points moved per epoch"
+SWING_FROM = 5
+
+
+def swing(summary, first_epoch=SWING_FROM):
+    """Mean absolute change of test accuracy between consecutive epochs from `first_epoch` on."""
+    accs = [e["test_accuracy"] for e in summary["epochs"][first_epoch - 1:]]
+    moves = [abs(b - a) for a, b in zip(accs, accs[1:])]
+    return statistics.mean(moves) if moves else None
+
+
+def table(results, firsts, elastic, measure=None):
+    """Per seed, each run's best accuracy (or its `measure`: LAST) and the points it is under
+    full training's, and the mean."""
     cols = ["full training"] + [f"tensors {k}- fixed" for k in firsts] + (
         ["ElasticTrainer"] if elastic else [])
     lines = ["| seed | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     gaps = {c: [] for c in cols[1:]}
     for r in results:
-        full = r["full training"]
+        value = r if measure is None else r[measure]
+        full = value["full training"]
         cells = [f"{full:.1f}%"]
         for c in cols[1:]:
-            gaps[c].append(full - r[c])
-            cells.append(f"{r[c]:.1f}% ({full - r[c]:.1f} under)")
+            gaps[c].append(full - value[c])
+            cells.append(f"{value[c]:.1f}% ({full - value[c]:.1f} under)")
         lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     if len(results) > 1:
         lines.append("| mean points under full training | | " + " | ".join(
@@ -89,7 +110,6 @@ def table(results, firsts, elastic):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from elastictrainer import cli
-    from elastictrainer.compare import compare
 
     names = [register_fixed(k) for k in args.first]
     train_types = ["full_training"] + names + ([] if args.no_elastic else ["elastic_training"])
@@ -100,22 +120,29 @@ def main(argv=None):
                                  "--logdir", args.logdir]))
         cfg = dataclasses.replace(cfg, run_name=f"seed{seed}")
         rows = {r["train_type"]: r for r in compare(cfg, train_types)}
-        entry = {"seed": seed, "full training": rows["full_training"]["best_test_accuracy"]}
-        for k, name in zip(args.first, names):
-            entry[f"tensors {k}- fixed"] = rows[name]["best_test_accuracy"]
+        runs = {"full training": rows["full_training"]}
+        runs.update({f"tensors {k}- fixed": rows[name] for k, name in zip(args.first, names)})
+        if not args.no_elastic:
+            runs["ElasticTrainer"] = rows["elastic_training"]
+        entry = {"seed": seed, **{c: r["best_test_accuracy"] for c, r in runs.items()},
+                 LAST: {c: last_epochs_accuracy(r) for c, r in runs.items()},
+                 SWING: {c: swing(r) for c, r in runs.items()}}
         if not args.no_elastic:
             e = rows["elastic_training"]
-            entry.update({"ElasticTrainer": e["best_test_accuracy"],
-                          "elastic measured_ratio": e["measured_ratio"],
+            entry.update({"elastic measured_ratio": e["measured_ratio"],
                           "elastic time / full's": e["train_time_s"]
                           / rows["full_training"]["train_time_s"]})
         results.append(entry)
         print(json.dumps(entry), flush=True)
-    text = table(results, args.first, not args.no_elastic)
+    elastic = not args.no_elastic
+    text = (f"Best test accuracy\n\n{table(results, args.first, elastic)}\n\n"
+            f"Mean test accuracy of the last {LAST_EPOCHS} epochs\n\n"
+            f"{table(results, args.first, elastic, LAST)}")
     print(text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"args": vars(args), "command": COMMAND_1, "platform": platform.platform(),
+                   "last_epochs": LAST_EPOCHS, "swing_from_epoch": SWING_FROM,
                    "results": results}, f, indent=1)
     with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
         f.write(text + "\n")
