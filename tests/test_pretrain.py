@@ -119,6 +119,45 @@ def test_cache_is_made_once_reused_and_rebuilt_when_corrupt(tiny_recipe, tmp_pat
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_resample_smooths_pixel_noise_and_keeps_the_image():
+    """Recipe.resample: a sub-pixel shift and a few degrees of rotation, bilinear, as the
+    target's rotation augmentation resamples its training images: pixel noise is smoothed,
+    the picture stays where it was."""
+    noise = tf.random.stateless_normal([4, 32, 32, 3], [1, 2]) * 30.0 + 128.0
+    layer_in = keras.Input((32, 32, 3))
+    model = keras.Model(layer_in, pretrain.resample(layer_in, 32))
+    resampled = model(noise, training=True).numpy()
+    assert resampled.shape == noise.shape
+    assert np.std(resampled) < 0.9 * np.std(noise.numpy())  # interpolation averages the noise
+    assert np.allclose(model(noise, training=False).numpy(), noise.numpy())  # training only
+    # a smooth picture survives: one pixel of shift and 5 degrees move it little
+    ramp = tf.tile(tf.linspace(0.0, 255.0, 32)[None, None, :, None], [1, 32, 1, 3])
+    moved = model(ramp, training=True).numpy()
+    assert np.abs(moved - ramp.numpy())[:, 8:-8, 8:-8].mean() < 0.05 * 255
+
+
+@pytest.mark.parametrize("resample", [False, True])
+def test_recipe_resample_is_applied_in_pretraining(tiny_recipe, monkeypatch, resample):
+    monkeypatch.setitem(MODELS, "smallcnn", dataclasses.replace(
+        MODELS["smallcnn"], synthetic=dict(TINY_RECIPE, resample=resample)))
+    calls = []
+    real = pretrain.resample
+
+    def spy(image, input_size):
+        calls.append(input_size)
+        return real(image, input_size)
+
+    monkeypatch.setattr(pretrain, "resample", spy)
+    build_model("smallcnn", input_size=16, num_classes=3, weights="synthetic",
+                log=lambda *a: None, progress=False)
+    assert calls == ([16] if resample else [])
+    assert len(tiny_recipe) == 1 and os.path.isfile(pretrain.cache_path("smallcnn", 16))
+
+
+def test_mobilenetv2_recipe_resamples():
+    assert pretrain.recipe("mobilenetv2").resample and not pretrain.recipe("smallcnn").resample
+
+
 def test_pretraining_makes_features_that_transfer(monkeypatch, tmp_path):
     """A short real pretraining: the source task is learnt with BatchNorm in inference mode
     (so its statistics were set), and its features separate the *target* classes better than
