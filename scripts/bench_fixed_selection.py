@@ -111,8 +111,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from elastictrainer import cli
 
+    elastic = not args.no_elastic
     names = [register_fixed(k) for k in args.first]
-    train_types = ["full_training"] + names + ([] if args.no_elastic else ["elastic_training"])
+    train_types = ["full_training"] + names + (["elastic_training"] if elastic else [])
     results = []
     for seed in args.seeds:
         cfg = cli.config_from_args(cli.train_parser().parse_args(
@@ -122,19 +123,18 @@ def main(argv=None):
         rows = {r["train_type"]: r for r in compare(cfg, train_types)}
         runs = {"full training": rows["full_training"]}
         runs.update({f"tensors {k}- fixed": rows[name] for k, name in zip(args.first, names)})
-        if not args.no_elastic:
+        if elastic:
             runs["ElasticTrainer"] = rows["elastic_training"]
         entry = {"seed": seed, **{c: r["best_test_accuracy"] for c, r in runs.items()},
                  LAST: {c: last_epochs_accuracy(r) for c, r in runs.items()},
                  SWING: {c: swing(r) for c, r in runs.items()}}
-        if not args.no_elastic:
+        if elastic:
             e = rows["elastic_training"]
             entry.update({"elastic measured_ratio": e["measured_ratio"],
                           "elastic time / full's": e["train_time_s"]
                           / rows["full_training"]["train_time_s"]})
         results.append(entry)
         print(json.dumps(entry), flush=True)
-    elastic = not args.no_elastic
     text = (f"Best test accuracy\n\n{table(results, args.first, elastic)}\n\n"
             f"Mean test accuracy of the last {LAST_EPOCHS} epochs\n\n"
             f"{table(results, args.first, elastic, LAST)}")

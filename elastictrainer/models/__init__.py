@@ -52,7 +52,7 @@ for _name, _spec in {
         weights_file="mobilenet_v2/mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}"
                      "_no_top.h5",
         weights_sizes=(96, 128, 160, 192, 224)),
-        # 151 s at 64 px on 2 cores; source test accuracy 77% (18 classes; 59% before it
+        # 150 s at 64 px on 2 cores; source test accuracy 71% (18 classes; 59% before it
         # resampled its source images)
         synthetic=dict(steps=400, batch_size=32, optimizer="adam", learning_rate=1e-3,
                        max_input_size=96, seconds_at_32=40, resample=True)),
