@@ -514,6 +514,10 @@ class _Elastic:
         self.step_s = 0.0  # the closed selections' own steps, compiling excepted
         self.full_s = 0.0  # what full training would have spent on the same steps (_close_record)
         self.sel_s = 0.0  # the current selection's own steps (compiling excepted once closed)
+        # the current selection's steps by measurement window: [own seconds, the window's ratio
+        # (None until judged)] per window, each holding its steps until the next window opens
+        self.segments = [[0.0, None]]
+        self.first_seg = 0  # the segment that holds the step booked as a first (compiling) one
         self.compile_counted = False  # full_s holds one step's compiling, as a full run pays
         summary.update(rho_feedback=controller.feedback, measured_ratio=None, corrections=[],
                        reselection_overhead_s=0.0, wall_ratio=None)
@@ -590,6 +594,7 @@ class _Elastic:
         self.selection = selection
         self.mask = mask
         self.times, self.first_step_s = [], None
+        self.segments, self.first_seg = [[0.0, None]], 0
         self.full_ms, self.full_times = None, []
         self.rounds = 1
         self.win_t = self.win_f = 0
@@ -604,8 +609,9 @@ class _Elastic:
         """Book one step's time; returns True when the selection was re-solved (a correction)."""
         self.record["steps"] += 1
         self.sel_s += seconds
+        self.segments[-1][0] += seconds
         if self.first_step_s is None:  # may include compiling this selection's step
-            self.first_step_s = seconds
+            self.first_step_s, self.first_seg = seconds, len(self.segments) - 1
             return False
         self.times.append(seconds)
         if not self.measuring:
@@ -614,12 +620,14 @@ class _Elastic:
             if len(self.times) - self.win_t >= RECHECK_STEPS:
                 self.win_t, self.win_f = len(self.times), len(self.full_times)
                 self.rounds, self.measuring = 1, True
+                self.segments.append([0.0, None])
             return False
         if (len(self.times) - self.win_t != MEASURE_STEPS * self.rounds
                 or len(self.full_times) - self.win_f < FULL_STEPS * self.rounds):
             return False
-        measured = self._measured(window=True)
+        measured = self._measured()
         self.record["measured_ratio"] = measured
+        self.segments[-1][1] = measured
         self.measured[self.selection] = measured
         tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
         miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over,
@@ -663,43 +671,60 @@ class _Elastic:
         self.overhead_s += seconds
         self.overhead_parts[part] += seconds
 
-    def _measured(self, window=False):
-        """The selection's median step over the median full step: of the current measurement
-        window, or (by default) of the selection's whole life so far."""
-        times = self.times[self.win_t:] if window else self.times
-        full = self.full_times[self.win_f:] if window else self.full_times
+    def _measured(self):
+        """The current measurement window's median step over its median full step."""
+        times, full = self.times[self.win_t:], self.full_times[self.win_f:]
         if not times or not full:
             return None
         return statistics.median(times) / statistics.median(full)
 
     def _close_record(self):
-        """Final numbers of the selection that stops training now."""
+        """Final numbers of the selection that stops training now: its median step, and its
+        measured ratio, the one its measurement windows give (_full_seconds)."""
         if self.record is None:
             return
         if self.times:
             median = statistics.median(self.times)
             self.record["step_ms"] = median * 1e3
-            self.record["measured_ratio"] = self._measured()
             # compiling a new selection's step is part of re-selecting
             if self.first_step_s is not None:
                 compiling = max(self.first_step_s - median, 0.0)
                 self._overhead("compiling", compiling)
                 self.sel_s -= compiling
+                self.segments[self.first_seg][0] -= compiling
                 if not self.compile_counted:  # a full-training run compiles its one step too
                     self.full_s += compiling
                     self.compile_counted = True
-        ratio = self.record["measured_ratio"]
-        if ratio:
-            # every step of the selection at the measured ratio, not its count times the median
-            # full step: slow steps (the first after an evaluation, a burst of other load) slow
-            # full training's steps too.  Counting medians put the README's first command at
-            # 0.60-0.62 of full training's time, against 0.53-0.59 measured between the runs.
-            self.full_s += self.sel_s / ratio
+        if self.segments[-1][1] is None:  # a window still open: what it has measured so far
+            self.segments[-1][1] = self._measured()
+        full = self._full_seconds()
+        if full:
+            self.record["measured_ratio"] = self.sel_s / full
+            self.full_s += full
         elif self.full_ms is not None:
             self.full_s += self.record["steps"] * self.full_ms / 1e3
         self.step_s += self.sel_s
         self.sel_s = 0.0
         self.record = None
+
+    def _full_seconds(self):
+        """What full training would have spent on this selection's steps: each window's steps
+        (every one, not their count times a median: slow steps, the first after an evaluation
+        or a burst of other load, slow full training's steps too) over the ratio measured in
+        that window, whose full steps ran among them.  Dividing all the selection's steps by the
+        full steps of its first window alone took any load of that moment for the full step's
+        cost: MobileNetV2's first selection in command 1 timed 230 ms full steps at the start
+        of the run against 150 ms later, and the run estimated 0.59 of full training's wall
+        clock where it took 0.72.  A window not judged takes the nearest judged one's ratio;
+        None if no window measured anything."""
+        known = [r for _, r in self.segments if r]
+        if not known:
+            return None
+        total, ratio = 0.0, known[0]
+        for seconds, measured in self.segments:
+            ratio = measured or ratio
+            total += seconds / ratio
+        return total
 
     def state(self):
         """What a checkpoint keeps of the elastic side (the summary keeps the records)."""
@@ -713,7 +738,7 @@ class _Elastic:
                 "measured": [[list(k), v] for k, v in self.measured.items()],
                 "overhead_s": self.overhead_s, "overhead_parts": self.overhead_parts,
                 "step_s": self.step_s, "full_s": self.full_s, "sel_s": self.sel_s,
-                "compile_counted": self.compile_counted,
+                "segments": self.segments, "compile_counted": self.compile_counted,
                 "controller": self.ctl.state()}
 
     def load_state(self, state):
@@ -737,6 +762,8 @@ class _Elastic:
         self.step_s = state.get("step_s", 0.0)
         self.full_s = state.get("full_s", 0.0)
         self.sel_s = state.get("sel_s", 0.0)
+        self.segments = [list(seg) for seg in state.get("segments", [[self.sel_s, None]])]
+        self.first_seg = len(self.segments) - 1  # the step after resuming is booked as a first
         self.compile_counted = state.get("compile_counted", False)
         self.ctl.load_state(state["controller"])
 
