@@ -27,8 +27,8 @@ from elastictrainer.importance import IMPORTANCE, normalize
 from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
-from elastictrainer.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
-                                        RhoController, prefer_measured)
+from elastictrainer.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS, RhoController,
+                                        prefer_measured)
 from elastictrainer.roles import check_roles, tensor_roles
 from elastictrainer.schemes import SCHEMES
 from elastictrainer.time_model import TimeModel
@@ -630,15 +630,13 @@ class _Elastic:
         self.segments[-1][1] = measured
         self.measured[self.selection] = measured
         tf.summary.scalar(runlog.MEASURED_RATIO, measured, step=global_step)
-        miss = self.ctl.judge(measured, self.record["limited_by"], self.was_over,
-                              predicted=self.record["predicted_ratio"])
-        if (miss is None or not self.ctl.feedback
-                or self.corrections_here >= self.ctl.max_corrections):
+        action, miss = self.ctl.decide(measured, self.record["limited_by"], self.was_over,
+                                       self.record["predicted_ratio"], self.rounds,
+                                       self.corrections_here)
+        if action == "keep":
             self.win_t, self.measuring = len(self.times), False  # judged: until the re-check
             return False
-        if self.rounds < CONFIRM_ROUNDS:
-            # one round's ratio varies by 4% here and has outliers (a burst of other load); a
-            # miss is corrected only if it holds over the pooled rounds
+        if action == "confirm":
             self.rounds += 1
             return False
         t0 = _clock()

@@ -98,6 +98,21 @@ class RhoController:
         margin = self.tolerance * (BACK_UP if was_over else 1)
         return "under" if measured < target * (1 - margin) else None
 
+    def decide(self, measured, limited_by, was_over, predicted, rounds, corrections):
+        """What to do with a selection measured at `measured` over `rounds` pooled rounds,
+        after `corrections` corrections in this re-selection: ("keep", miss) when it holds
+        rho (judge), when feedback is off or the corrections are used up; ("confirm", miss)
+        to measure another round first, since one round's ratio varies by 4% here and has
+        outliers (a burst of other load), so a miss is corrected only if it holds over
+        CONFIRM_ROUNDS pooled rounds; ("correct", miss) otherwise.  The one policy of the
+        training loop and of scripts/bench_speedup.py."""
+        miss = self.judge(measured, limited_by, was_over, predicted=predicted)
+        if miss is None or not self.feedback or corrections >= self.max_corrections:
+            return "keep", miss
+        if rounds < CONFIRM_ROUNDS:
+            return "confirm", miss
+        return "correct", miss
+
     def correct(self, mask, measured):
         """Add one measurement (a selection's mask and its measured ratio), refit the scales and
         return the corrected model (also `self.model`)."""

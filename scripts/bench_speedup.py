@@ -178,8 +178,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
 
     # The closed loop (rho_control.py), as a run at each rho would apply it: measure the
     # selection against full steps in the same minutes, correct the time model, re-solve.
-    from elastictrainer.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MAX_CORRECTIONS,
-                                            MEASURE_STEPS, RhoController)
+    from elastictrainer.rho_control import FULL_STEPS, MEASURE_STEPS, RhoController
 
     def measure_round(sel, samples=None):
         """One round of a run's measurement (loop.py): MEASURE_STEPS steps of the selection
@@ -210,13 +209,14 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
         corrections, was_over, samples = 0, False, None
         history = [(int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured)]
         rounds = 1
-        while corrections < MAX_CORRECTIONS:
-            miss = ctl.judge(measured, ctl.model.limited_by(mask, importance, rho), was_over,
-                             predicted=ctl.model.predicted_ratio(mask))
-            if miss is None:
+        while True:
+            action, miss = ctl.decide(measured, ctl.model.limited_by(mask, importance, rho),
+                                      was_over, ctl.model.predicted_ratio(mask), rounds,
+                                      corrections)
+            if action == "keep":
                 break
             sel = ctl.model.selection(mask)[0]
-            if rounds < CONFIRM_ROUNDS:  # as the loop: confirm on pooled rounds first
+            if action == "confirm":
                 if samples is None:  # the open-loop measurement above has no raw samples
                     measured, samples = measure_round(sel)
                 measured, samples = measure_round(sel, samples)

@@ -155,6 +155,25 @@ def test_back_up_after_an_overshoot_only_when_clearly_under():
     assert ctl.judge(0.2, "importance", was_over=True) is None
 
 
+@pytest.mark.parametrize("feedback", [True, False])
+def test_decide_keeps_a_hit_confirms_a_first_miss_then_corrects_until_the_limit(feedback):
+    ctl = RhoController(TimeModel(table()), 0.5, feedback=feedback)
+    args = ("budget", False, 0.5)
+    assert ctl.decide(0.5, *args, rounds=1, corrections=0) == ("keep", None)
+    first = ctl.decide(0.6, *args, rounds=1, corrections=0)
+    pooled = ctl.decide(0.6, *args, rounds=rho_control.CONFIRM_ROUNDS, corrections=0)
+    spent = ctl.decide(0.6, *args, rounds=rho_control.CONFIRM_ROUNDS,
+                       corrections=MAX_CORRECTIONS)
+    if not feedback:  # measured and judged, never acted on
+        assert first == pooled == spent == ("keep", "over")
+        return
+    assert first == ("confirm", "over")
+    assert pooled == ("correct", "over")
+    assert ctl.decide(0.4, *args, rounds=rho_control.CONFIRM_ROUNDS, corrections=1) == (
+        "correct", "under")
+    assert spent == ("keep", "over")
+
+
 def test_a_selection_measured_within_rho_is_kept_when_it_is_worth_more_than_the_dps():
     """After a correction the model may put a selection that measured within rho above rho;
     prefer_measured keeps it if eq. 3's objective values it more than the DP's choice, and
