@@ -513,9 +513,9 @@ class _Elastic:
         self.overhead_parts = dict.fromkeys(OVERHEAD_PARTS, 0.0)
         self.step_s = 0.0  # the closed selections' own steps, compiling excepted
         self.full_s = 0.0  # what full training would have spent on the same steps (_close_record)
-        self.sel_s = 0.0  # the current selection's own steps (compiling excepted once closed)
-        # the current selection's steps by measurement window: [own seconds, the window's ratio
-        # (None until judged)] per window, each holding its steps until the next window opens
+        # the current selection's own steps by measurement window: [seconds (compiling
+        # excepted once closed), the window's ratio (None until judged)] per window, each
+        # holding the steps until the next window opens
         self.segments = [[0.0, None]]
         self.first_seg = 0  # the segment that holds the step booked as a first (compiling) one
         self.compile_counted = False  # full_s holds one step's compiling, as a full run pays
@@ -594,7 +594,6 @@ class _Elastic:
         self.selection = selection
         self.mask = mask
         self.times, self.first_step_s = [], None
-        self.segments, self.first_seg = [[0.0, None]], 0
         self.full_ms, self.full_times = None, []
         self.rounds = 1
         self.win_t = self.win_f = 0
@@ -608,7 +607,6 @@ class _Elastic:
     def after_step(self, seconds, global_step):
         """Book one step's time; returns True when the selection was re-solved (a correction)."""
         self.record["steps"] += 1
-        self.sel_s += seconds
         self.segments[-1][0] += seconds
         if self.first_step_s is None:  # may include compiling this selection's step
             self.first_step_s, self.first_seg = seconds, len(self.segments) - 1
@@ -688,21 +686,21 @@ class _Elastic:
             if self.first_step_s is not None:
                 compiling = max(self.first_step_s - median, 0.0)
                 self._overhead("compiling", compiling)
-                self.sel_s -= compiling
                 self.segments[self.first_seg][0] -= compiling
                 if not self.compile_counted:  # a full-training run compiles its one step too
                     self.full_s += compiling
                     self.compile_counted = True
         if self.segments[-1][1] is None:  # a window still open: what it has measured so far
             self.segments[-1][1] = self._measured()
+        own = sum(seconds for seconds, _ in self.segments)
         full = self._full_seconds()
         if full:
-            self.record["measured_ratio"] = self.sel_s / full
+            self.record["measured_ratio"] = own / full
             self.full_s += full
         elif self.full_ms is not None:
             self.full_s += self.record["steps"] * self.full_ms / 1e3
-        self.step_s += self.sel_s
-        self.sel_s = 0.0
+        self.step_s += own
+        self.segments, self.first_seg = [[0.0, None]], 0
         self.record = None
 
     def _full_seconds(self):
@@ -735,7 +733,7 @@ class _Elastic:
                 "window": [self.win_t, self.win_f], "measuring": self.measuring,
                 "measured": [[list(k), v] for k, v in self.measured.items()],
                 "overhead_s": self.overhead_s, "overhead_parts": self.overhead_parts,
-                "step_s": self.step_s, "full_s": self.full_s, "sel_s": self.sel_s,
+                "step_s": self.step_s, "full_s": self.full_s,
                 "segments": self.segments, "compile_counted": self.compile_counted,
                 "controller": self.ctl.state()}
 
@@ -759,8 +757,9 @@ class _Elastic:
         self.overhead_parts.update(state.get("overhead_parts", {}))
         self.step_s = state.get("step_s", 0.0)
         self.full_s = state.get("full_s", 0.0)
-        self.sel_s = state.get("sel_s", 0.0)
-        self.segments = [list(seg) for seg in state.get("segments", [[self.sel_s, None]])]
+        # a checkpoint from before the windows were kept: its steps as one window, still open
+        self.segments = [list(seg) for seg in
+                         state.get("segments", [[state.get("sel_s", 0.0), None]])]
         self.first_seg = len(self.segments) - 1  # the step after resuming is booked as a first
         self.compile_counted = state.get("compile_counted", False)
         self.ctl.load_state(state["controller"])
