@@ -143,7 +143,10 @@ def test_taylor_is_the_first_order_drop_of_a_fresh_optimizer_step(opt):
         eps = 1e-7 if getattr(tr.optimizer, "adaptive_epsilon", False) else 1e-7 / np.sqrt(1e-3)
         naive = [lr_t * np.sum(gk * gk / (np.abs(gk) + eps)) for gk in g]
     fast = importance.taylor_importance(tr, [(x, y)])
-    np.testing.assert_allclose(fast, naive, rtol=2e-3, atol=1e-12)
+    # c1's bias feeds a BatchNorm on batch statistics, so its true gradient is zero and both
+    # sides hold rounding residue (~1e-10 here, 1e-8 of the largest); which residue depends on
+    # the CPU's kernels (an AVX-512 machine gave 3.6e-10 against 8.8e-10)
+    np.testing.assert_allclose(fast, naive, rtol=2e-3, atol=1e-7 * max(naive))
     assert np.all(fast > 0)
 
 
