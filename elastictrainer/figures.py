@@ -40,9 +40,10 @@ class Figure:
     plots: tuple                # of (kind, output suffix): curves | bars | selection | energy | profile
     selection_rho: float = None  # the elastic run whose selection heat map is drawn
     smoke_models: tuple = ("smallcnn",)
-    # smallcnn's forward pass (with the fixed cost of a partial step) takes about 0.31 of its
-    # step at 64 px, batch 32 (measured on 2 cores), so a smoke run cannot ask for much less: the
-    # paper's 0.35 is left out of the smoke Fig. 17.
+    # smallcnn's forward pass (with the fixed cost of a partial step) takes 0.40 of its step at
+    # 64 px, batch 32, on 2 AVX-512 cores (0.31 on an older Intel machine), and a rho at or
+    # below that floor is skipped: the smoke figures ask 0.5 and up, so that every machine runs
+    # them all; the paper's 0.35 and 0.4 are left out.
     smoke_rhos: tuple = (0.5,)
 
 
@@ -57,11 +58,11 @@ FIGURES = {
                     ("resnet50",), ("caltech_birds2011",), (0.35, 0.4, 0.5, 0.6, 0.7), BASELINES,
                     (("bars", ""), ("curves", "_curves"), ("selection", "_fig21"),
                      ("energy", "_fig23"), ("profile", "_profile")), selection_rho=0.5,
-                    smoke_rhos=(0.4, 0.5, 0.6, 0.7)),
+                    smoke_rhos=(0.5, 0.6, 0.7, 0.8)),
     "fig19": Figure("Fig. 19: ElasticTrainer at rho 0.4 against the baselines on four models",
                     ("resnet50", "vgg16", "mobilenetv2", "vit"), ("caltech_birds2011",), (0.4,),
                     BASELINES, (("bars", ""), ("energy", "_fig23"), ("profile", "_profile")),
-                    smoke_models=("smallcnn", "mobilenetv2"), smoke_rhos=(0.4,)),
+                    smoke_models=("smallcnn", "mobilenetv2"), smoke_rhos=(0.5,)),
 }
 
 

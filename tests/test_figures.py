@@ -50,10 +50,11 @@ def test_protocol_runs_are_the_papers_with_honest_rho():
     assert {r.model for r in fig19} == {"resnet50", "vgg16", "mobilenetv2", "vit"}
     smoke = figures.plan(figures.FIGURES["fig19"], smoke=True)
     assert {r.dataset for r in smoke} == {"synthetic"} and {r.model for r in smoke} == {"smallcnn", "mobilenetv2"}
-    # above the smoke model's forward floor (about 0.31), so every smoke figure has ElasticTrainer
+    # above the smoke model's forward floor (0.31-0.40 on the machines measured), so every smoke
+    # figure has ElasticTrainer
     for key in figures.FIGURES:
         smoke = figures.plan(figures.FIGURES[key], smoke=True)
-        assert min(r.rho for r in smoke if r.rho is not None) >= 0.4
+        assert min(r.rho for r in smoke if r.rho is not None) >= 0.5
     # the smoke protocol is the README's command 1: fine-tuning a synthetic-pretrained model
     flags = figures.SMOKE.flags("smallcnn")
     assert flags["weights"] == "synthetic" and flags["num_test"] >= 1000
@@ -119,15 +120,15 @@ def _fake_table(folder, t_fp=4.5, t_full=10.0):
 
 
 def test_rho_below_the_forward_floor_is_skipped_with_a_reason(tmp_path):
-    _fake_table(tmp_path, t_fp=5.5)
+    _fake_table(tmp_path, t_fp=6.5)
     lines = []
     driver = figures.Driver("fig17", ego=True, smoke=True, profiles=str(tmp_path),
                             logdir=str(tmp_path / "logs"), dry_run=True, log=lines.append)
     _, failed = driver()
     assert not failed
-    skipped = [line for line in lines if "forward floor 0.55" in line]
-    assert len(skipped) == 4  # rho 0.4 and 0.5, as it happens and in the final report
-    assert sum(TRAIN in line and "--rho" in line for line in lines) == 2  # 0.6 and 0.7
+    skipped = [line for line in lines if "forward floor 0.65" in line]
+    assert len(skipped) == 4  # rho 0.5 and 0.6, as it happens and in the final report
+    assert sum(TRAIN in line and "--rho" in line for line in lines) == 2  # 0.7 and 0.8
 
 
 def test_ctrl_c_in_a_run_stops_the_driver_and_says_how_to_go_on(tmp_path):
