@@ -527,19 +527,22 @@ def plot_energy(run_dirs, out):
 
 
 # --------------------------------------------------------------------------- Fig. 21
-Selections = namedtuple("Selections", "epochs matrix predicted_ratio source")
+Selections = namedtuple("Selections", "epochs matrix predicted_ratio measured_ratio source")
 
 
 def selection_matrix(run):
-    """Selections(epochs, matrix [tensor, re-selection] of 0/1, predicted ratios (NaN where
-    unknown), source) from summary.json's selections, or from the SELECTION_MASK and
-    PREDICTED_RATIO events when the summary has none."""
+    """Selections(epochs, matrix [tensor, re-selection] of 0/1, predicted and measured
+    step-time ratios (NaN where unknown), source) from summary.json's selections, or from the
+    SELECTION_MASK and PREDICTED_RATIO events when the summary has none (no measured ratios:
+    the events do not hold them)."""
     sels = run.summary.get("selections") or []
     if sels:
         epochs = np.array([s["epoch"] for s in sels], float)
         matrix = np.array([s["mask"] for s in sels], np.int32).T
         ratio = np.array([s.get("predicted_ratio", np.nan) for s in sels], float)
-        return Selections(epochs, matrix, ratio, runlog.SUMMARY_FILE)
+        measured = np.array([np.nan if s.get("measured_ratio") is None else s["measured_ratio"]
+                             for s in sels], float)
+        return Selections(epochs, matrix, ratio, measured, runlog.SUMMARY_FILE)
     steps, masks = runlog.read_tensors(run.path, runlog.SELECTION_MASK, run.events)
     if not masks:
         if run.rho is None:
@@ -551,7 +554,8 @@ def selection_matrix(run):
     rsteps, rvals = run.scalars(runlog.PREDICTED_RATIO)
     by_step = dict(zip(rsteps.tolist(), rvals.tolist()))
     ratio = np.array([by_step.get(s, np.nan) for s in steps], float)
-    return Selections(np.array(steps, float) / spe, matrix, ratio, "events")
+    return Selections(np.array(steps, float) / spe, matrix, ratio, np.full(len(steps), np.nan),
+                      "events")
 
 
 def plot_selection(run_dir, out):
@@ -597,9 +601,16 @@ def plot_selection(run_dir, out):
         pr = sel.predicted_ratio
         top.step(xs, np.append(pr, pr[-1]), where="post", color="#d62728",
                  label="predicted step-time ratio")
+    # a selection is kept after a correction when it was measured within rho before, even if
+    # the corrected time model predicts it over: the measured line shows what the steps took
+    if np.isfinite(sel.measured_ratio).any():
+        mr = sel.measured_ratio
+        top.step(xs, np.append(mr, mr[-1]), where="post", color="#1f77b4", ls="--",
+                 label="measured step-time ratio")
     if run.rho is not None:
         top.axhline(run.rho, color="#d62728", ls=":", lw=1, label=f"ρ = {run.rho:g}")
-    top.set_ylim(0, max(1.05, np.nanmax(np.append(sel.predicted_ratio, 0)) + 0.05))
+    top.set_ylim(0, max(1.05, np.nanmax(np.concatenate([sel.predicted_ratio,
+                                                         sel.measured_ratio, [0]])) + 0.05))
     top.set_ylabel("fraction")
     top.grid(alpha=0.3)
     top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.05), frameon=False, fontsize=8)

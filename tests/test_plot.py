@@ -38,7 +38,8 @@ def make_run(root, name, model="resnet50", dataset="caltech_birds2011", train_ty
             ratio = 0.1 + 0.1 * sum(m)
             selections.append({"step": step, "epoch": step / SPE, "mask": list(m),
                                "predicted_ratio": ratio, "importance_ms": 1.0, "solve_ms": 1.0,
-                               "importance": [0.0] * len(m)})
+                               "importance": [0.0] * len(m),
+                               "measured_ratio": None if i == 0 else ratio + 0.01})
             tf.summary.scalar(runlog.NUM_SELECTED, sum(m), step=step)
             tf.summary.scalar(runlog.PREDICTED_RATIO, ratio, step=step)
             tf.summary.write(runlog.SELECTION_MASK, tf.constant(np.array(m, np.int32)), step=step)
@@ -255,6 +256,9 @@ def test_selection_matrix_from_summary_and_from_events_agree(runs, tmp_path):
     np.testing.assert_array_equal(ev.matrix, sel.matrix)
     np.testing.assert_allclose(ev.epochs, sel.epochs)
     np.testing.assert_allclose(ev.predicted_ratio, sel.predicted_ratio, rtol=1e-6)
+    # what the steps took, from the summary only; unmeasured stays NaN, not 0
+    assert np.isnan(sel.measured_ratio[0]) and np.all(np.isnan(ev.measured_ratio))
+    np.testing.assert_allclose(sel.measured_ratio[1:], sel.predicted_ratio[1:] + 0.01)
 
 
 def test_selection_writes_png_and_pdf(runs, tmp_path, capsys):
