@@ -88,11 +88,14 @@ def test_smoke_figure_end_to_end_then_resumes_without_rerunning(tmp_path):
     """CI's smoke figure: the real script, profiler, trainings and plots on synthetic data."""
     args = ["--logdir", str(tmp_path / "logs"), "--figdir", str(tmp_path / "figs"),
             "--profiles", str(tmp_path / "profiles"), "--steps_per_epoch", "6"]
-    env = dict(os.environ, SMOKE="1")
+    # its own Keras home: the smoke runs pretrain smallcnn at 64 px, and a test must not write
+    # the user's ~/.keras cache
+    env = dict(os.environ, SMOKE="1", KERAS_HOME=str(tmp_path / "keras_home"))
     script = os.path.join(ROOT, "scripts", "run_figure15.sh")
     out = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
                          timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert list((tmp_path / "keras_home" / "models").glob("elastictrainer_synthetic_smallcnn_*"))
     for name in ("fig15.png", "fig15.pdf", "fig15_bars.png", "fig15_bars.pdf", "fig15_bars.md",
                  "fig15_profile.png", "fig15_profile.pdf"):
         path = tmp_path / "figs" / name
