@@ -344,9 +344,22 @@ def test_fixed_cost_fit_recovers_an_offset_and_falls_back_without_one():
     a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, exact)
     assert c == 0.0 and (a, b) == calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full,
                                                                exact)
-    # partial steps cheaper than the ops say (a negative offset): not a fixed cost, c = 0
-    cheaper = {k: (m, ratio(m, -6.0)) for k, m in refs.items()}
-    assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, cheaper)[2] == 0.0
+    # partial steps cheaper than the ops say (the forward pass timed alone costs more than it
+    # does in a step): a negative offset, recovered as long as it leaves the forward pass at
+    # least MIN_FORWARD_SHARE of its timed cost; beyond that, c = 0
+    b_neg = (t_full - t_fp + 6.0 - a_true * t_dw.sum()) / t_dy.sum()
+    cheaper = {k: (m, (t_fp - 6.0 + a_true * time_model.selection_sums(t_dw, t_dy, rank, m)[0]
+                       + b_neg * time_model.selection_sums(t_dw, t_dy, rank, m)[1]) / t_full)
+               for k, m in refs.items()}
+    assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, cheaper) == pytest.approx(
+        (a_true, b_neg, -6.0), rel=1e-9)
+    too_cheap_c = -(1 - calibration.MIN_FORWARD_SHARE) * t_fp - 1.0
+    b_far = (t_full - t_fp - too_cheap_c - a_true * t_dw.sum()) / t_dy.sum()
+    too_cheap = {k: (m, (t_fp + too_cheap_c
+                         + a_true * time_model.selection_sums(t_dw, t_dy, rank, m)[0]
+                         + b_far * time_model.selection_sums(t_dw, t_dy, rank, m)[1]) / t_full)
+                 for k, m in refs.items()}
+    assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, too_cheap)[2] == 0.0
     # the time model adds it to the forward pass
     table = {"tensors": [{"rank": int(r), "t_dw_ms": float(w), "t_dy_ms": float(y)}
                          for r, w, y in zip(rank, t_dw, t_dy)],
@@ -381,7 +394,7 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
     cal = table["calibration"]
     assert {r["name"] for r in cal["references"]} == {"output_only", "dy_to_input", "dy_to_half",
                                                       "all_to_half"}
-    assert 0 <= cal["fixed_ms"] < table["t_full_ms"]
+    assert -table["t_fp_ms"] < cal["fixed_ms"] < table["t_full_ms"]
     for r in cal["references"]:
         assert 0 < r["measured_ratio"] < 2 and np.isfinite(r["calibrated_ratio"])
     assert cal["dw_scale"] >= 0 and cal["dy_scale"] >= 0

@@ -82,8 +82,9 @@ def load_table(path, model=None, input_size=None, batch_size=None, optimizer=Non
             if not all(math.isfinite(cal[k]) and cal[k] >= 0 for k in ("dw_scale", "dy_scale")):
                 raise ValueError("scales must be finite and >= 0")
             fixed = cal.get("fixed_ms", 0.0)  # tables before the fixed cost have none
-            if not (math.isfinite(fixed) and 0 <= fixed < table["t_full_ms"]):
-                raise ValueError(f"fixed_ms {fixed} is not in [0, t_full_ms)")
+            # negative: the forward pass costs less inside a step than timed alone
+            if not (math.isfinite(fixed) and -table["t_fp_ms"] < fixed < table["t_full_ms"]):
+                raise ValueError(f"fixed_ms {fixed} is not in (-t_fp_ms, t_full_ms)")
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"corrupt timing table {path}: bad calibration ({e})") from None
     if input_size is not None and table["input_size"] != input_size:
@@ -128,10 +129,12 @@ def summarize(table):
     if cal:
         worst = max((abs(r["calibrated_ratio"] / r["measured_ratio"] - 1) for r in cal["references"]),
                     default=0.0)
+        fixed = cal.get("fixed_ms", 0.0)
+        why = "(the forward pass costs less in a step than timed alone) " if fixed < 0 else ""
         lines.append(f"time model calibrated on {len(cal['references'])} timed selections: "
                      f"t_dw x{cal['dw_scale'] / cal['uniform_scale']:.2f}, "
                      f"t_dy x{cal['dy_scale'] / cal['uniform_scale']:.2f} of the uniform scale, "
-                     f"fixed cost {cal.get('fixed_ms', 0.0):.2f} ms a partial step "
+                     f"fixed cost {fixed:+.2f} ms a partial step {why}"
                      f"(worst reference error {100 * worst:.1f}%)")
         if worst > NOISY_CALIBRATION:
             lines.append("the timed selections disagree with the fit by more than "
