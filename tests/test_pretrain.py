@@ -60,16 +60,16 @@ def test_source_classes_are_disjoint_from_the_targets(target_classes):
 
 def test_source_task_is_the_same_generator_with_its_own_classes():
     orient, freq, tint = loaders.synthetic_source_class_params()
-    assert len(orient) == loaders.SOURCE_NUM_CLASSES == 18
-    assert len({(round(float(o), 4), float(f)) for o, f in zip(orient, freq)}) == 18  # distinct
-    examples = list(loaders.synthetic_source_examples(24, 36, seed=1).as_numpy_iterator())
+    assert len(orient) == loaders.SOURCE_NUM_CLASSES == 36
+    assert len({(round(float(o), 4), float(f)) for o, f in zip(orient, freq)}) == 36  # distinct
+    examples = list(loaders.synthetic_source_examples(24, 72, seed=1).as_numpy_iterator())
     labels = [int(y) for _, y in examples]
-    assert sorted(set(labels)) == list(range(18)) and labels.count(0) == 2  # balanced
+    assert sorted(set(labels)) == list(range(36)) and labels.count(0) == 2  # balanced
     x = np.stack([x for x, _ in examples])
-    assert x.shape == (36, 24, 24, 3) and 0 <= x.min() and x.max() <= 255
-    again = np.stack([x for x, _ in loaders.synthetic_source_examples(24, 36, seed=1)])
+    assert x.shape == (72, 24, 24, 3) and 0 <= x.min() and x.max() <= 255
+    again = np.stack([x for x, _ in loaders.synthetic_source_examples(24, 72, seed=1)])
     np.testing.assert_array_equal(x, again)
-    target = np.stack([x for x, _ in loaders.synthetic_examples(24, 36, seed=1)])
+    target = np.stack([x for x, _ in loaders.synthetic_examples(24, 72, seed=1)])
     assert not np.allclose(x, target)
 
 
@@ -167,7 +167,7 @@ def test_pretraining_makes_features_that_transfer(monkeypatch, tmp_path):
         MODELS["smallcnn"], synthetic=dict(MODELS["smallcnn"].synthetic, steps=150)))
     accuracy = pretrain.pretrain("smallcnn", 16, str(tmp_path / "b.weights.h5"), log=lambda m: None,
                                  progress=False)
-    assert accuracy > 50  # 18 classes: chance is 6%
+    assert accuracy > 20  # 36 classes: chance is 2.8% (16 px, 150 steps: 29% here)
 
     def probe(weights):
         keras.utils.set_random_seed(0)
