@@ -100,10 +100,11 @@ def table(results, firsts, elastic, measure=None):
         cells = [f"{full:.1f}%"]
         for c in cols[1:]:
             gaps[c].append(full - value[c])
-            cells.append(f"{value[c]:.1f}% ({full - value[c]:.1f} under)")
+            gap = full - value[c]
+            cells.append(f"{value[c]:.1f}% ({abs(gap):.1f} {'under' if gap >= 0 else 'over'})")
         lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     if len(results) > 1:
-        lines.append("| mean points under full training | | " + " | ".join(
+        lines.append("| mean points under full training (negative: over) | | " + " | ".join(
             f"{statistics.mean(gaps[c]):.1f} ({min(gaps[c]):.1f} to {max(gaps[c]):.1f})"
             for c in cols[1:]) + " |")
     return "\n".join(lines)

@@ -36,8 +36,9 @@ def test_table_gaps_and_mean():
         [{"seed": 0, "full training": 82.0, "tensors 10- fixed": 81.0, "ElasticTrainer": 80.0},
          {"seed": 1, "full training": 80.0, "tensors 10- fixed": 77.0, "ElasticTrainer": 80.5}],
         [10], elastic=True)
-    assert "81.0% (1.0 under)" in text and "80.5% (-0.5 under)" in text
-    assert "| mean points under full training | | 2.0 (1.0 to 3.0) | 0.8 (-0.5 to 2.0) |" in text
+    assert "81.0% (1.0 under)" in text and "80.5% (0.5 over)" in text
+    assert ("| mean points under full training (negative: over) | | 2.0 (1.0 to 3.0) | "
+            "0.8 (-0.5 to 2.0) |") in text
 
 
 def test_last_epochs_table_and_swing():
