@@ -99,8 +99,8 @@ def table(results, firsts, elastic, measure=None):
         full = value["full training"]
         cells = [f"{full:.1f}%"]
         for c in cols[1:]:
-            gaps[c].append(full - value[c])
             gap = full - value[c]
+            gaps[c].append(gap)
             cells.append(f"{value[c]:.1f}% ({abs(gap):.1f} {'under' if gap >= 0 else 'over'})")
         lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     if len(results) > 1:

@@ -325,40 +325,34 @@ def test_fixed_cost_fit_recovers_an_offset_and_falls_back_without_one():
     t_dw, t_dy = rng.uniform(0.5, 3, n), rng.uniform(0.2, 2, n)
     rank = rng.permutation(n)
     t_fp, t_full, c_true, a_true = 20.0, 80.0, 6.0, 0.4
-    b_true = (t_full - t_fp - c_true - a_true * t_dw.sum()) / t_dy.sum()
     refs = calibration.reference_selections(rank)
 
-    def ratio(mask, c):
-        dw, dy = time_model.selection_sums(t_dw, t_dy, rank, mask)
-        return (t_fp + c + a_true * dw + b_true * dy) / t_full
+    def measured_with(c):
+        """Each reference's ratio for a fixed cost c, with the t_dy scale that keeps the full
+        step exact; and that scale."""
+        b = (t_full - t_fp - c - a_true * t_dw.sum()) / t_dy.sum()
+        ratios = {}
+        for k, m in refs.items():
+            dw, dy = time_model.selection_sums(t_dw, t_dy, rank, m)
+            ratios[k] = (m, (t_fp + c + a_true * dw + b * dy) / t_full)
+        return ratios, b
 
-    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full,
-                                         {k: (m, ratio(m, c_true)) for k, m in refs.items()})
+    with_cost, b_true = measured_with(c_true)
+    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, with_cost)
     assert (a, b, c) == pytest.approx((a_true, b_true, c_true), rel=1e-9)
     assert t_fp + c + a * t_dw.sum() + b * t_dy.sum() == pytest.approx(t_full)
     # the same ratios without the offset: no fixed cost, the two-scale fit exactly
-    b0 = (t_full - t_fp - a_true * t_dw.sum()) / t_dy.sum()
-    exact = {k: (m, (t_fp + a_true * time_model.selection_sums(t_dw, t_dy, rank, m)[0]
-                     + b0 * time_model.selection_sums(t_dw, t_dy, rank, m)[1]) / t_full)
-             for k, m in refs.items()}
+    exact, _ = measured_with(0.0)
     a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, exact)
     assert c == 0.0 and (a, b) == calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full,
                                                                exact)
     # partial steps cheaper than the ops say (the forward pass timed alone costs more than it
     # does in a step): a negative offset, recovered as long as it leaves the forward pass at
     # least MIN_FORWARD_SHARE of its timed cost; beyond that, c = 0
-    b_neg = (t_full - t_fp + 6.0 - a_true * t_dw.sum()) / t_dy.sum()
-    cheaper = {k: (m, (t_fp - 6.0 + a_true * time_model.selection_sums(t_dw, t_dy, rank, m)[0]
-                       + b_neg * time_model.selection_sums(t_dw, t_dy, rank, m)[1]) / t_full)
-               for k, m in refs.items()}
+    cheaper, b_neg = measured_with(-6.0)
     assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, cheaper) == pytest.approx(
         (a_true, b_neg, -6.0), rel=1e-9)
-    too_cheap_c = -(1 - calibration.MIN_FORWARD_SHARE) * t_fp - 1.0
-    b_far = (t_full - t_fp - too_cheap_c - a_true * t_dw.sum()) / t_dy.sum()
-    too_cheap = {k: (m, (t_fp + too_cheap_c
-                         + a_true * time_model.selection_sums(t_dw, t_dy, rank, m)[0]
-                         + b_far * time_model.selection_sums(t_dw, t_dy, rank, m)[1]) / t_full)
-                 for k, m in refs.items()}
+    too_cheap, _ = measured_with(-(1 - calibration.MIN_FORWARD_SHARE) * t_fp - 1.0)
     assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, too_cheap)[2] == 0.0
     # the time model adds it to the forward pass
     table = {"tensors": [{"rank": int(r), "t_dw_ms": float(w), "t_dy_ms": float(y)}
@@ -366,8 +360,8 @@ def test_fixed_cost_fit_recovers_an_offset_and_falls_back_without_one():
              "t_fp_ms": t_fp, "t_full_ms": t_full,
              "calibration": {"dw_scale": a_true, "dy_scale": b_true, "fixed_ms": c_true}}
     tm = time_model.TimeModel(table)
-    for m in refs.values():
-        assert tm.predicted_ratio(m) == pytest.approx(ratio(m, c_true))
+    for m, r in with_cost.values():
+        assert tm.predicted_ratio(m) == pytest.approx(r)
     assert tm.predicted_ratio(np.ones(n, bool)) == pytest.approx(1.0)
 
 
