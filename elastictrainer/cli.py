@@ -8,23 +8,36 @@ import argparse
 import dataclasses
 import os
 import sys
+import typing
 
 from elastictrainer import __version__
 from elastictrainer.common import ArgumentParser, UserError, comma_list, run_cli, str2bool
 from elastictrainer.compare import LAST_EPOCHS
-from elastictrainer.config import DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS, Config
-from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
-from elastictrainer import data, models, schemes
+from elastictrainer.config import Config
+from elastictrainer import config, schemes
 
 
-def _add_model_flags(p, num_classes_help):
-    p.add_argument("--model_name", default="resnet50",
-                   help=f"{models.choices_help()}; or the path of your own saved Keras model "
-                        "(.keras or .h5)")
-    p.add_argument("--input_size", type=int, default=224, help="image height and width")
-    p.add_argument("--num_classes", type=int, default=None, help=num_classes_help)
-    p.add_argument("--optimizer", default="sgd", choices=tuple(OPTIMIZERS),
-                   help="; ".join(f"{k}: {v}" for k, v in OPTIMIZERS.items()))
+def _config_type(f):
+    """The argparse type of a Config field, from its annotation (bool: str2bool)."""
+    kind = f.type
+    if typing.get_origin(kind) is typing.Union:  # Optional[X]
+        kind = next(t for t in typing.get_args(kind) if t is not type(None))
+    return str2bool if kind is bool else kind
+
+
+def _add_config_flag(p, f):
+    """Config field `f` as a flag of parser `p`: help, choices and default all from Config."""
+    fl = config.flag_of(f)
+    # the help names its default, so DefaultsHelpFormatter adds none; a "%" is meant literally
+    text = f"{fl.help} (default: {config.shown_default(f)})".replace("%", "%%")
+    if fl.off_switch:
+        p.add_argument(config.option_of(f), dest=f.name, action="store_false", help=text)
+        return
+    p.add_argument(config.option_of(f), type=_config_type(f), default=f.default,
+                   choices=fl.choices, metavar=fl.metavar, help=text)
+
+
+CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
 # ----------------------------------------------------------------------------------- train
@@ -35,80 +48,13 @@ def train_parser(prog="elastictrainer train"):
                     "tensors that matter most within a step-time budget) or one of its "
                     "baselines. Writes TensorBoard events, config.json and summary.json under "
                     "LOGDIR/RUN_NAME.")
-    _add_model_flags(p, "classifier outputs (default: the dataset's class count)")
-    p.add_argument("--dataset_name", default="caltech_birds2011", help=data.choices_help())
-    p.add_argument("--train_type", default="elastic_training", choices=tuple(schemes.SCHEMES),
-                   metavar="TRAIN_TYPE", help=schemes.choices_help())
-    p.add_argument("--batch_size", type=int, default=4, help="training batch (test: 2x)")
-    p.add_argument("--learning_rate", type=float, default=1e-4, help="initial learning rate")
-    p.add_argument("--lr_schedule", default=None, choices=tuple(LR_SCHEDULES),
-                   help="; ".join(f"{k}: {v}" for k, v in LR_SCHEDULES.items()) + " (default: "
-                        + ", ".join(f"{v} for {k}" for k, v in DEFAULT_LR_SCHEDULE.items())
-                        + ", as the reference)")
-    p.add_argument("--weight_decay", type=float, default=5e-4,
-                   help="sgd's decoupled weight decay, applied as lr_t x weight_decay")
-    p.add_argument("--num_epochs", type=int, default=12, help="training epochs")
-    p.add_argument("--run_name", default=None,
-                   help="run directory name under --logdir (default: "
-                        "model_dataset_scheme_..._time)")
-    p.add_argument("--save_model", type=str2bool, default=False,
-                   help="save the best weights as LOGDIR/RUN_NAME/best.weights.h5 (load them "
-                        "with --weights PATH)")
-    p.add_argument("--save_txt", type=str2bool, default=False,
-                   help="write the reference's [hours, best accuracy %%] text file")
-    p.add_argument("--interval", type=float, default=4,
-                   help="epochs between importance evaluations and re-selections (0.5 = twice "
-                        "an epoch)")
-    p.add_argument("--rho", type=float, default=0.5,
-                   help="requested elastic step time / full step time (0.5 = 2x faster); must "
-                        "be above the forward pass's share of a step and at most 1")
-    p.add_argument("--rho_feedback", type=str2bool, default=True,
-                   help="closed loop on rho: time the run's own full and elastic steps, and when "
-                        "a selection's measured ratio misses rho by more than 5%%, correct the "
-                        "time model and re-select (logged in summary.json 'corrections'). false: "
-                        "selections depend only on the settings, seed and timing table, so runs "
-                        "repeat bit for bit; the measured ratio is still reported")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, data order and probes")
-    p.add_argument("--weights", default="imagenet",
-                   help="imagenet (keras cache, downloaded when online) | synthetic (smallcnn, "
-                        "mobilenetv2: pretrained here once on a synthetic source task, offline) "
-                        "| none | PATH (a file of another class count loads all but the "
-                        "classifier)")
-    p.add_argument("--data_dir", default=None,
-                   help="TFDS data directory (default: TFDS's, ~/tensorflow_datasets)")
-    p.add_argument("--logdir", default="logs", help="where run directories are written")
-    p.add_argument("--probe_batches", type=int, default=1,
-                   help="fresh training batches per importance evaluation")
-    p.add_argument("--timing_table", default=None,
-                   help="the profiler's table (default: profiles/<model>_i<input>_b<batch>"
-                        "_c<classes>[_<optimizer>].json; profiled first if absent)")
-    p.add_argument("--steps_per_epoch", type=int, default=None,
-                   help="cap on training steps per epoch, for quick trials (default: the whole "
-                        "set)")
-    p.add_argument("--num_train", type=int, default=None,
-                   help="synthetic dataset only: training images to generate (default 512)")
-    p.add_argument("--num_test", type=int, default=None,
-                   help="synthetic dataset only: test images (default 512; every epoch is "
-                        "evaluated on all of them, so more means steadier accuracies)")
-    p.add_argument("--energy", default="auto", choices=ENERGY_MODES,
-                   help="measure training energy from the device's sensor: auto (Jetson INA3221 "
-                        "rails, else NVIDIA GPUs through NVML plus Intel RAPL), one of those "
-                        "alone, or none; summary.json says which sensor (energy_source). "
-                        f"${ENV_ROOT} points the readers at another sysfs root")
-    p.add_argument("--resume", type=str2bool, default=True,
-                   help="running a --run_name that has an unfinished run continues it from its "
-                        "last checkpoint (settings must match); false starts it over")
-    p.add_argument("--checkpoint_minutes", type=float, default=10,
-                   help="checkpoint (weights, optimizer, data position, selection) at each epoch "
-                        "end and at least this often within an epoch; 0: at epoch ends only")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    for f in dataclasses.fields(Config):
+        _add_config_flag(p, f)
     return p
 
 
 def config_from_args(args):
-    fields = {f: getattr(args, f) for f in Config.__dataclass_fields__ if hasattr(args, f)}
-    fields["progress"] = not args.quiet
-    return Config(**fields)
+    return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
 
 
 def train_main(argv=None, prog="elastictrainer train"):
@@ -127,8 +73,13 @@ def profile_parser(prog="elastictrainer profile"):
         prog=prog,
         description="Profile per-tensor backward times (t_dw, t_dy) and forward/full step times "
                     "of a model on this device, and write them as a JSON timing table.")
-    _add_model_flags(p, "classifier outputs (default: 200, as the paper's CUB-200; a saved "
-                        "model file keeps its own)")
+    # the model flags mean what they mean to train, except --num_classes' default
+    _add_config_flag(p, CONFIG_FIELDS["model_name"])
+    _add_config_flag(p, CONFIG_FIELDS["input_size"])
+    p.add_argument("--num_classes", type=int, default=None,
+                   help="classifier outputs (default: 200, as the paper's CUB-200; a saved model "
+                        "file keeps its own)")
+    _add_config_flag(p, CONFIG_FIELDS["optimizer"])
     p.add_argument("--batch_size", type=int, default=4, help="training batch size to profile")
     p.add_argument("--weights", default="none",
                    help="imagenet | synthetic | none | PATH; timings do not depend on the values, so the "

@@ -1,13 +1,19 @@
 """A run's settings: one frozen object, validated before anything is loaded, saved with the run
-as config.json.  No TensorFlow: the CLI builds and checks it before starting TensorFlow."""
+as config.json.  No TensorFlow: the CLI builds and checks it before starting TensorFlow.
+
+Each field also carries its command-line flag (`flag(...)` metadata: help, choices, the default
+as shown), so the train command's flags (cli.train_parser) are generated from this one class.
+"""
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from elastictrainer.common import UserError
-from elastictrainer.energy import MODES as ENERGY_MODES
-from elastictrainer.schemes import SCHEMES
+from elastictrainer.data import choices_help as datasets_help
+from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
+from elastictrainer.models import MODELS, choices_help as models_help
+from elastictrainer.schemes import SCHEMES, choices_help as schemes_help
 
 # --optimizer choices (engine.make_optimizer builds them).
 OPTIMIZERS = {
@@ -35,40 +41,143 @@ def lr_schedule_for(optimizer, schedule=None):
     return schedule
 
 
+# ----------------------------------------------------------------------------------- flags
+@dataclass(frozen=True)
+class Flag:
+    """How a Config field appears on the command line.
+
+    help: plain text (no argparse %-escapes).
+    shown_default: the default as a reader should see it, where the value alone says too little
+      (None usually means "derived", and this says from what).
+    off_switch: for a bool field that is on by default, the name of the flag that turns it off
+      (a plain switch, no value).
+    """
+    help: str
+    choices: Optional[tuple] = None
+    metavar: Optional[str] = None
+    shown_default: Optional[str] = None
+    off_switch: Optional[str] = None
+
+
+def flag(help, **kwargs):
+    """Field metadata that makes a Config field a flag: `field(default=..., metadata=flag(...))`."""
+    return {"flag": Flag(help, **kwargs)}
+
+
+def flag_of(f):
+    """The Flag of a Config field (dataclasses.Field); KeyError if it has none."""
+    return f.metadata["flag"]
+
+
+def option_of(f):
+    """The field's command-line option, e.g. '--rho'."""
+    return "--" + (flag_of(f).off_switch or f.name)
+
+
+def shown_default(f):
+    """The field's default as --help and the flag table show it."""
+    fl = flag_of(f)
+    if fl.shown_default is not None:
+        return fl.shown_default
+    if fl.off_switch:
+        return "off"
+    if isinstance(f.default, bool):
+        return str(f.default).lower()  # as str2bool reads it
+    if isinstance(f.default, float):
+        return f"{f.default:g}"
+    return str(f.default)
+
+
+def _synthetic_weights():
+    return ", ".join(f"{name} up to {spec.synthetic['max_input_size']} px"
+                     for name, spec in MODELS.items() if spec.synthetic)
+
+
+def _options(choices):
+    return "; ".join(f"{k}: {v}" for k, v in choices.items())
+
+
 @dataclass(frozen=True)
 class Config:
     """Every setting of a run; saved as config.json in the run directory."""
-    model_name: str = "resnet50"
-    dataset_name: str = "caltech_birds2011"
-    train_type: str = "elastic_training"
-    input_size: int = 224
-    batch_size: int = 4
-    num_classes: Optional[int] = None
-    optimizer: str = "sgd"
-    learning_rate: float = 1e-4
-    lr_schedule: Optional[str] = None  # None: the optimizer's own (DEFAULT_LR_SCHEDULE)
-    weight_decay: float = 5e-4
-    num_epochs: int = 12
-    run_name: Optional[str] = None
-    save_model: bool = False
-    save_txt: bool = False
-    interval: float = 4.0
-    rho: float = 0.5
-    rho_feedback: bool = True
-    seed: int = 0
-    weights: str = "imagenet"
-    data_dir: Optional[str] = None
-    logdir: str = "logs"
-    probe_batches: int = 1
-    timing_table: Optional[str] = None
-    steps_per_epoch: Optional[int] = None
-    num_train: Optional[int] = None  # synthetic dataset only: images generated (default 512)
-    num_test: Optional[int] = None   # synthetic dataset only: test images (default 512)
-    dp_resolution: int = 10000
-    energy: str = "auto"
-    resume: bool = True
-    checkpoint_minutes: float = 10.0
-    progress: bool = True
+    model_name: str = field(default="resnet50", metadata=flag(
+        f"{models_help()}; or the path of your own saved Keras model (.keras or .h5)"))
+    dataset_name: str = field(default="caltech_birds2011", metadata=flag(datasets_help()))
+    train_type: str = field(default="elastic_training", metadata=flag(
+        schemes_help(), choices=tuple(SCHEMES), metavar="TRAIN_TYPE"))
+    input_size: int = field(default=224, metadata=flag("image height and width"))
+    batch_size: int = field(default=4, metadata=flag("training batch (test: 2x)"))
+    num_classes: Optional[int] = field(default=None, metadata=flag(
+        "classifier outputs", shown_default="the dataset's class count"))
+    optimizer: str = field(default="sgd", metadata=flag(
+        _options(OPTIMIZERS), choices=tuple(OPTIMIZERS)))
+    learning_rate: float = field(default=1e-4, metadata=flag("initial learning rate"))
+    lr_schedule: Optional[str] = field(default=None, metadata=flag(
+        _options(LR_SCHEDULES), choices=tuple(LR_SCHEDULES),
+        shown_default=", ".join(f"{v} for {k}" for k, v in DEFAULT_LR_SCHEDULE.items())
+                      + ", as the reference"))
+    weight_decay: float = field(default=5e-4, metadata=flag(
+        "sgd's decoupled weight decay, applied as lr_t x weight_decay"))
+    num_epochs: int = field(default=12, metadata=flag("training epochs"))
+    run_name: Optional[str] = field(default=None, metadata=flag(
+        "run directory name under --logdir", shown_default="model_dataset_scheme_..._time"))
+    save_model: bool = field(default=False, metadata=flag(
+        "save the best weights as LOGDIR/RUN_NAME/best.weights.h5 (load them with --weights "
+        "PATH)"))
+    save_txt: bool = field(default=False, metadata=flag(
+        "write the reference's [hours, best accuracy %] text file"))
+    interval: float = field(default=4.0, metadata=flag(
+        "epochs between importance evaluations and re-selections (0.5 = twice an epoch)"))
+    rho: float = field(default=0.5, metadata=flag(
+        "requested elastic step time / full step time (0.5 = 2x faster); must be above the "
+        "forward pass's share of a step and at most 1"))
+    rho_feedback: bool = field(default=True, metadata=flag(
+        "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
+        "measured ratio misses rho by more than 5%, correct the time model and re-select "
+        "(logged in summary.json 'corrections'). false: selections depend only on the settings, "
+        "seed and timing table, so runs repeat bit for bit; the measured ratio is still "
+        "reported"))
+    seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
+    weights: str = field(default="imagenet", metadata=flag(
+        "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz) | "
+        f"synthetic ({_synthetic_weights()}: pretrained here once on a synthetic source task, "
+        "offline) | none | PATH (e.g. a run's best.weights.h5; a file of another class count "
+        "loads all but the classifier)"))
+    data_dir: Optional[str] = field(default=None, metadata=flag(
+        "TFDS data directory", shown_default="TFDS's, ~/tensorflow_datasets"))
+    logdir: str = field(default="logs", metadata=flag("where run directories are written"))
+    probe_batches: int = field(default=1, metadata=flag(
+        "fresh training batches per importance evaluation"))
+    timing_table: Optional[str] = field(default=None, metadata=flag(
+        "the profiler's table; profiled first if absent (the table only: run the profiler for "
+        "its chart and trace)",
+        shown_default="profiles/<model>_i<input>_b<batch>_c<classes>[_<optimizer>].json"))
+    steps_per_epoch: Optional[int] = field(default=None, metadata=flag(
+        "cap on training steps per epoch, for quick trials", shown_default="the whole set"))
+    num_train: Optional[int] = field(default=None, metadata=flag(
+        "synthetic dataset only: training images to generate (a set of up to 64 MB of 8-bit "
+        "pixels is generated once and kept in memory)", shown_default="512"))
+    num_test: Optional[int] = field(default=None, metadata=flag(
+        "synthetic dataset only: test images; every epoch is evaluated on all of them, so more "
+        "means steadier accuracies", shown_default="512"))
+    dp_resolution: int = field(default=10000, metadata=flag(
+        "time units the tensor selector (eq. 3) divides the backward time budget into: tensor "
+        "times round up to whole units, so a selection always fits; more units come closer to "
+        "the exact optimum and take longer to solve"))
+    energy: str = field(default="auto", metadata=flag(
+        "measure training energy from the device's sensor: auto (Jetson INA3221 rails, else "
+        "NVIDIA GPUs through NVML plus Intel RAPL), one of those alone ("
+        + ", ".join(m for m in ENERGY_MODES if m not in ("auto", "none"))
+        + "), or none; summary.json says which sensor (energy_source). "
+        f"${ENV_ROOT} points the readers at another sysfs root", choices=ENERGY_MODES))
+    resume: bool = field(default=True, metadata=flag(
+        "running a --run_name that has an unfinished run continues it from its last checkpoint "
+        "(settings must match); false starts it over"))
+    checkpoint_minutes: float = field(default=10.0, metadata=flag(
+        "checkpoint (weights, optimizer, data position, selection) at each epoch end and at "
+        "least this often within an epoch; 0: at epoch ends only"))
+    # Bars are on unless asked otherwise, so the command line's switch is the negative one.
+    progress: bool = field(default=True, metadata=flag("no progress bars", off_switch="quiet"))
 
     def validate(self):
         positive = ("input_size", "batch_size", "num_epochs", "probe_batches", "dp_resolution")
@@ -112,3 +221,4 @@ class Config:
         rho = f"_rho{self.rho:g}" if SCHEMES[self.train_type].elastic else ""
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         return f"{model}_{data}_{self.train_type}{rho}_seed{self.seed}_{stamp}"
+

@@ -1,0 +1,71 @@
+"""Config is the one declaration of the train command's settings: its fields make the flags,
+their defaults and help."""
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from elastictrainer import cli, config
+from elastictrainer.config import Config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIELDS = dataclasses.fields(Config)
+
+
+def _actions(parser):
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+
+
+def test_every_field_is_a_flag_with_help():
+    actions = _actions(cli.train_parser())
+    for f in FIELDS:
+        assert config.flag_of(f).help.strip(), f.name
+        assert f.name in actions, f"Config.{f.name} has no flag"
+        assert actions[f.name].option_strings == [config.option_of(f)]
+        assert config.flag_of(f).help.replace("%", "%%") in actions[f.name].help
+    assert set(actions) == {f.name for f in FIELDS}, "a train flag that is not a Config field"
+
+
+def test_parser_defaults_are_configs_defaults():
+    args = cli.train_parser().parse_args([])
+    assert cli.config_from_args(args) == Config(progress=True)
+    assert cli.config_from_args(cli.compare_parser().parse_args([])) == Config()
+
+
+def test_flags_reach_the_config_with_their_types():
+    cfg = cli.config_from_args(cli.train_parser().parse_args(
+        ["--quiet", "--rho", "0.4", "--num_classes", "7", "--save_model", "yes",
+         "--rho_feedback", "0", "--lr_schedule", "constant", "--dp_resolution", "500"]))
+    assert cfg == Config(progress=False, rho=0.4, num_classes=7, save_model=True,
+                         rho_feedback=False, lr_schedule="constant", dp_resolution=500)
+
+
+def test_choices_come_from_the_registries():
+    from elastictrainer.energy import MODES
+    from elastictrainer.schemes import SCHEMES
+
+    actions = _actions(cli.train_parser())
+    assert tuple(actions["train_type"].choices) == tuple(SCHEMES)
+    assert tuple(actions["optimizer"].choices) == tuple(config.OPTIMIZERS)
+    assert tuple(actions["lr_schedule"].choices) == tuple(config.LR_SCHEDULES)
+    assert tuple(actions["energy"].choices) == tuple(MODES)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--rho", "half"], "--rho"),
+    (["--optimizer", "lamb"], "--optimizer"),
+    (["--resume", "maybe"], "--resume"),
+    (["--quiet", "yes"], "unrecognized"),
+])
+def test_a_bad_value_is_one_line_and_exit_2(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.train_parser("main.py").parse_args(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_config_imports_no_tensorflow():
+    code = "import elastictrainer.config, sys; assert 'tensorflow' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
