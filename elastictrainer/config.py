@@ -2,11 +2,14 @@
 as config.json.  No TensorFlow: the CLI builds and checks it before starting TensorFlow.
 
 Each field also carries its command-line flag (`flag(...)` metadata: help, choices, the default
-as shown), so the train command's flags (cli.train_parser) are generated from this one class.
+as shown), so the train command's flags (cli.train_parser) and the README's flag table
+(`python -m elastictrainer.config --write`) are both generated from this one class.
 """
 import datetime
 import os
-from dataclasses import dataclass, field
+import re
+import sys
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from elastictrainer.common import UserError
@@ -44,9 +47,9 @@ def lr_schedule_for(optimizer, schedule=None):
 # ----------------------------------------------------------------------------------- flags
 @dataclass(frozen=True)
 class Flag:
-    """How a Config field appears on the command line.
+    """How a Config field appears on the command line and in the README's flag table.
 
-    help: plain text (no argparse %-escapes).
+    help: plain text (no argparse %-escapes, no markdown; both renderings add their own).
     shown_default: the default as a reader should see it, where the value alone says too little
       (None usually means "derived", and this says from what).
     off_switch: for a bool field that is on by default, the name of the flag that turns it off
@@ -222,3 +225,55 @@ class Config:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         return f"{model}_{data}_{self.train_type}{rho}_seed{self.seed}_{stamp}"
 
+
+# ----------------------------------------------------------------------------------- docs
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+TABLE_BEGIN, TABLE_END = "<!-- flags:train -->", "<!-- /flags:train -->"
+# Flags and $VARIABLES read as code, and so must a word with <placeholders>, which GitHub would
+# otherwise drop as an HTML tag.
+_CODE = re.compile(r"(?<![\w`-])(--\w+|\$\w+|[^\s`(),;]*<[^\s`(),;]*)")
+
+
+def _markdown(text):
+    return _CODE.sub(r"`\1`", text).replace("|", "\\|")
+
+
+def flag_table():
+    """The train command's flags as a markdown table, one row per Config field, in field order."""
+    rows = ["| flag | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{option_of(f)}` | {_markdown(shown_default(f))} | {_markdown(flag_of(f).help)} |"
+             for f in fields(Config)]
+    return "\n".join(rows) + "\n"
+
+
+def readme_flag_table(text):
+    """The flag table between README's markers in `text`; None without the markers."""
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        return None
+    return text[begin + len(TABLE_BEGIN):end].lstrip("\n")
+
+
+def write_readme_flag_table(path=README):
+    """Put flag_table() between the README's markers; True when the file changed."""
+    text = open(path, encoding="utf-8").read()
+    old = readme_flag_table(text)
+    if old is None:
+        raise UserError(f"{path} has no {TABLE_BEGIN} ... {TABLE_END} block")
+    if old == flag_table():
+        return False
+    begin, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:begin] + "\n" + flag_table() + text[end:])
+    return True
+
+
+if __name__ == "__main__":
+    # python -m elastictrainer.config [--write]: print the table, or rewrite README.md's block
+    if sys.argv[1:] == ["--write"]:
+        print(f"{README}: " + ("table rewritten" if write_readme_flag_table() else "up to date"))
+    elif sys.argv[1:]:
+        print("usage: python -m elastictrainer.config [--write]", file=sys.stderr)
+        sys.exit(2)
+    else:
+        print(flag_table(), end="")

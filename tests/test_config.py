@@ -1,5 +1,5 @@
 """Config is the one declaration of the train command's settings: its fields make the flags,
-their defaults and help."""
+their defaults and help, and the README's flag table."""
 import dataclasses
 import os
 import subprocess
@@ -69,3 +69,30 @@ def test_a_bad_value_is_one_line_and_exit_2(argv, needle, capsys):
 def test_config_imports_no_tensorflow():
     code = "import elastictrainer.config, sys; assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_readme_flag_table_is_generated_from_config():
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = config.readme_flag_table(text)
+    assert block is not None, f"README.md lost its {config.TABLE_BEGIN} block"
+    assert block == config.flag_table(), (
+        "README.md's train flag table differs from Config's flags: run "
+        "`python -m elastictrainer.config --write` and commit README.md")
+
+
+def test_flag_table_shows_what_a_none_default_means():
+    table = config.flag_table()
+    for f in FIELDS:
+        row = next(r for r in table.splitlines() if r.startswith(f"| `{config.option_of(f)}` |"))
+        assert row.split(" | ")[1] not in ("None", ""), row
+    assert "| `--quiet` | off | no progress bars |" in table
+    assert "\\| synthetic" in table  # a "|" inside a help text does not split the row
+
+
+def test_write_rewrites_only_the_block(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text(f"# x\n\n{config.TABLE_BEGIN}\n| old |\n{config.TABLE_END}\n\ntail\n")
+    assert config.write_readme_flag_table(str(path)) is True
+    assert path.read_text() == (f"# x\n\n{config.TABLE_BEGIN}\n{config.flag_table()}"
+                                f"{config.TABLE_END}\n\ntail\n")
+    assert config.write_readme_flag_table(str(path)) is False
