@@ -140,6 +140,11 @@ class Config:
         "(logged in summary.json 'corrections'). false: selections depend only on the settings, "
         "seed and timing table, so runs repeat bit for bit; the measured ratio is still "
         "reported"))
+    economy: bool = field(default=True, metadata=flag(
+        "switch to a new selection only when the steps left pay for compiling its step (a short "
+        "run re-selects and corrects less, and trains every tensor when no selection would pay "
+        "for its compile); false: re-select and correct as the paper does, whatever the run's "
+        "length"))
     seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
     weights: str = field(default="imagenet", metadata=flag(
         "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz) | "
@@ -150,7 +155,9 @@ class Config:
         "TFDS data directory", shown_default="TFDS's, ~/tensorflow_datasets"))
     logdir: str = field(default="logs", metadata=flag("where run directories are written"))
     probe_batches: int = field(default=1, metadata=flag(
-        "fresh training batches per importance evaluation"))
+        "training batches per importance evaluation (each trained as a full step that also "
+        "returns the importance; estimators needing two backward passes probe fresh batches "
+        "apart)"))
     timing_table: Optional[str] = field(default=None, metadata=flag(
         "the profiler's table; profiled first if absent (the table only: run the profiler for "
         "its chart and trace)",

@@ -79,6 +79,35 @@ def make_train_step(model, optimizer, loss_fn, var_list, penalty_fn=None, captur
     return train_step
 
 
+def make_probe_step(model, optimizer, loss_fn, var_list, terms_fn=None, penalty_fn=None):
+    """A full training step (every tensor in `var_list` trains) that can also return each
+    tensor's importance terms, computed from the gradients the step takes anyway, before its
+    update: `probe_step(x, y, want_terms)` with want_terms a boolean tensor (one trace for
+    both uses) returns (loss, logits, terms), terms one float64 per tensor (zeros when not
+    wanted or terms_fn is None).  The elastic runtime's probe and timed full steps: they train
+    as full training's steps do, so importance and the closed loop's timing cost only what a
+    full step costs beyond the selection's, and need no second compiled gradient function."""
+    var_list = list(var_list)
+    n = len(var_list)
+
+    @tf.function
+    def probe_step(x, y, want_terms):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = loss_fn(y, logits)
+            total = loss + penalty_fn() if penalty_fn is not None else loss
+        grads = tape.gradient(total, var_list)
+        if terms_fn is None:
+            terms = tf.zeros([n], tf.float64)
+        else:
+            terms = tf.cond(want_terms, lambda: terms_fn(grads),
+                            lambda: tf.zeros([n], tf.float64))
+        apply_updates(optimizer, grads, var_list)
+        return loss, logits, terms
+
+    return probe_step
+
+
 def make_gradient_step(model, loss_fn, var_list):
     """A full training step without the update, compiled: forward pass, loss, and the gradients
     of every tensor in `var_list` (returned, in var_list order).  It changes no weight and no

@@ -33,6 +33,11 @@ import numpy as np
 from elastictrainer.common import Registry
 
 IMPORTANCE = Registry("importance")
+# The same estimates computed inside a full training step from the gradients it takes anyway
+# (elastic/tf_side.py's probe steps): name -> factory(optimizer, variables) giving
+# terms(grads) -> one float64 per tensor, or None where the estimator needs more than one
+# backward pass (taylor_paper) or the optimizer has no closed-form fresh step.
+IN_STEP = Registry("in-step importance")
 
 
 def _probe_apply(tr):
@@ -157,6 +162,59 @@ def grad_magnitude_importance(tr, batches):
     for x, y in batches:
         total += [float(np.sum(np.abs(g.numpy()))) for g in tr.grads_fn(x, y)]
     return total
+
+
+def _dense(grads, variables):
+    """Sparse gradients as the dense sum the optimizer's de-duplication gives; a tensor the
+    loss does not reach has gradient 0."""
+    import tensorflow as tf
+
+    return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+            for g, v in zip(grads, variables)]
+
+
+@IN_STEP.register("taylor")
+def taylor_terms(optimizer, variables):
+    """taylor_importance's -g0.dw0 per tensor, from the step's own gradients (the closed-form
+    fresh step, before the step's update changes the weights)."""
+    from elastictrainer import engine
+
+    if not engine.fresh_step_supported(optimizer, variables):
+        return None
+
+    def terms(grads):
+        import tensorflow as tf
+
+        grads = _dense(grads, variables)
+        steps = engine.fresh_step(optimizer, grads, variables)
+        return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
+                         for g, d in zip(grads, steps)])
+    return terms
+
+
+@IN_STEP.register("grad_magnitude")
+def grad_magnitude_terms(optimizer, variables):
+    def terms(grads):
+        import tensorflow as tf
+
+        return tf.stack([tf.reduce_sum(tf.abs(tf.cast(g, tf.float64)))
+                         for g in _dense(grads, variables)])
+    return terms
+
+
+@IN_STEP.register("weight_magnitude")
+def weight_magnitude_terms(optimizer, variables):
+    def terms(grads):
+        import tensorflow as tf
+
+        return tf.stack([tf.reduce_sum(tf.abs(tf.cast(v, tf.float64))) for v in variables])
+    return terms
+
+
+def in_step_terms(name, optimizer, variables):
+    """The in-step form of importance `name` for this optimizer, or None (IN_STEP)."""
+    factory = IN_STEP.get(name)
+    return None if factory is None else factory(optimizer, variables)
 
 
 def normalize(importance):

@@ -1,7 +1,9 @@
 """Run directory layout, TensorBoard tags and file formats: defined once, used by the training
 loop that writes them and by the plotting scripts that read them."""
+import dataclasses
 import json
 import os
+from typing import List, Optional
 
 # Scalar tags (the reference's names, so its TensorBoard habits carry over).
 TRAIN_ACCURACY = "train/accuracy"
@@ -14,7 +16,7 @@ ENERGY_JOULES = "energy/joules"  # per epoch, training energy so far (where a se
 NUM_SELECTED = "elastic/num_selected"
 PREDICTED_RATIO = "elastic/predicted_step_ratio"
 MEASURED_RATIO = "elastic/measured_step_ratio"  # median selection step / median full step, same run
-WALL_RATIO = "elastic/wall_clock_ratio"  # at the end: training time / full training's, estimated in the run (loop.wall_ratio)
+WALL_RATIO = "elastic/wall_clock_ratio"  # at the end: training time / full training's, estimated in the run (elastic.wall_ratio)
 CORRECTIONS = "elastic/rho_corrections"  # running count of closed-loop corrections (rho_control.py)
 SELECTION_MASK = "elastic/selection_mask"  # tensor summary: 1 = trained, model.trainable_weights order
 
@@ -22,6 +24,68 @@ CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 BEST_WEIGHTS_FILE = "best.weights.h5"
 SCALAR_EVERY_STEPS = 200  # the reference's logging period for train scalars
+
+
+# Version of summary.json's layout (RunSummary); readers accept any earlier one.
+SUMMARY_VERSION = 2
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    """One finished epoch, as summary.json's "epochs" lists it."""
+    epoch: int
+    train_time_s: float
+    test_accuracy: float
+    test_loss: float
+    train_accuracy: float
+    train_loss: float
+    selected: int
+    energy_j: Optional[float] = None
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """summary.json: what a run did, written at its start, after every epoch and at its end.
+    The elastic fields (rho_feedback to plan) stay None for the fixed schemes; "selections"
+    holds elastic.SelectionRecord dicts and "corrections" elastic.Correction dicts."""
+    train_type: str
+    model: str
+    dataset: str
+    rho: Optional[float]
+    seed: int
+    num_tensors: int
+    tensor_names: List[str]
+    timing_table: Optional[str]
+    steps_per_epoch: int
+    status: str = "running"  # running, finished, interrupted, failed, nan
+    best_test_accuracy: Optional[float] = None
+    train_time_s: float = 0.0
+    epochs: List[dict] = dataclasses.field(default_factory=list)
+    selections: List[dict] = dataclasses.field(default_factory=list)
+    skipped_images: int = 0
+    skipped_files: List[str] = dataclasses.field(default_factory=list)
+    energy_j: Optional[float] = None
+    avg_power_w: Optional[float] = None
+    energy_source: Optional[str] = None
+    rho_feedback: Optional[bool] = None
+    measured_ratio: Optional[float] = None
+    corrections: List[dict] = dataclasses.field(default_factory=list)
+    reselection_overhead_s: Optional[float] = None
+    reselection_overhead_parts_s: Optional[dict] = None
+    wall_ratio: Optional[float] = None
+    plan: Optional[dict] = None
+    step_cache_traces: Optional[int] = None
+    peak_rss_mb: Optional[float] = None
+    error: Optional[str] = None
+    version: int = SUMMARY_VERSION
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def run_dir(logdir, run_name):

@@ -118,9 +118,14 @@ class Trainer:
                 return l1 * tf.add_n([tf.reduce_sum(tf.abs(k)) for k in kernels])
         self.steps = StepCache(lambda sel: engine.make_train_step(
             model, optimizer, self.loss_fn, [self.variables[k] for k in sel], penalty_fn=penalty))
-        # every tensor's gradient, no update: importance probes, and the closed loop's stand-in
-        # for a full step (loop._time_gradient_step)
+        # every tensor's gradient, no update: the importance probes that need their own
+        # backward passes (importance.py), and the profiler
         self.grads_fn = engine.make_gradient_step(model, self.loss_fn, self.variables)
+        # an elastic scheme's full step, which also gives the importance terms when asked
+        # (elastic/tf_side.py); built on first use
+        self._probe = None
+        self._importance = scheme.importance
+        self._penalty = penalty
 
         @tf.function
         def eval_fn(x, y):
@@ -133,6 +138,33 @@ class Trainer:
 
     def step_for(self, selection):
         return self.steps(tuple(selection))
+
+    @property
+    def probe_traced(self):
+        return self._probe is not None and bool(
+            self._probe._list_all_concrete_functions())  # private tf.function API, as graph_bytes
+
+    def probe_step(self, x, y, want_terms):
+        """The full step with importance terms (engine.make_probe_step): (loss, logits, terms)."""
+        if self._probe is None:
+            from elastictrainer.importance import in_step_terms
+
+            terms = (in_step_terms(self._importance, self.optimizer, self.variables)
+                     if self._importance else None)
+            self.in_step_importance = terms is not None
+            self._probe = engine.make_probe_step(self.model, self.optimizer, self.loss_fn,
+                                                 self.variables, terms, self._penalty)
+        return self._probe(x, y, tf.constant(bool(want_terms)))
+
+    @property
+    def in_step(self):
+        """Whether this scheme's importance comes from the probe steps themselves."""
+        from elastictrainer.importance import in_step_terms
+
+        if not hasattr(self, "in_step_importance"):
+            self.in_step_importance = self._importance is not None and in_step_terms(
+                self._importance, self.optimizer, self.variables) is not None
+        return self.in_step_importance
 
     def evaluate(self, dataset):
         loss_sum = correct = n = 0.0

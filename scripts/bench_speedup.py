@@ -178,7 +178,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
 
     # The closed loop (rho_control.py), as a run at each rho would apply it: measure the
     # selection against full steps in the same minutes, correct the time model, re-solve.
-    from elastictrainer.rho_control import FULL_STEPS, MEASURE_STEPS, RhoController
+    from elastictrainer.elastic.rho_control import FULL_STEPS, MEASURE_STEPS, RhoController
 
     def measure_round(sel, samples=None):
         """One round of a run's measurement (loop.py): MEASURE_STEPS steps of the selection

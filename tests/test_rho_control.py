@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from elastictrainer import rho_control
-from elastictrainer.rho_control import MAX_CORRECTIONS, RhoController, fit_scales
+from elastictrainer.elastic import rho_control
+from elastictrainer.elastic.rho_control import MAX_CORRECTIONS, RhoController, fit_scales
 from elastictrainer.time_model import TimeModel, selection_sums
 
 
@@ -178,7 +178,7 @@ def test_a_selection_measured_within_rho_is_kept_when_it_is_worth_more_than_the_
     """After a correction the model may put a selection that measured within rho above rho;
     prefer_measured keeps it if eq. 3's objective values it more than the DP's choice, and
     never takes one measured over rho, nor one worth less."""
-    from elastictrainer.rho_control import prefer_measured
+    from elastictrainer.elastic.rho_control import prefer_measured
     importance = np.array([0.0, 0.6, 0.01, 0.01, 0.6, 0.1])
     dp = np.array([0, 1, 0, 0, 1, 1], bool)                       # worth 1.30
     measured = {(1, 2, 3, 4, 5): 0.499,                           # worth 1.32, within rho

@@ -221,7 +221,7 @@ def _argv(workdir, train_type, run_name, *extra):
             "--input_size", "16", "--weights", "none", "--num_epochs", "2", "--steps_per_epoch", "4",
             "--interval", "0.5", "--rho", "0.8", "--learning_rate", "0.01", "--train_type", train_type,
             "--timing_table", str(workdir / "table.json"), "--logdir", str(workdir / "logs"),
-            "--run_name", run_name, "--quiet"] + list(extra)
+            "--run_name", run_name, "--economy", "false", "--quiet"] + list(extra)
 
 
 def _scalars(run):

@@ -1,0 +1,512 @@
+"""The decision part of ElasticTrainer's runtime: events in, decisions out, no TensorFlow.
+
+A training loop (through elastic.tf_side.ElasticHooks, or any other driver) reports what
+happened: the importance of every tensor (eq. 4-6), how long each step took and which kind of
+step it was.  The runtime answers with what to run next:
+
+- "probe": a full training step that also returns each tensor's importance terms.  A
+  re-selection every --interval epochs runs --probe_batches of them; they train like any step,
+  so the importance costs only what a full step costs beyond the selection's.
+- "full": a full training step, timed beside the selection's own steps (FULL_STEPS per
+  measurement round, interleaved), so the closed loop compares like with like (rho_control.py).
+- "selection": the current selection's step, the one that trains only the chosen tensors.
+
+After the probes it solves eq. 3 (the exact DP of time_model/selector, through
+rho_control.prefer_measured), and it books every second into the parts that make the run's
+wall-clock estimate and its re-selection overhead.  Its state is one typed object
+(ElasticState) that a checkpoint keeps, and its clock is injected, so tests script step times.
+
+Wall-clock accounting.  A run's training time T is the loop's own work L (next batch,
+bookkeeping, logging, the full step's one compile) plus the selections' own steps S, plus the
+probe and full steps F, plus compiling each selection's step C, plus solving and out-of-step
+importance probes P.  Full training of the same steps would take L + S/r (each measurement
+window's steps over the ratio r measured in it) + F.  `wall_ratio` is T over that; the
+re-selection overhead is C + P + (1 - r) F: what the elastic run spends beyond training its
+selections alone.
+
+Runs too short to pay for a selection's compile.  Switching from the full step to a selection
+costs one compile (measured on the full step's own first call, or the table's compile_ms).  A
+switch whose predicted saving over the steps left is under PAYOFF times that cost would make
+the run slower than full training: the runtime keeps training every tensor then, and says so.
+Later switches (re-selections, corrections) to a selection not compiled yet are made only when
+that compile stays within OVERHEAD_SHARE of the time the steps left will take.
+"""
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+from elastictrainer import runlog
+from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
+                                                RhoController, prefer_measured)
+from elastictrainer.elastic.state import (OVERHEAD_PARTS, Correction, ElasticState, Plan,
+                                         SelectionRecord)
+from elastictrainer.importance import normalize
+
+# A switch away from full steps must save this multiple of its compile; below it the run keeps
+# full steps (a compile is estimated from the full step's, which may be off by a third).
+PAYOFF = 1.5
+# Later switches to an uncompiled selection: their compile at most this share of the time the
+# steps left will take.
+OVERHEAD_SHARE = 0.10
+# rho within this of the forward floor: warned at the start (few tensors fit, accuracy drops)
+FLOOR_MARGIN = 0.1
+
+KINDS = ("probe", "full", "selection")
+
+
+class ElasticRuntime:
+    """ElasticTrainer's runtime decisions for one run.
+
+    model: the run's TimeModel (eq. 3); rho, feedback: --rho, --rho_feedback; steps_per_epoch,
+    total_steps, interval: where re-selections fall; probe_batches: probe steps per
+    re-selection; dp_resolution: the DP's; economy: switch only to selections that pay for
+    their compile (module doc); compile_ms: a compile's cost known before the run
+    (the timing table's), else measured on the full step.  clock: seconds (time.perf_counter);
+    log(message).  TensorBoard points wait in `events` as (tag, value, step), runlog's tags.
+    """
+
+    def __init__(self, model, rho, *, feedback=True, steps_per_epoch, total_steps,
+                 interval=1.0, probe_batches=1, dp_resolution=10000, compile_ms=None,
+                 economy=True,
+                 clock: Callable[[], float] = time.perf_counter, log=print):
+        self.ctl = RhoController(model, rho, feedback)
+        self.rho = float(rho)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.total_steps = int(total_steps)
+        self.every = interval * steps_per_epoch
+        self.probe_batches = int(probe_batches)
+        self.resolution = int(dp_resolution)
+        self.compile_ms = compile_ms
+        self.economy = bool(economy)
+        self.clock = clock
+        self.log = log
+        # TensorBoard points, queued: the caller writes them (flush_events) outside the timed
+        # parts, since a summary op's first call is slow and is logging, not re-selecting
+        self.events = []
+        self.s = ElasticState()
+        self.n = len(model.t_dw)
+        self.is_compiled = lambda selection: False  # the TF side says which steps exist
+
+    # ------------------------------------------------------------------ the start
+    def plan(self):
+        """The forward floor, how many tensors rho affords, and a warning near the floor."""
+        model = self.ctl.model
+        mask = model.select(np.ones(self.n), self.rho, resolution=self.resolution)
+        plan = Plan(total_steps=self.total_steps, forward_floor=model.rho_floor,
+                    affordable_tensors=int(mask.sum()), num_tensors=self.n,
+                    near_floor=self.rho - model.rho_floor < FLOOR_MARGIN)
+        self.log(f"elastic: forward floor {plan.forward_floor:.2f} of a full step (training "
+                 f"nothing); rho {self.rho:g} affords up to {plan.affordable_tensors} of "
+                 f"{self.n} tensors under the time model")
+        if plan.near_floor:
+            self.log(f"warning: rho {self.rho:g} is within {FLOOR_MARGIN:g} of the forward floor "
+                     f"({plan.forward_floor:.2f}): few tensors fit, expect the accuracy of "
+                     f"training little more than the head")
+        if self.compile_ms is not None:
+            self._say_if_short(self.compile_ms / 1e3 * self.rho)
+        return plan
+
+    def _say_if_short(self, compile_s):
+        """Say once, at the start, when re-selecting will be held back to stay worth it."""
+        if getattr(self, "_said_short", False) or not self.economy:
+            return
+        self._said_short = True
+        step_s = self.ctl.model.t_full / 1e3
+        saving = self.total_steps * (1 - self.rho) * step_s
+        if compile_s * 1 / OVERHEAD_SHARE > saving:
+            self.log(f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
+                     f"{self.rho:g}, and compiling a selection's step costs about "
+                     f"{compile_s:.1f} s; re-selections and corrections switch only to steps "
+                     f"that pay for their compile"
+                     + (", and all tensors train if none does" if saving < PAYOFF * compile_s
+                        else ""))
+
+    # ------------------------------------------------------------------ what to run
+    def reselect_due(self, global_step):
+        return global_step >= self.s.next_reselect and not self.s.probing
+
+    def begin_reselection(self, global_step, probes=None):
+        """Open a re-selection at `global_step`: `probes` probe steps follow (in-step
+        importance), or None when the caller evaluates importance itself (importance_ready)."""
+        s = self.s
+        self._close_record()
+        s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
+        s.corrections_here, s.was_over = 0, False
+        s.probe_step = global_step
+        if probes:
+            s.probing, s.probe_terms = int(probes), [0.0] * self.n
+
+    def step_kind(self):
+        """Which step the next batch trains: "probe", "full" or "selection"."""
+        s = self.s
+        if s.probing:
+            return "probe"
+        if not s.measuring or s.selection is None:
+            return "selection"
+        full, own = len(s.full_times) - s.win_f, len(s.times) - s.win_t
+        # interleaved with the selection's own first steps (before its steps 0, 2, 4, ...), so
+        # that load which comes and goes hits both alike
+        if full < FULL_STEPS * s.rounds and 2 * full <= own and s.first_step_s is not None:
+            return "full"
+        return "selection"
+
+    # ------------------------------------------------------------------ events
+    def importance_ready(self, global_step, importance, seconds):
+        """Importance evaluated outside the steps (on probe batches) in `seconds`: solve."""
+        self._overhead("importance", seconds)
+        self._select(global_step, np.asarray(importance, float), importance_ms=seconds * 1e3)
+
+    def step_done(self, global_step, kind, seconds, compiled=False, terms=None):
+        """Book one trained step of `kind` that took `seconds` (`compiled`: its function was
+        traced for this call).  Returns True when the selection changed."""
+        s = self.s
+        if kind == "probe":
+            self._book_full(seconds, compiled, probe=True)
+            s.probe_terms = [a + float(b) for a, b in zip(s.probe_terms, terms)]
+            s.probing -= 1
+            if s.probing:
+                return False
+            importance = normalize(np.asarray(s.probe_terms, float))
+            s.probe_terms = None
+            self._select(global_step + 1, importance)
+            return True
+        if kind == "full":
+            self._book_full(seconds, compiled, probe=False)
+            if s.record_open:
+                s.records[-1]["full_step_ms"] = self._full_ms()
+            return False
+        return self._selection_step(global_step, seconds)
+
+    def _book_full(self, seconds, compiled, probe):
+        s = self.s
+        if compiled:
+            typical = statistics.median(s.full_times) if s.full_times else self.ctl.base.t_full / 1e3
+            s.full_compile_s = max(seconds - typical, 0.0)
+            if self.compile_ms is None and self.ctl.feedback:
+                self._say_if_short(s.full_compile_s * self.rho)
+            seconds -= s.full_compile_s  # the full step's compile: full training pays it too
+        if probe:
+            s.probe_s += seconds
+        else:
+            s.full_times.append(seconds)
+            s.extra_full_s += seconds
+            if s.record_open:
+                s.records[-1]["full_steps"] += 1
+
+    def _selection_step(self, global_step, seconds):
+        s = self.s
+        rec = s.records[-1]
+        rec["steps"] += 1
+        s.windows[-1][0] += seconds
+        if s.first_step_s is None:  # may include compiling this selection's step
+            s.first_step_s, s.first_window = seconds, len(s.windows) - 1
+            return False
+        s.times.append(seconds)
+        if len(s.times) == 1 and not all(s.mask):
+            s.selection_compile_s = max(s.first_step_s - seconds, 0.0)
+        if not s.measuring:
+            # a selection trains for --interval epochs, an hour or more on a small device: its
+            # ratio is measured again now and then, in case the load or the device changed
+            if len(s.times) - s.win_t >= RECHECK_STEPS and self._steps_left(global_step) > \
+                    2 * MEASURE_STEPS:
+                s.win_t, s.win_f = len(s.times), len(s.full_times)
+                s.rounds, s.measuring = 1, True
+                s.windows.append([0.0, None])
+            return False
+        if (len(s.times) - s.win_t != MEASURE_STEPS * s.rounds
+                or len(s.full_times) - s.win_f < FULL_STEPS * s.rounds):
+            return False
+        measured = self._measured()
+        rec["measured_ratio"] = measured
+        s.windows[-1][1] = measured
+        self._remember(s.selection, measured)
+        self._emit(runlog.MEASURED_RATIO, measured, global_step)
+        action, miss = self.ctl.decide(measured, rec["limited_by"], s.was_over,
+                                       rec["predicted_ratio"], s.rounds, s.corrections_here)
+        if action == "keep":
+            s.win_t, s.measuring = len(s.times), False  # judged: until the re-check
+            return False
+        if action == "confirm":
+            s.rounds += 1
+            return False
+        return self._correct(global_step, measured, miss)
+
+    def _correct(self, global_step, measured, miss):
+        s = self.s
+        t0 = self.clock()
+        base_mask = np.asarray(s.mask, bool)
+        self.ctl.correct(base_mask, measured)
+        s.corrections_here += 1
+        s.was_over = s.was_over or miss == "over"
+        old_sel, old_rec = tuple(s.selection), s.records[-1]
+        mask, measured_before = self._solve()
+        new_sel = self.ctl.model.selection(mask)[0]
+        if new_sel != old_sel and not self._worth_compiling(new_sel, global_step):
+            self.log(f"rho feedback: {len(old_sel)} tensors measured {measured:.3f} of a full "
+                     f"step for rho {self.rho:g}; the {self._steps_left(global_step)} steps "
+                     f"left do not pay for compiling another selection, kept")
+            s.corrections_here = self.ctl.max_corrections
+            s.win_t, s.measuring = len(s.times), False
+            self._overhead("solving", self.clock() - t0)
+            return False
+        self._close_record()
+        self._open(global_step + 1, mask, measured_before, f"correction ({miss} rho)")
+        model = self.ctl.model
+        s.corrections.append(dataclasses.asdict(Correction(
+            step=global_step, measured_ratio=measured, miss=miss,
+            predicted_ratio_before=old_rec["predicted_ratio"], dw_scale=self.ctl.dw_scale,
+            dy_scale=self.ctl.dy_scale, fixed_ms=model.fixed_ms,
+            selected_before=len(old_sel), selected_after=len(s.selection))))
+        self._emit(runlog.CORRECTIONS, len(s.corrections), global_step)
+        self.log(f"rho feedback: {len(old_sel)} tensors measured {measured:.3f} of a full step "
+                 f"for rho {self.rho:g} (predicted {old_rec['predicted_ratio']:.3f}); time "
+                 f"model corrected (backward ops x{self.ctl.dw_scale:.2f} of the table's, fixed "
+                 f"cost {model.fixed_ms:+.1f} ms a step), now {len(s.selection)} tensors"
+                 + ("" if measured_before is None else
+                    f" (measured {measured_before:.3f} earlier in this run)"))
+        if tuple(s.selection) == old_sel:  # the same tensors again: nothing left to correct
+            s.corrections_here = self.ctl.max_corrections
+        self._overhead("solving", self.clock() - t0)
+        return True
+
+    # ------------------------------------------------------------------ selecting
+    def _solve(self):
+        """Eq. 3's exact selection under rho with the current (corrected) time model, or a
+        selection this run measured within rho that is worth more (prefer_measured)."""
+        model, s = self.ctl.model, self.s
+        importance = np.asarray(s.importance, float)
+        mask = model.select(importance, self.rho, resolution=self.resolution)
+        measured = {tuple(k): v for k, v in s.measured}
+        return prefer_measured(mask, importance, measured, self.rho, self.ctl.tolerance)
+
+    def _select(self, global_step, importance, importance_ms=None):
+        s = self.s
+        t0 = self.clock()
+        s.importance = [float(v) for v in importance]
+        mask, measured_before = self._solve()
+        selection, empty = self.ctl.model.selection(mask)
+        reason = "interval"
+        if empty:
+            mask = np.zeros(self.n, bool)
+            if not np.any(importance > 0) and s.selection is not None:
+                mask[list(s.selection)] = True
+                self.log("no tensor has positive importance; keeping the previous selection "
+                         f"({len(s.selection)} tensors)")
+            else:
+                mask[list(selection)] = True
+                self.log("no tensor has positive importance; training the output-most tensor "
+                         "only" if not np.any(importance > 0) else
+                         f"no tensor worth training fits rho {self.rho:g} under this time "
+                         f"model; training the output-most (cheapest) tensor only")
+        selection = tuple(int(k) for k in np.nonzero(mask)[0])
+        if s.selection is None or len(s.selection) == self.n:
+            if not self._pays_off(mask, global_step):
+                mask, reason = np.ones(self.n, bool), "short run: all tensors"
+        elif selection != tuple(s.selection) and not self._worth_compiling(selection,
+                                                                           global_step):
+            mask, reason = np.asarray(s.mask, bool), "interval (kept: too few steps left)"
+        self._open(global_step, mask, measured_before, reason, importance_ms)
+        self._overhead("solving", self.clock() - t0)
+
+    def _pays_off(self, mask, global_step):
+        """Whether leaving full steps for `mask` saves more than its compile costs."""
+        ratio = self.ctl.model.predicted_ratio(mask)
+        compile_s = self._compile_estimate(ratio)
+        if compile_s is None or mask.all() or self.is_compiled(
+                tuple(int(k) for k in np.nonzero(mask)[0])):
+            return True
+        t_full = statistics.median(self.s.full_times) if self.s.full_times else \
+            self.ctl.base.t_full / 1e3
+        saving = self._steps_left(global_step) * (1 - ratio) * t_full
+        if saving >= PAYOFF * compile_s:
+            return True
+        if not getattr(self, "_said_full", False):
+            self._said_full = True
+            self.log(f"elastic: the {self._steps_left(global_step)} steps left would save about "
+                     f"{saving:.2f} s, not {PAYOFF:g}x the {compile_s:.2f} s that compiling a "
+                     f"selection's step is estimated to cost: training all tensors, as full "
+                     f"training would (--economy false to select anyway)")
+        return False
+
+    def _worth_compiling(self, selection, global_step):
+        compile_s = self._compile_estimate(self.rho)
+        if compile_s is None or self.is_compiled(tuple(selection)):
+            return True
+        left_s = self._steps_left(global_step) * self.ctl.base.t_full / 1e3 * self.rho
+        return compile_s <= OVERHEAD_SHARE * left_s
+
+    def _compile_estimate(self, ratio):
+        """Seconds a new selection's step of predicted step ratio `ratio` takes to compile: the
+        last one measured in this run; before any, the full step's (the table's compile_ms, or
+        with feedback on as measured on its first call) times `ratio` (a selection's graph
+        holds the forward pass and part of the backward one, and the first compile of a
+        process also pays TensorFlow's own warm-up: smallcnn's full step took 1.4 s, its
+        selections' 0.4 s); None when unknown."""
+        s = self.s
+        if not self.economy:
+            return None
+        if not self.ctl.feedback:  # decisions must not depend on this run's timing then
+            return None if self.compile_ms is None else self.compile_ms / 1e3 * ratio
+        if s.selection_compile_s is not None:
+            return s.selection_compile_s
+        if s.full_compile_s is not None:
+            return s.full_compile_s * ratio
+        return None if self.compile_ms is None else self.compile_ms / 1e3 * ratio
+
+    def _steps_left(self, global_step):
+        return max(self.total_steps - global_step, 0)
+
+    def _open(self, global_step, mask, measured_before, reason, importance_ms=None):
+        s = self.s
+        model = self.ctl.model
+        mask = np.asarray(mask, bool)
+        ratio = model.predicted_ratio(mask)
+        importance = np.asarray(s.importance, float)
+        record = SelectionRecord(
+            step=int(global_step), epoch=global_step / self.steps_per_epoch, reason=reason,
+            mask=[int(b) for b in mask], predicted_ratio=ratio,
+            limited_by=model.limited_by(mask, importance, self.rho, resolution=self.resolution),
+            solve_ms=0.0, importance=[float(v) for v in importance],
+            measured_before=measured_before, importance_ms=importance_ms,
+            full_step_ms=self._full_ms())
+        everything = bool(mask.all())
+        if everything:  # the full step itself: its ratio is 1, nothing to measure
+            record.measured_ratio, record.limited_by = 1.0, "budget"
+        s.records.append(record.to_dict())
+        s.record_open = True
+        s.selection = [int(k) for k in np.nonzero(mask)[0]]
+        s.mask = [bool(b) for b in mask]
+        s.times, s.first_step_s = [], None
+        s.rounds, s.win_t, s.win_f = 1, 0, len(s.full_times)
+        s.measuring = not everything
+        s.windows, s.first_window = [[0.0, 1.0 if everything else None]], 0
+        self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
+        self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
+        self._emit(runlog.SELECTION_MASK, s.mask, global_step)
+
+    # ------------------------------------------------------------------ accounting
+    def _emit(self, tag, value, step):
+        self.events.append((tag, value, int(step)))
+
+    def _overhead(self, part, seconds):
+        self.s.overhead_parts[part] += seconds
+
+    @property
+    def overhead_s(self):
+        return sum(self.s.overhead_parts.values())
+
+    @property
+    def selection(self):
+        return None if self.s.selection is None else tuple(self.s.selection)
+
+    def _remember(self, selection, measured):
+        key = [int(k) for k in selection]
+        self.s.measured = [m for m in self.s.measured if m[0] != key] + [[key, measured]]
+
+    def _full_ms(self):
+        return statistics.median(self.s.full_times) * 1e3 if self.s.full_times else None
+
+    def _measured(self):
+        """The current window's median step over its median full step."""
+        s = self.s
+        times, full = s.times[s.win_t:], s.full_times[s.win_f:]
+        if not times or not full:
+            return None
+        return statistics.median(times) / statistics.median(full)
+
+    def _close_record(self):
+        """Final numbers of the selection that stops training now: its median step, its
+        measured ratio (its windows' own seconds over what full training would have spent on
+        them, _full_seconds), and the probe and full steps it paid, split into what its own
+        steps would have cost (r F) and the overhead ((1 - r) F)."""
+        s = self.s
+        if not s.record_open:
+            return
+        rec = s.records[-1]
+        everything = all(s.mask)
+        if s.times:
+            median = statistics.median(s.times)
+            rec["step_ms"] = median * 1e3
+            if s.first_step_s is not None and not everything:
+                compiling = max(s.first_step_s - median, 0.0)
+                self._overhead("compiling", compiling)
+                s.windows[s.first_window][0] -= compiling
+        elif s.first_step_s is not None and everything:
+            rec["step_ms"] = s.first_step_s * 1e3
+        if s.windows[-1][1] is None:  # a window still open: what it has measured so far
+            s.windows[-1][1] = self._measured()
+        own = sum(seconds for seconds, _ in s.windows)
+        full = self._full_seconds()
+        ratio = rec["predicted_ratio"]
+        if full:
+            ratio = own / full
+            rec["measured_ratio"] = ratio
+        else:
+            full = own / ratio
+        ratio = min(max(ratio, 0.0), 1.0)
+        extra = s.extra_full_s + s.probe_s
+        self._overhead("timing full steps", (1 - ratio) * s.extra_full_s)
+        self._overhead("importance", (1 - ratio) * s.probe_s)
+        s.step_s += own + ratio * extra
+        s.full_s += full + extra
+        s.extra_full_s = s.probe_s = 0.0
+        s.windows, s.first_window = [[0.0, None]], 0
+        s.record_open = False
+
+    def _full_seconds(self):
+        """What full training would have spent on this selection's own steps: each window's
+        steps over the ratio measured in that window, whose full steps ran among them (a load
+        of one moment slows both alike); a window not judged takes the nearest judged one's
+        ratio; None if no window measured anything."""
+        known = [r for _, r in self.s.windows if r]
+        if not known:
+            return None
+        total, ratio = 0.0, known[0]
+        for seconds, measured in self.s.windows:
+            ratio = measured or ratio
+            total += seconds / ratio
+        return total
+
+    def finish(self, train_time_s):
+        """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
+        the re-selection overhead and its parts, and wall_ratio (module doc)."""
+        s = self.s
+        if s.probing:  # the run ended inside a re-selection: its probes were full steps
+            s.full_s += s.probe_s
+            s.step_s += s.probe_s
+            s.probe_s, s.probing = 0.0, 0
+        self._close_record()
+        done = [r for r in s.records if r["measured_ratio"] is not None and r["steps"]]
+        weight = sum(r["steps"] for r in done)
+        return {
+            "measured_ratio": (sum(r["measured_ratio"] * r["steps"] for r in done) / weight
+                               if weight else None),
+            "reselection_overhead_s": self.overhead_s,
+            "reselection_overhead_parts_s": dict(s.overhead_parts),
+            "wall_ratio": wall_ratio(train_time_s, s.step_s, self.overhead_s, s.full_s),
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self):
+        s = self.s
+        s.controller = self.ctl.state()
+        return s.to_dict()
+
+    def load_state(self, data):
+        self.s = ElasticState.from_dict(data)
+        self.s.first_step_s = None  # the first step after resuming compiles again
+        self.s.first_window = len(self.s.windows) - 1
+        if self.s.controller:
+            self.ctl.load_state(self.s.controller)
+
+
+def wall_ratio(train_time_s, step_s, overhead_s, full_s):
+    """train_time_s / (loop work + full_s), loop work = train_time_s - step_s - overhead_s
+    (the module doc's L); None without a measured full step."""
+    if not full_s > 0:
+        return None
+    loop_s = max(train_time_s - step_s - overhead_s, 0.0)
+    return train_time_s / (loop_s + full_s)

@@ -1,0 +1,109 @@
+"""The elastic runtime's records and state, as typed objects: what summary.json lists for
+each selection and correction, and what a checkpoint keeps of the runtime (ElasticState, with
+its layout version).  Plain Python."""
+import dataclasses
+from typing import List, Optional
+
+# what re-selecting spends its time on (summary.json reselection_overhead_parts_s)
+OVERHEAD_PARTS = ("importance", "timing full steps", "compiling", "solving")
+# Version of ElasticState's layout in checkpoints (from_dict migrates older ones).
+STATE_VERSION = 2
+
+
+@dataclasses.dataclass
+class SelectionRecord:
+    """One selection as summary.json's "selections" lists it (plots read these keys)."""
+    step: int
+    epoch: float
+    reason: str
+    mask: List[int]
+    predicted_ratio: float
+    limited_by: str
+    solve_ms: float
+    importance: List[float]
+    measured_before: Optional[float] = None
+    importance_ms: Optional[float] = None
+    full_step_ms: Optional[float] = None
+    measured_ratio: Optional[float] = None
+    step_ms: Optional[float] = None
+    steps: int = 0
+    full_steps: int = 0  # probe and timed full steps trained while this selection was current
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Correction:
+    """One closed-loop correction (summary.json "corrections")."""
+    step: int
+    measured_ratio: float
+    miss: str
+    predicted_ratio_before: float
+    dw_scale: float
+    dy_scale: float
+    fixed_ms: float
+    selected_before: int
+    selected_after: int
+
+
+@dataclasses.dataclass
+class ElasticState:
+    """Everything the runtime knows; a checkpoint keeps it (to_dict / from_dict)."""
+    next_reselect: float = 0
+    probing: int = 0                    # probe steps still to run in this re-selection
+    probe_terms: Optional[List[float]] = None
+    probe_step: int = 0                 # where this re-selection began
+    importance: Optional[List[float]] = None
+    selection: Optional[List[int]] = None
+    mask: Optional[List[bool]] = None
+    records: List[dict] = dataclasses.field(default_factory=list)
+    record_open: bool = False
+    corrections: List[dict] = dataclasses.field(default_factory=list)
+    times: List[float] = dataclasses.field(default_factory=list)       # selection steps (s)
+    full_times: List[float] = dataclasses.field(default_factory=list)  # timed full steps (s)
+    first_step_s: Optional[float] = None  # the selection's first step (may compile)
+    first_window: int = 0
+    corrections_here: int = 0
+    was_over: bool = False
+    rounds: int = 1                     # rounds the open window is judged on
+    win_t: int = 0                      # the window: times[win_t:], full_times[win_f:]
+    win_f: int = 0
+    measuring: bool = True
+    measured: List[list] = dataclasses.field(default_factory=list)  # [selection, ratio]
+    windows: List[list] = dataclasses.field(default_factory=lambda: [[0.0, None]])
+    overhead_parts: dict = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(OVERHEAD_PARTS, 0.0))
+    step_s: float = 0.0                 # own steps (and r x F) of closed records
+    full_s: float = 0.0                 # what full training would spend on them
+    probe_s: float = 0.0                # probe steps' seconds, booked to the next record
+    extra_full_s: float = 0.0           # this record's timed full steps' seconds
+    full_compile_s: Optional[float] = None  # the full step's first-call excess
+    selection_compile_s: Optional[float] = None  # the latest selection step's
+    controller: dict = dataclasses.field(default_factory=dict)
+    version: int = STATE_VERSION
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        """A state from a checkpoint; a newer layout than this code knows is refused."""
+        data = dict(data)
+        version = data.get("version", 1)
+        if version > STATE_VERSION:
+            raise ValueError(f"elastic state version {version} is newer than this ElasticTrainer "
+                             f"reads ({STATE_VERSION})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        data["version"] = STATE_VERSION
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the runtime said about the run at its start (also in summary.json "plan")."""
+    total_steps: int
+    forward_floor: float
+    affordable_tensors: int
+    num_tensors: int
+    near_floor: bool

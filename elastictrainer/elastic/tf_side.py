@@ -1,0 +1,107 @@
+"""The TensorFlow side of ElasticTrainer's runtime: runs the steps the decision part
+(runtime.py) asks for, times them and feeds back what they measured.
+
+Any training loop drives it through a few hooks:
+
+    hooks = ElasticHooks(trainer, runtime, probe_iter)
+    hooks.on_train_begin()                        # prints the plan (forward floor, ...)
+    for each batch (x, y), global step g:
+        loss, logits = hooks.train_step(g, x, y)  # = before_step + the call + after_step
+    hooks.on_train_end(train_time_s)              # run-level numbers for summary.json
+
+`before_step(g)` gives the callable to train this batch with (a probe step, a timed full step
+or the selection's step) and `after_step(g, seconds, outputs)` books it, for a loop that calls
+and times the step itself.  TensorBoard scalars go to the default summary writer, if any.
+"""
+import numpy as np
+import tensorflow as tf
+
+from elastictrainer import engine, runlog
+from elastictrainer.importance import IMPORTANCE
+
+
+class ElasticHooks:
+    """Drives `runtime` (an elastic.ElasticRuntime) with `trainer` (trainer.Trainer)'s steps.
+
+    probe_iter: batches for importance estimators that need their own backward passes (those
+    without an in-step form, importance.IN_STEP); scheme: the --train_type's Scheme;
+    probe_batches: probes per re-selection."""
+
+    def __init__(self, trainer, scheme, runtime, probe_iter=None, probe_batches=1):
+        self.trainer, self.scheme, self.rt = trainer, scheme, runtime
+        self.probe_iter = probe_iter
+        self.probe_batches = int(probe_batches)
+        self.clock = runtime.clock
+        self.all = tuple(range(len(trainer.variables)))
+        runtime.is_compiled = lambda sel: tuple(sel) == self.all or tuple(sel) in trainer.steps
+        self._kind = None
+        self._compiled = False
+
+    def on_train_begin(self):
+        return self.rt.plan()
+
+    @property
+    def selection(self):
+        return self.rt.selection
+
+    def before_step(self, global_step):
+        """The callable (x, y) -> (loss, logits[, terms]) that trains this step."""
+        rt, tr = self.rt, self.trainer
+        if rt.reselect_due(global_step):
+            if tr.in_step:
+                rt.begin_reselection(global_step, probes=self.probe_batches)
+            else:
+                rt.begin_reselection(global_step)
+                t0 = self.clock()
+                batches = [next(self.probe_iter) for _ in range(self.probe_batches)]
+                scores = IMPORTANCE[self.scheme.importance](tr, batches)
+                rt.importance_ready(global_step, np.asarray(scores, float),
+                                    self.clock() - t0)
+        kind = rt.step_kind()
+        self._kind = kind
+        if kind in ("probe", "full") or rt.selection == self.all:
+            self._compiled = not tr.probe_traced
+            want = kind == "probe"
+            return lambda x, y: tr.probe_step(x, y, want)
+        selection = rt.selection
+        self._compiled = selection not in tr.steps
+        return tr.step_for(selection)
+
+    def after_step(self, global_step, seconds, outputs):
+        """Book the step `before_step` gave; True when the selection changed."""
+        kind = self._kind
+        terms = outputs[2].numpy() if kind == "probe" else None
+        changed = self.rt.step_done(global_step, kind, seconds, compiled=self._compiled,
+                                    terms=terms)
+        self.flush_events()
+        return changed
+
+    def train_step(self, global_step, x, y):
+        """before_step, the step (timed until its first output is ready), after_step."""
+        step = self.before_step(global_step)
+        t0 = self.clock()
+        outputs = step(x, y)
+        engine.first_output(outputs).numpy()
+        seconds = self.clock() - t0
+        self.after_step(global_step, seconds, outputs)
+        return outputs[0], outputs[1]
+
+    def on_train_end(self, train_time_s, global_step):
+        result = self.rt.finish(train_time_s)
+        self.flush_events()
+        if result["wall_ratio"] is not None:
+            self._emit(runlog.WALL_RATIO, result["wall_ratio"], global_step)
+        return result
+
+    def flush_events(self):
+        """Write the runtime's queued TensorBoard points (to the default writer, if any)."""
+        events, self.rt.events = self.rt.events, []
+        for tag, value, step in events:
+            self._emit(tag, value, step)
+
+    def _emit(self, tag, value, step):
+        # without a default summary writer these calls do nothing
+        if tag == runlog.SELECTION_MASK:
+            tf.summary.write(tag, tf.constant(np.asarray(value, np.int32)), step=step)
+        elif value is not None:
+            tf.summary.scalar(tag, value, step=step)

@@ -1,0 +1,276 @@
+"""What happens around the training loop (loop.py): summary.json, TensorBoard, checkpoints,
+energy, Ctrl-C, and a run that dies saying why.  The loop calls these at the same few points
+for every --train_type."""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import contextlib
+import dataclasses
+import os
+import signal
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from elastictrainer import energy, runlog
+from elastictrainer.checkpoint import RunCheckpoint
+from elastictrainer.common import RunError, one_line, peak_rss_mb
+from elastictrainer.data.loaders import first_undecodable
+from elastictrainer.run_setup import get_random_state, set_random_state
+
+
+@dataclasses.dataclass
+class LoopState:
+    """Where the loop is: what a checkpoint needs besides weights, optimizer and iterators."""
+    selection: tuple = None
+    epoch: int = 0  # epochs finished
+    step_in_epoch: int = 0
+    global_step: int = 0
+    train_time: float = 0.0
+    best: float = -1.0
+    ep_loss: float = 0.0
+    ep_correct: float = 0.0
+    ep_seen: float = 0.0
+    run_loss: float = 0.0
+    run_correct: float = 0.0
+    run_seen: float = 0.0
+    last_checkpoint: float = 0.0
+
+    def __post_init__(self):
+        if self.selection is not None:
+            self.selection = tuple(int(k) for k in self.selection)
+
+    @classmethod
+    def from_dict(cls, data):
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def add(self, loss, logits, labels):
+        b = int(labels.shape[0])
+        correct = float(np.sum(np.argmax(logits, -1) == labels))
+        self.ep_loss += loss * b
+        self.ep_correct += correct
+        self.ep_seen += b
+        self.run_loss += loss * b
+        self.run_correct += correct
+        self.run_seen += b
+        self.global_step += 1
+        self.step_in_epoch += 1
+
+    def next_epoch(self):
+        self.epoch += 1
+        self.step_in_epoch = 0
+        self.ep_loss = self.ep_correct = self.ep_seen = 0.0
+
+
+class StopFlag:
+    """Ctrl-C asks the loop to stop after the current step instead of killing it mid-write."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        def handler(signum, frame):
+            if self.requested:  # a second Ctrl-C stops at once
+                raise KeyboardInterrupt
+            self.requested = True
+        try:
+            self._previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+
+class RunRecorder:
+    """summary.json, TensorBoard events, checkpoints and the energy meter of one run."""
+
+    def __init__(self, setup, iterators, elastic, clock, log):
+        cfg, tr = setup.cfg, setup.trainer
+        self.setup, self.cfg, self.elastic, self.clock, self.log = setup, cfg, elastic, clock, log
+        self.out = setup.out
+        self.ckpt = RunCheckpoint(self.out, setup.model, tr.optimizer, iterators)
+        self.meter = energy.detect(mode=cfg.energy)
+        bundle = setup.bundle
+        self.summary = runlog.RunSummary(
+            train_type=cfg.train_type, model=cfg.model_name, dataset=cfg.dataset_name,
+            rho=cfg.rho if setup.scheme.elastic else None, seed=cfg.seed,
+            num_tensors=len(tr.variables), tensor_names=[v.name for v in tr.variables],
+            timing_table=setup.table_path, steps_per_epoch=setup.steps_per_epoch,
+            skipped_images=len(bundle.skipped), skipped_files=list(bundle.skipped[:100]),
+            energy_source=self.meter.source)
+        if elastic:
+            self.summary.rho_feedback = cfg.rho_feedback
+        if bundle.skipped:
+            shown = ", ".join(bundle.skipped[:3]) + (", ..." if len(bundle.skipped) > 3 else "")
+            log(f"warning: skipped {len(bundle.skipped)} file(s) of {cfg.dataset_name} that "
+                f"are not JPEG/PNG/GIF/BMP images: {shown}")
+        self.writer = None
+
+    def start(self):
+        """The loop state to begin from: a fresh one, or the latest checkpoint's."""
+        cfg, setup = self.cfg, self.setup
+        st = LoopState(selection=None if setup.scheme.elastic
+                       else setup.scheme.fixed_selection(setup.roles))
+        if not setup.resume:
+            runlog.write_json(os.path.join(self.out, runlog.CONFIG_FILE),
+                              dataclasses.asdict(cfg))
+        else:
+            saved = self.ckpt.restore()
+            st = LoopState.from_dict(saved["loop"])
+            self.summary = runlog.RunSummary.from_dict(dict(saved["summary"], status="running",
+                                                            error=None))
+            set_random_state(setup.model, saved["random"])
+            self.meter.restore(*saved["energy"])
+            if self.elastic:
+                self.elastic.rt.load_state(saved["elastic"])
+            # events written after this checkpoint would repeat their steps: dropped
+            runlog.truncate_events(self.out, saved["wall_time"])
+            self.log(f"resuming {self.out} from {os.path.basename(self.ckpt.latest)}: epoch "
+                     f"{st.epoch + 1} of {cfg.num_epochs}, step {st.step_in_epoch} of "
+                     f"{setup.steps_per_epoch}, {st.train_time:.1f} s trained")
+        self.writer = tf.summary.create_file_writer(self.out)
+        self.save_summary()
+        st.last_checkpoint = self.clock()
+        return st
+
+    def save_summary(self):
+        if self.elastic:
+            rt = self.elastic.rt.s
+            self.summary.selections, self.summary.corrections = rt.records, rt.corrections
+        runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
+
+    def checkpoint(self, st):
+        self.save_summary()
+        state = {"loop": dataclasses.asdict(st), "summary": self.summary.to_dict(),
+                 "random": get_random_state(self.setup.model),
+                 "energy": [self.meter.joules, self.meter.active_s],
+                 "elastic": self.elastic.rt.state() if self.elastic else None,
+                 "wall_time": time.time()}
+        self.writer.flush()
+        self.ckpt.save(state, st.global_step)
+        st.last_checkpoint = self.clock()
+
+    def checkpoint_due(self, st):
+        every_s = self.cfg.checkpoint_minutes * 60
+        return bool(every_s) and self.clock() - st.last_checkpoint >= every_s
+
+    def train_scalars(self, st):
+        """The reference's train scalars, every runlog.SCALAR_EVERY_STEPS steps."""
+        if not st.run_seen:
+            return
+        tf.summary.scalar(runlog.TRAIN_ACCURACY, 100.0 * st.run_correct / st.run_seen,
+                          step=st.global_step)
+        tf.summary.scalar(runlog.TRAIN_LOSS, st.run_loss / st.run_seen, step=st.global_step)
+        opt = self.setup.trainer.optimizer
+        lr = opt.learning_rate
+        lr = lr(opt.iterations) if callable(lr) else lr
+        tf.summary.scalar(runlog.LEARNING_RATE, float(lr), step=st.global_step)
+        st.run_loss = st.run_correct = st.run_seen = 0.0
+
+    def nan_loss(self, st, loss, epoch, partial_s):
+        self.summary.status = "nan"
+        self.meter.pause()
+        self.summary.train_time_s = st.train_time + partial_s
+        self.summary.energy_j, self.summary.avg_power_w = self.meter.joules, self.meter.avg_power_w
+        self.save_summary()
+        raise RunError(f"the loss became {loss} at epoch {epoch}, step {st.global_step}; try a "
+                       f"lower --learning_rate")
+
+    def end_epoch(self, st, epoch):
+        """Evaluate, log and checkpoint a finished epoch."""
+        cfg, tr = self.cfg, self.setup.trainer
+        self.train_scalars(st)
+        test_acc, test_loss = tr.evaluate(self.setup.bundle.test)
+        tf.summary.scalar(runlog.TEST_ACCURACY, test_acc, step=st.global_step)
+        tf.summary.scalar(runlog.TEST_LOSS, test_loss, step=st.global_step)
+        if self.meter.joules is not None:
+            tf.summary.scalar(runlog.ENERGY_JOULES, self.meter.joules, step=st.global_step)
+        if test_acc > st.best:
+            st.best = test_acc
+            if cfg.save_model:
+                _save_weights_atomically(self.setup.model,
+                                         os.path.join(self.out, runlog.BEST_WEIGHTS_FILE))
+        selected = len(st.selection) if st.selection is not None else len(tr.variables)
+        seen = max(st.ep_seen, 1)
+        self.summary.epochs.append(dataclasses.asdict(runlog.EpochRecord(
+            epoch=epoch, train_time_s=st.train_time, test_accuracy=test_acc,
+            test_loss=test_loss, train_accuracy=100 * st.ep_correct / seen,
+            train_loss=st.ep_loss / seen, selected=selected, energy_j=self.meter.joules)))
+        self.summary.best_test_accuracy = st.best
+        self.summary.train_time_s = st.train_time
+        self.log(f"epoch {epoch}: train loss {st.ep_loss / seen:.4f}, test accuracy "
+                 f"{test_acc:.2f}%, test loss {test_loss:.4f}, training time "
+                 f"{st.train_time:.1f} s, {selected}/{len(tr.variables)} tensors trained")
+        st.next_epoch()
+        self.checkpoint(st)
+
+    def finish(self, st, stopped, elastic_result):
+        """The summary's last numbers, the reference's text file and the closing line."""
+        cfg, summary = self.cfg, self.summary
+        self.writer.flush()
+        if elastic_result:
+            for key, value in elastic_result.items():
+                setattr(summary, key, value)
+        summary.status = "interrupted" if stopped else "finished"
+        summary.step_cache_traces = self.setup.trainer.steps.traces
+        summary.peak_rss_mb = peak_rss_mb()
+        self.save_summary()
+        train_time, best = st.train_time, max(st.best, 0.0)
+        hours = train_time / 3600
+        if cfg.save_txt:
+            np.savetxt(os.path.join(self.out, f"{cfg.run_name}.txt"), [hours, best])
+        spent = (f", energy {self.meter.joules:.0f} J ({self.meter.source})"
+                 if self.meter.joules is not None else "")
+        if elastic_result:
+            measured, wall = summary.measured_ratio, summary.wall_ratio
+            spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
+                      f"{'n/a' if measured is None else f'{measured:.3f}'}"
+                      f" ({len(summary.corrections)} correction(s)); wall clock "
+                      f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, "
+                      f"estimated in the run (re-selecting {summary.reselection_overhead_s:.1f} "
+                      f"s, {100 * summary.reselection_overhead_s / max(train_time, 1e-9):.0f}% "
+                      f"of training)")
+        ended = (f"interrupted after {len(summary.epochs)} of {cfg.num_epochs} epochs (run "
+                 f"the same command again to continue)" if stopped else "finished")
+        self.log(f"{cfg.train_type} {ended}: best test accuracy {best:.2f}%, training time "
+                 f"{hours:.4f} h ({train_time:.1f} s){spent}; results in {self.out}")
+        return summary.to_dict()
+
+    @contextlib.contextmanager
+    def outcome_recorded(self):
+        """A run that dies says so in summary.json (status failed and the error, the finished
+        epochs kept); TensorFlow's own errors become one line, naming the file that does not
+        decode when one of the dataset's files is to blame."""
+        summary, files = self.summary, self.setup.bundle.files
+        try:
+            yield
+        except BaseException as e:
+            summary = self.summary
+            if summary.status == "running":
+                summary.status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            message = one_line(e)
+            if isinstance(e, tf.errors.OpError):
+                bad, why = first_undecodable(files) if files else (None, None)
+                message = (f"cannot decode {bad} ({why}); remove or re-save it" if bad else
+                           one_line(e.message.split("}}")[-1], 300))
+            summary.error = message
+            summary.peak_rss_mb = peak_rss_mb()
+            self.save_summary()
+            if isinstance(e, tf.errors.OpError):
+                raise RunError(f"the run stopped in epoch {len(summary.epochs) + 1}: {message}; "
+                               f"the finished epochs are in summary.json") from e
+            raise
+
+
+def _save_weights_atomically(model, path):
+    # the format follows the name's ending (".weights.h5"), so the temporary name keeps it
+    head, base = os.path.split(path)
+    tmp = os.path.join(head, "tmp-" + base)
+    model.save_weights(tmp)
+    os.replace(tmp, path)

@@ -1,0 +1,200 @@
+"""Setting a run up: its data, its model, its trainer and, for the elastic schemes, its time
+model (the profiler's table, profiled first where missing).  Everything the loop (loop.py)
+needs before its first step, checked before minutes of loading and profiling are spent."""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import dataclasses
+import math
+import os
+import shutil
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from elastictrainer import engine, runlog
+from elastictrainer.checkpoint import CHECKPOINT_DIR, check_same_run
+from elastictrainer.common import UserError, check_writable_dir
+from elastictrainer.data.loaders import DatasetBundle, load_dataset
+from elastictrainer.models.build import build_sized
+from elastictrainer.profiler import table as tables
+from elastictrainer.profiler.run import load_or_profile
+from elastictrainer.roles import check_roles, tensor_roles
+from elastictrainer.schemes import SCHEMES
+from elastictrainer.time_model import TimeModel
+from elastictrainer.trainer import Trainer
+
+
+@dataclasses.dataclass
+class RunSetup:
+    """A run ready to train (setup_run)."""
+    cfg: Any
+    scheme: Any
+    bundle: DatasetBundle
+    model: Any
+    trainer: Trainer
+    roles: list
+    steps_per_epoch: int
+    total_steps: int
+    out: str
+    resume: bool
+    time_model: Optional[TimeModel] = None
+    table: Optional[dict] = None
+    table_path: Optional[str] = None
+
+
+def setup_run(cfg, log=print, model=None, data=None):
+    """Validate `cfg`, load data and model, build the trainer and the time model; see run()."""
+    cfg.validate()
+    check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
+    scheme = SCHEMES[cfg.train_type]
+    keras.utils.set_random_seed(cfg.seed)
+    if data is not None:
+        bundle, batch_size = user_data(data, model, cfg)
+        cfg = dataclasses.replace(cfg, dataset_name=bundle.name, batch_size=batch_size)
+    else:
+        sizes = {k: getattr(cfg, k) for k in ("num_train", "num_test")
+                 if getattr(cfg, k) is not None}
+        bundle = load_dataset(cfg.dataset_name, input_size=cfg.input_size,
+                              batch_size=cfg.batch_size, seed=cfg.seed, data_dir=cfg.data_dir,
+                              **sizes)
+    num_classes = cfg.num_classes or bundle.num_classes
+    if num_classes < bundle.num_classes:
+        raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
+                        f"classes of {cfg.dataset_name}")
+    given_model = model is not None
+    if given_model:
+        if not isinstance(model, keras.Model):
+            raise UserError(f"model must be a tf_keras Model (import tf_keras as keras), got "
+                            f"{type(model).__module__}.{type(model).__name__}")
+        input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
+        cfg = dataclasses.replace(cfg, model_name=model.name, input_size=input_size,
+                                  weights="(model object)")
+    else:
+        # a saved model with another class count gets a new head (models/build.py)
+        model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size,
+                                                     num_classes, cfg.weights, log=log,
+                                                     progress=cfg.progress)
+    if input_size != cfg.input_size:
+        raise UserError(f"{cfg.model_name} takes {input_size}x{input_size} images; "
+                        f"pass --input_size {input_size}")
+    if num_classes < bundle.num_classes:
+        raise UserError(f"{cfg.model_name} outputs {num_classes} classes but "
+                        f"{cfg.dataset_name} has {bundle.num_classes}")
+    cfg = dataclasses.replace(cfg, num_classes=num_classes, run_name=cfg.resolved_run_name())
+
+    steps_per_epoch = math.ceil(bundle.num_train / cfg.batch_size) if bundle.num_train else None
+    if cfg.steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
+    total_steps = steps_per_epoch * cfg.num_epochs
+    rng_state = random_state(model)
+    roles = check_roles(tensor_roles(model))
+    optimizer = engine.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
+                                      total_steps, schedule=cfg.lr_schedule)
+    trainer = Trainer(model, optimizer, scheme, roles)
+    setup = RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, trainer=trainer,
+                     roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+                     out=runlog.run_dir(cfg.logdir, cfg.run_name), resume=False)
+    if scheme.elastic:
+        # a model object cannot be rebuilt from its name in a child process
+        setup.time_model, setup.table, setup.table_path = _load_time_model(
+            cfg, model, num_classes, log, in_child=not given_model)
+    restore_random_state(model, rng_state, cfg.seed)
+    setup.resume = _resumable(setup.out, cfg, log)
+    os.makedirs(setup.out, exist_ok=True)
+    return setup
+
+
+def _load_time_model(cfg, model, num_classes, log, in_child=True):
+    path = cfg.timing_table or tables.default_table_path(
+        cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
+    table = load_or_profile(path, model, cfg.model_name, cfg.input_size, cfg.batch_size,
+                            num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
+                            optimizer=cfg.optimizer, in_child=in_child)
+    tm = TimeModel(table)
+    if not tm.calibrated:
+        log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
+            f"version); re-run profiler.py so that rho holds when backward ops overlap")
+    if cfg.rho < tm.rho_floor:
+        raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
+                        f"alone is {tm.rho_floor:.3f} of a full training step ({path})")
+    return tm, table, path
+
+
+def _resumable(out, cfg, log):
+    """True when `out` holds an unfinished run of these settings to continue (--resume true);
+    a finished run, or other settings, are refused with one line."""
+    if not os.path.exists(os.path.join(out, CHECKPOINT_DIR, "checkpoint")):
+        return False
+    if not cfg.resume:
+        log(f"--resume false: starting {out} over (its checkpoints are replaced)")
+        shutil.rmtree(os.path.join(out, CHECKPOINT_DIR), ignore_errors=True)
+        for f in os.listdir(out):
+            if f.startswith("events.out.tfevents"):
+                os.remove(os.path.join(out, f))
+        return False
+    try:
+        saved = runlog.read_config(out)
+    except (OSError, ValueError):
+        raise UserError(f"cannot resume {out}: its {runlog.CONFIG_FILE} is missing or "
+                        f"unreadable; pass --resume false to start it over") from None
+    check_same_run(saved, cfg, out)
+    try:
+        status = runlog.read_summary(out).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "finished":
+        raise UserError(f"{out} already holds a finished run; pass another --run_name, or "
+                        f"--resume false to start it over")
+    return True
+
+
+def user_data(data, model, cfg):
+    """A DatasetBundle around a user's (train, test) tf.data datasets of batches."""
+    try:
+        train, test = data
+    except (TypeError, ValueError):
+        raise UserError("data must be a (train, test) pair of tf.data datasets") from None
+    for name, ds in (("train", train), ("test", test)):
+        if not isinstance(ds, tf.data.Dataset):
+            raise UserError(f"data's {name} set must be a tf.data.Dataset of (images, labels) "
+                            f"batches, got {type(ds).__name__}")
+    if model is None:
+        raise UserError("data=(train, test) needs model= as well (its head gives the classes)")
+    x, _ = next(iter(train))
+    batch_size = int(x.shape[0])
+    batches = int(train.cardinality())
+    if batches < 0 and not cfg.steps_per_epoch:  # infinite or unknown length
+        raise UserError("the train set's length is unknown: set steps_per_epoch in the Config")
+    classes = int(model.output_shape[-1])
+    return DatasetBundle(train=train, test=test, num_classes=classes,
+                         num_train=max(batches, 0) * batch_size, num_test=0,
+                         name="user data"), batch_size
+
+
+def get_random_state(model):
+    """The augmentation generators' states as lists (JSON), for a checkpoint."""
+    return [value.tolist() for _, value in random_state(model)]
+
+
+def set_random_state(model, values):
+    for (var, _), value in zip(random_state(model), values):
+        var.assign(np.asarray(value, dtype=var.dtype.as_numpy_dtype))
+
+
+def random_state(model):
+    """The states of the random layers' generators (augmentation), which profiling inside the
+    run would advance.  Private tf_keras attributes (`_random_generator._generator`)."""
+    gens = [getattr(getattr(layer, "_random_generator", None), "_generator", None)
+            for layer in model.submodules]
+    return [(g.state, g.state.numpy()) for g in gens if g is not None]
+
+
+def restore_random_state(model, saved, seed):
+    """Give training the same random stream whether or not the run profiled first: the layers'
+    generators back to where they were, and the global seeds (which op seeds of every traced
+    step, dropout's among them, are counted from) reset at this same point in every run."""
+    for var, value in saved:
+        var.assign(value)
+    keras.utils.set_random_seed(seed)
