@@ -251,7 +251,11 @@ def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
     if schemes.SCHEMES[train_type].elastic:
         assert {runlog.NUM_SELECTED, runlog.PREDICTED_RATIO, runlog.SELECTION_MASK} <= tags
         # interval 0.5 with 4 steps an epoch: a selection at steps 0, 2, 4, 6
-        assert [s["step"] for s in summary["selections"]] == [0, 2, 4, 6]
+        # (re-selections at 0, 2, 4, 6); an importance with an in-step form trains its probe
+        # step first, a full step, and the selection from the next step on
+        first = 0 if train_type == "elastic_training_taylor_paper" else 1
+        assert [s["step"] for s in summary["selections"]] == [first, first + 2, first + 4,
+                                                               first + 6]
         masks = acc.Tensors(runlog.SELECTION_MASK)
         assert len(masks) == 4 and tf.make_ndarray(masks[0].tensor_proto).shape == (8,)
         for s in summary["selections"]:
@@ -434,21 +438,26 @@ def test_profiling_first_does_not_change_the_run(tmp_path):
 
 
 def _fake_device(monkeypatch, truth, slow=None, every=None, timed_full=None):
-    """Step times from `truth` (a TimeModel standing for the device) on a fake clock: every
-    train step of a selection advances it by what truth says that selection costs, times
-    slow(n) for the n-th call of a partial selection's steps (a burst of other load), and times
-    every(n) for the n-th training step of any selection, full ones included; a full step
-    timed by the closed loop after n training steps takes timed_full(n) times its cost.
-    Returns that step counter ([n]), for a test to start it again."""
-    from elastictrainer import loop, trainer as trainer_mod
+    """A simulated device on a fake clock, for runs through _run_on: every train step of a
+    selection advances the clock by what `truth` (a TimeModel) says that selection costs,
+    times slow(n) for the n-th call of a partial selection's steps (a burst of other load),
+    and times every(n) for the n-th training step of any kind; a full step (the probe or
+    timed full step of the elastic runtime) after n training steps takes timed_full(n) times
+    its cost.  Returns (clock, that step counter [n]) for a test to start again."""
+    from elastictrainer import trainer as trainer_mod
     clock = [0.0]
     calls = [0]
     steps = [0]
-    monkeypatch.setattr(loop, "_clock", lambda: clock[0])
-    real = trainer_mod.Trainer.step_for
+    real_step_for = trainer_mod.Trainer.step_for
+    real_probe = trainer_mod.Trainer.probe_step
+
+    def advance(ms, factor):
+        steps[0] += 1
+        factor *= every(steps[0]) if every else 1.0
+        clock[0] += ms * factor / 1e3
 
     def step_for(self, selection):
-        step = real(self, selection)
+        step = real_step_for(self, selection)
         mask = np.zeros(len(self.variables), bool)
         mask[list(selection)] = True
         ms = truth.t_fp + truth.cost_ms(mask)
@@ -459,22 +468,25 @@ def _fake_device(monkeypatch, truth, slow=None, every=None, timed_full=None):
             if partial:
                 calls[0] += 1
                 factor = slow(calls[0]) if slow else 1.0
-            steps[0] += 1
-            factor *= every(steps[0]) if every else 1.0
-            clock[0] += ms * factor / 1e3
+            advance(ms, factor)
             return step(x, y)
         return timed
 
+    def probe_step(self, x, y, want_terms):
+        factor = timed_full(steps[0]) if timed_full else 1.0
+        advance(truth.t_full, factor)
+        return real_probe(self, x, y, want_terms)
+
     monkeypatch.setattr(trainer_mod.Trainer, "step_for", step_for)
+    monkeypatch.setattr(trainer_mod.Trainer, "probe_step", probe_step)
+    return (lambda: clock[0]), steps
 
-    def gradient_step(trainer, x, y, warm):  # the loop scales it by the table's full / grads
-        seconds = truth.t_full / truth.full_over_grads / 1e3
-        seconds *= timed_full(steps[0]) if timed_full else 1.0
-        clock[0] += seconds
-        return seconds
 
-    monkeypatch.setattr(loop, "_time_gradient_step", gradient_step)
-    return steps
+def _run_on(clock, argv):
+    """A training run as main.py would do it with `argv`, timed by `clock`."""
+    from elastictrainer import cli, loop
+    cfg = cli.config_from_args(cli.train_parser().parse_args(argv))
+    return loop.run(cfg, log=lambda msg: None, clock=clock)
 
 
 def _realistic_table(workdir, name):
@@ -502,20 +514,21 @@ def test_a_burst_of_load_in_one_measurement_round_is_not_corrected(workdir, monk
             "--timing_table", str(path))
     # a rho that the first selection fills exactly (a tiny model's tensors are coarse): its
     # predicted ratio at 0.75, feedback off
-    _fake_device(monkeypatch, TimeModel(data))
-    assert main_cli.main(_argv(workdir, "elastic_training", "burst_rho", "--rho", "0.75",
-                               "--rho_feedback", "false", *args)) == 0
+    clock, counter = _fake_device(monkeypatch, TimeModel(data))
+    _run_on(clock, _argv(workdir, "elastic_training", "burst_rho", "--rho", "0.75",
+                               "--rho_feedback", "false", *args))
     rho = json.load(open(workdir / "logs" / "burst_rho" / runlog.SUMMARY_FILE)
                     )["selections"][0]["predicted_ratio"] * 1.01  # the DP rounds costs up
     # calls 2-7 of the partial selection's step (its first is untimed): 6 of the 10 steps of
     # round one, 6 of the 20 pooled
-    _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.5 if 2 <= n <= 7 else 1.0)
-    assert main_cli.main(_argv(workdir, "elastic_training", "burst", "--rho", f"{rho:.9f}",
-                               *args)) == 0
+    clock, counter = _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.5 if 2 <= n <= 7 else 1.0)
+    _run_on(clock, _argv(workdir, "elastic_training", "burst", "--rho", f"{rho:.9f}",
+                               *args))
     summary = json.load(open(workdir / "logs" / "burst" / runlog.SUMMARY_FILE))
     assert summary["corrections"] == []
     (sel,) = summary["selections"]
-    assert sel["steps"] == 32 and sel["limited_by"] == "budget"
+    # 32 steps: the probe, then the selection's own steps and the full steps timed among them
+    assert 1 + sel["steps"] + sel["full_steps"] == 32 and sel["limited_by"] == "budget"
     assert sel["measured_ratio"] == pytest.approx(sel["predicted_ratio"], rel=1e-6)
     # without the burst in round one... with it and one round only, it would have been a miss
     assert 1.5 * sel["predicted_ratio"] > rho * 1.05
@@ -528,22 +541,22 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
     1.4x slow (other load that hits the small steps).  Measured again RECHECK_STEPS steps
     after the first judgement, the drift is a confirmed miss and is corrected; never measured
     again (10**6), the run keeps the drifted selection."""
-    from elastictrainer import loop
+    from elastictrainer.elastic import runtime
     from elastictrainer.time_model import TimeModel
     path, data = _realistic_table(workdir, "drift_table.json")
     args = ("--steps_per_epoch", "90", "--num_epochs", "1", "--interval", "1",
             "--timing_table", str(path))
-    _fake_device(monkeypatch, TimeModel(data))
+    clock, counter = _fake_device(monkeypatch, TimeModel(data))
     name = f"drift_rho_{recheck}"
-    assert main_cli.main(_argv(workdir, "elastic_training", name, "--rho", "0.75",
-                               "--rho_feedback", "false", *args)) == 0
+    _run_on(clock, _argv(workdir, "elastic_training", name, "--rho", "0.75",
+                               "--rho_feedback", "false", *args))
     rho = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE)
                     )["selections"][0]["predicted_ratio"] * 1.01  # the DP rounds costs up
-    monkeypatch.setattr(loop, "RECHECK_STEPS", recheck)
-    _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.4 if n >= 25 else 1.0)
+    monkeypatch.setattr(runtime, "RECHECK_STEPS", recheck)
+    clock, counter = _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.4 if n >= 25 else 1.0)
     name = f"drift_{recheck}"
-    assert main_cli.main(_argv(workdir, "elastic_training", name, "--rho", f"{rho:.9f}",
-                               *args)) == 0
+    _run_on(clock, _argv(workdir, "elastic_training", name, "--rho", f"{rho:.9f}",
+                               *args))
     summary = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE))
     first = summary["selections"][0]
     if recheck > 90:
@@ -555,8 +568,10 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
     (correction, *_) = summary["corrections"]
     assert correction["miss"] == "over"
     # judged fine after its first 10 timed steps, measured again 30 steps later, confirmed
-    assert correction["step"] == 1 + 10 + recheck + 2 * 10 - 1
-    assert first["steps"] == correction["step"] + 1
+    # after its probe step and its first (compiling) step; a round is 10 of its steps and the
+    # 5 full steps interleaved with them
+    assert correction["step"] == 1 + 1 + (10 + 5) + recheck + 2 * (10 + 5) - 1
+    assert 1 + first["steps"] + first["full_steps"] == correction["step"] + 1
     # its first window measured it within rho, its latest over: it is no candidate any more
     # (rho_control.prefer_measured), so the correction trains something else
     second = summary["selections"][1]
@@ -573,22 +588,24 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     truth = table.corrected(0.6, 0.6)
     rho = 0.75
     assert truth.rho_floor < rho * 0.9
-    _fake_device(monkeypatch, truth)
+    clock, counter = _fake_device(monkeypatch, truth)
     name = f"feedback_{feedback}"
-    assert main_cli.main(_argv(workdir, "elastic_training", name, "--steps_per_epoch", "32",
-                               "--interval", "1", "--rho", str(rho),
-                               "--rho_feedback", feedback, "--timing_table", str(path))) == 0
+    _run_on(clock, _argv(workdir, "elastic_training", name, "--steps_per_epoch", "32",
+                         "--interval", "1", "--rho", str(rho),
+                         "--rho_feedback", feedback, "--timing_table", str(path)))
     run = workdir / "logs" / name
     summary = json.load(open(run / runlog.SUMMARY_FILE))
     sels = summary["selections"]
     assert summary["rho_feedback"] is (feedback == "true")
-    for s in sels:
+    assert sels[0]["measured_ratio"] is not None
+    for s in [s for s in sels if s["measured_ratio"] is not None]:
         assert s["limited_by"] in ("budget", "importance", "depth", "forward floor")
-        assert s["measured_ratio"] is not None and s["steps"] > 0
+        assert s["steps"] > 0
         mask = np.array(s["mask"], bool)
         assert s["measured_ratio"] == pytest.approx(truth.predicted_ratio(mask), rel=1e-6)
-    weights = np.array([s["steps"] for s in sels])
-    ratios = np.array([s["measured_ratio"] for s in sels])
+    judged = [s for s in sels if s["measured_ratio"] is not None and s["steps"]]
+    weights = np.array([s["steps"] for s in judged])
+    ratios = np.array([s["measured_ratio"] for s in judged])
     assert summary["measured_ratio"] == pytest.approx(float(weights @ ratios / weights.sum()))
     assert 0 <= summary["reselection_overhead_s"] <= summary["train_time_s"]
     parts = summary["reselection_overhead_parts_s"]
@@ -607,7 +624,8 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
         assert c["miss"] in ("over", "under") and c["dw_scale"] > 0 and c["dy_scale"] > 0
     # once corrected, no selection runs above 1.1 rho
     first = sels.index(next(s for s in sels if s["reason"].startswith("correction")))
-    assert all(s["measured_ratio"] <= rho * 1.1 for s in sels[first:])
+    assert all(s["measured_ratio"] <= rho * 1.1 for s in sels[first:]
+               if s["measured_ratio"] is not None)
 
 
 def test_wall_ratio_is_the_time_a_full_training_run_takes(workdir, monkeypatch):
@@ -618,14 +636,16 @@ def test_wall_ratio_is_the_time_a_full_training_run_takes(workdir, monkeypatch):
     runs alike, and full steps are timed only between those: the medians miss the slow steps,
     which full training pays too."""
     import tqdm as tqdm_mod
-    from elastictrainer import loop
     from elastictrainer.time_model import TimeModel
     path, data = _realistic_table(workdir, "wall_table.json")
     truth = TimeModel(data)
     # no selection's first step is a slow one (those would pass for compiling)
-    counter = _fake_device(monkeypatch, truth, every=lambda n: 2.5 if n % 7 == 3 else 1.0)
-    device_clock, loop_work = loop._clock, [0.0]
-    monkeypatch.setattr(loop, "_clock", lambda: device_clock() + loop_work[0])
+    device_clock, counter = _fake_device(monkeypatch, truth,
+                                         every=lambda n: 2.5 if n % 7 == 3 else 1.0)
+    loop_work = [0.0]
+
+    def clock():
+        return device_clock() + loop_work[0]
 
     class Bar(tqdm_mod.tqdm):  # the loop's per-step work, 3 ms on the fake clock
         def update(self, n=1):
@@ -637,9 +657,9 @@ def test_wall_ratio_is_the_time_a_full_training_run_takes(workdir, monkeypatch):
     for train_type in ("full_training", "elastic_training"):
         name = f"wall_{train_type}"
         counter[0] = 0  # the slow steps at the same steps of both runs
-        assert main_cli.main(_argv(workdir, train_type, name, "--steps_per_epoch", "24",
-                                   "--rho", "0.6", "--rho_feedback", "false",
-                                   "--timing_table", str(path))) == 0
+        _run_on(clock, _argv(workdir, train_type, name, "--steps_per_epoch", "48",
+                             "--interval", "1", "--rho", "0.6", "--rho_feedback", "false",
+                             "--timing_table", str(path)))
         times[train_type] = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE))
     elastic = times["elastic_training"]
     actual = elastic["train_time_s"] / times["full_training"]["train_time_s"]
@@ -647,8 +667,7 @@ def test_wall_ratio_is_the_time_a_full_training_run_takes(workdir, monkeypatch):
     assert elastic["wall_ratio"] > elastic["measured_ratio"] + 0.01
     tags = set(_scalars(workdir / "logs" / "wall_elastic_training").Tags()["tensors"])
     assert runlog.WALL_RATIO in tags
-    assert loop.wall_ratio(10.0, 6.0, 1.0, 0.0) is None
-    assert loop.wall_ratio(10.0, 6.0, 1.0, 12.0) == pytest.approx(10.0 / 15.0)
+    assert elastic["reselection_overhead_s"] > 0
 
 
 def test_load_while_a_selection_is_first_measured_is_not_taken_for_the_full_steps_cost(
@@ -662,17 +681,17 @@ def test_load_while_a_selection_is_first_measured_is_not_taken_for_the_full_step
     from elastictrainer.time_model import TimeModel
     path, data = _realistic_table(workdir, "load_table.json")
     truth = TimeModel(data)
-    # not the first step, which the loop would take for compiling
-    load = lambda n: 1.6 if 1 <= n < 12 else 1.0  # noqa: E731
-    counter = _fake_device(monkeypatch, truth, every=lambda n: load(n - 1), timed_full=load)
+    # not the probe step nor the selection's first, which the runtime takes for compiling
+    load = lambda n: 1.6 if 2 <= n < 13 else 1.0  # noqa: E731
+    # full steps are training steps: the load hits them as it hits the selection's
+    clock, counter = _fake_device(monkeypatch, truth, every=lambda n: load(n - 1))
     times = {}
     for train_type in ("full_training", "elastic_training"):
         name = f"load_{train_type}"
         counter[0] = 0
-        assert main_cli.main(_argv(workdir, train_type, name, "--steps_per_epoch", "40",
-                                   "--num_epochs", "1", "--interval", "1", "--rho", "0.6",
-                                   "--rho_feedback",
-                                   "false", "--timing_table", str(path))) == 0
+        _run_on(clock, _argv(workdir, train_type, name, "--steps_per_epoch", "40",
+                             "--num_epochs", "1", "--interval", "1", "--rho", "0.6",
+                             "--rho_feedback", "false", "--timing_table", str(path)))
         times[train_type] = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE))
     elastic = times["elastic_training"]
     (selection,) = elastic["selections"]  # 40 steps, 11 of them loaded
@@ -694,54 +713,31 @@ def test_num_train_and_num_test_size_the_synthetic_dataset(workdir):
                for e in summary["epochs"])
 
 
-def test_the_loop_times_a_full_step_without_changing_or_copying_what_trains(monkeypatch):
-    """The closed loop's full step is a gradient step (no update), scaled by the table's
-    t_full / t_grads: trainable weights and optimizer state stay bit-identical without a copy of
-    them being made; moving statistics that the training-mode forward pass moved are put back."""
+def test_a_probe_step_trains_as_a_full_step_and_gives_the_taylor_importance():
+    """The elastic runtime's probe step is a full training step (the weights after it are
+    those after full training's step) that also returns the Taylor terms that the separate
+    probe (importance.taylor_importance) computes before the update."""
+    from elastictrainer import importance
     from elastictrainer.engine import make_optimizer
-    model = tiny_model()
-    opt = make_optimizer("sgd", 0.1, 5e-4, 100)
-    tr = trainer.Trainer(model, opt, schemes.SCHEMES["elastic_training"], tensor_roles(model))
     x, y = batch()
-    tr.step_for(tuple(range(len(tr.variables))))(x, y)  # slots with values
-    trainable = snapshot(model.trainable_weights)
-    slots = snapshot(opt.variables)
-    moving = snapshot(model.non_trainable_weights)
-    copied = []
-    classes = {type(v) for v in model.weights + opt.variables}
 
-    for cls in classes:
-        def numpy(v, real=cls.numpy):
-            copied.append(v.name)
-            return real(v)
-        monkeypatch.setattr(cls, "numpy", numpy)
-    warm = set()
-    seconds = [loop._time_gradient_step(tr, x, y, warm) for _ in range(2)]
-    monkeypatch.undo()
-    assert all(s > 0 for s in seconds) and len(warm) == 1
-    for a, b in zip(trainable + slots + moving,
-                    snapshot(model.trainable_weights + opt.variables + model.non_trainable_weights)):
-        np.testing.assert_array_equal(a, b)
-    assert not set(copied) & {v.name for v in model.trainable_weights + opt.variables}
-    # the forward pass in training mode did move BatchNorm's statistics: they were restored
-    model(x, training=True)
-    assert any(not np.array_equal(a, b) for a, b in zip(moving, snapshot(model.non_trainable_weights)))
+    def fresh():
+        keras.utils.set_random_seed(0)
+        model = tiny_model()
+        opt = make_optimizer("sgd", 0.1, 5e-4, 100)
+        return model, opt, trainer.Trainer(model, opt, schemes.SCHEMES["elastic_training"],
+                                           tensor_roles(model))
 
-
-def test_full_step_stand_in_uses_the_tables_update_share(workdir, monkeypatch):
-    """With t_grads_ms in the table the loop never runs a full step to time it; the full step
-    time it records is the gradient step's times t_full / t_grads."""
-    from elastictrainer.time_model import TimeModel
-    path, data = _realistic_table(workdir, "grads_table.json")
-    data["t_grads_ms"] = data["t_full_ms"] / 1.25
-    json.dump(data, open(path, "w"))
-    truth = TimeModel(data)
-    assert truth.full_over_grads == pytest.approx(1.25)
-    _fake_device(monkeypatch, truth)
-    monkeypatch.setattr(loop, "_time_full_step", lambda *a: pytest.fail("timed a full step"))
-    assert main_cli.main(_argv(workdir, "elastic_training", "grads_stand_in", "--steps_per_epoch",
-                               "24", "--interval", "1", "--rho", "0.75", "--rho_feedback", "false",
-                               "--timing_table", str(path))) == 0
-    summary = json.load(open(workdir / "logs" / "grads_stand_in" / runlog.SUMMARY_FILE))
-    for s in summary["selections"]:
-        assert s["full_step_ms"] == pytest.approx(truth.t_full, rel=1e-6)
+    expected = importance.taylor_importance(fresh()[2], [(x, y)])
+    model, opt, tr = fresh()
+    assert tr.in_step
+    _, _, terms = tr.probe_step(x, y, True)
+    np.testing.assert_allclose(terms.numpy(), expected, rtol=1e-5, atol=1e-12)
+    _, _, none = tr.probe_step(x, y, False)
+    assert not np.any(none.numpy())  # not asked: not computed
+    probed = snapshot(model.weights + opt.variables)
+    model, opt, tr = fresh()
+    for _ in range(2):
+        tr.step_for(tuple(range(len(tr.variables))))(x, y)
+    for a, b in zip(probed, snapshot(model.weights + opt.variables)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -1,0 +1,219 @@
+"""The elastic runtime's decision part (elastic/runtime.py) driven by scripted step times on a
+fake clock: no TensorFlow, no sleeps, no wall-clock bounds, nothing patched."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from elastictrainer.elastic import ElasticRuntime, ElasticState, STATE_VERSION
+from elastictrainer.elastic import runtime as runtime_mod
+from elastictrainer.time_model import TimeModel
+
+N = 8
+
+
+def table(n=N, forward_share=0.35, seed=0):
+    """A timing table as the profiler writes one (the keys TimeModel reads)."""
+    rng = np.random.default_rng(seed)
+    tensors = [{"name": f"t{k}", "rank": n - 1 - k, "t_dw_ms": float(rng.uniform(1, 4)),
+                "t_dy_ms": float(rng.uniform(1, 4))} for k in range(n)]
+    backward = sum(t["t_dw_ms"] + t["t_dy_ms"] for t in tensors)
+    t_fp = forward_share / (1 - forward_share) * backward
+    return {"tensors": tensors, "t_fp_ms": t_fp, "t_full_ms": t_fp + backward}
+
+
+class Device:
+    """Scripted step times: a selection's step costs what `truth` (a TimeModel) predicts, times
+    `factor(step)`; each step function's first call adds `compile_s`; the loop spends
+    `loop_s` a step outside the steps."""
+
+    def __init__(self, truth, compile_s=0.0, loop_s=1e-3, factor=None):
+        self.truth, self.compile_s, self.loop_s = truth, compile_s, loop_s
+        self.factor = factor or (lambda step: 1.0)
+        self.now = 0.0
+        self.compiled = set()
+
+    def clock(self):
+        return self.now
+
+    def step_seconds(self, selection, step):
+        mask = np.zeros(len(self.truth.t_dw), bool)
+        mask[list(selection)] = True
+        seconds = (self.truth.t_fp + self.truth.cost_ms(mask)) / 1e3 * self.factor(step)
+        first = tuple(selection) not in self.compiled
+        self.compiled.add(tuple(selection))
+        return seconds + (self.compile_s if first else 0.0), first
+
+
+def make(model, device, rho=0.6, total=400, steps_per_epoch=100, interval=4, **kw):
+    rt = ElasticRuntime(model, rho, steps_per_epoch=steps_per_epoch, total_steps=total,
+                        interval=interval, clock=device.clock, log=lambda msg: None, **kw)
+    rt.is_compiled = lambda sel: tuple(sel) in device.compiled
+    return rt
+
+
+def drive(rt, device, steps, importance, start=0):
+    """The loop: what elastic/tf_side.py does, with the device's scripted times.  Returns the
+    kinds of step run."""
+    everything = tuple(range(N))
+    kinds = []
+    for g in range(start, start + steps):
+        if rt.reselect_due(g):
+            rt.begin_reselection(g, probes=1)
+        kind = rt.step_kind()
+        selection = everything if kind != "selection" else rt.selection
+        seconds, first = device.step_seconds(selection, g)
+        device.now += seconds
+        rt.step_done(g, kind, seconds, compiled=first,
+                     terms=importance if kind == "probe" else None)
+        device.now += device.loop_s
+        kinds.append(kind)
+    return kinds
+
+
+def full_training_seconds(device, steps):
+    """What full training of the same steps takes on the same device."""
+    full = Device(device.truth, device.compile_s, device.loop_s, device.factor)
+    for g in range(steps):
+        seconds, _ = full.step_seconds(tuple(range(N)), g)
+        full.now += seconds + full.loop_s
+    return full.now
+
+
+IMPORTANCE = np.linspace(0.1, 1.0, N)  # output-most tensors most important
+
+
+def test_importing_the_decision_part_starts_no_tensorflow():
+    code = ("import sys, elastictrainer.elastic; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_reselection_probes_then_measures_the_selection_among_full_steps():
+    """The step kinds of a re-selection: one probe step, the selection's first (compiling)
+    step, then its own steps with a full step before every other one until a round of
+    MEASURE_STEPS own and FULL_STEPS full steps is judged; then the selection alone."""
+    model = TimeModel(table())
+    device = Device(model)
+    rt = make(model, device)
+    kinds = drive(rt, device, 40, IMPORTANCE)
+    assert kinds[:4] == ["probe", "selection", "full", "selection"]
+    window = kinds[2:2 + 15]
+    assert window.count("full") == runtime_mod.FULL_STEPS
+    assert window.count("selection") == runtime_mod.MEASURE_STEPS
+    assert set(kinds[17:]) == {"selection"}
+    record = rt.s.records[0]
+    mask = np.array(record["mask"], bool)
+    assert record["measured_ratio"] == pytest.approx(model.predicted_ratio(mask), rel=1e-9)
+    assert record["predicted_ratio"] <= 0.6 * (1 + 1e-9)
+    # the most important tensors, from the output down, within the budget
+    assert mask[-1] and not mask.all()
+
+
+def test_wall_ratio_equals_full_trainings_time_on_the_same_device():
+    """Compiling, loop work and re-selections included, the run's own estimate of its wall
+    clock against full training's is exact when step times are steady."""
+    model = TimeModel(table())
+    device = Device(model, compile_s=0.05, loop_s=2e-3)
+    rt = make(model, device, total=400)
+    drive(rt, device, 400, IMPORTANCE)
+    result = rt.finish(device.now)
+    actual = device.now / full_training_seconds(device, 400)
+    assert result["wall_ratio"] == pytest.approx(actual, rel=1e-9)
+    assert result["wall_ratio"] < 1
+    parts = result["reselection_overhead_parts_s"]
+    # one selection compiled (the full step's compile is what full training pays too)
+    assert parts["compiling"] == pytest.approx(0.05, rel=1e-9)
+    assert sum(parts.values()) == pytest.approx(result["reselection_overhead_s"])
+
+
+def test_a_wrong_table_is_corrected_after_a_confirmed_miss():
+    """The device's backward ops cost 60% of the table's (a fixed cost the table missed), so
+    the first selection runs over rho: confirmed over two rounds, corrected, re-solved."""
+    model = TimeModel(table())
+    truth = model.corrected(0.6, 0.6)
+    device = Device(truth)
+    rt = make(model, device, rho=0.6)
+    drive(rt, device, 200, IMPORTANCE)
+    (correction, *_) = rt.s.corrections
+    assert correction["miss"] == "over"
+    # probe, first step, two rounds of 10 own + 5 full steps
+    assert correction["step"] == 1 + 1 + 2 * 15 - 1
+    second = rt.s.records[1]
+    assert second["reason"] == "correction (over rho)"
+    assert second["measured_ratio"] <= 0.6 * 1.05
+
+
+def test_feedback_off_measures_but_never_corrects():
+    model = TimeModel(table())
+    device = Device(model.corrected(0.6, 0.6))
+    rt = make(model, device, feedback=False)
+    drive(rt, device, 200, IMPORTANCE)
+    assert rt.s.corrections == [] and len(rt.s.records) == 1
+    assert rt.s.records[0]["measured_ratio"] > 0.6 * 1.05
+
+
+def test_a_run_too_short_to_pay_for_a_compile_trains_every_tensor():
+    """With a compile worth more than the steps left could save, the runtime keeps the full
+    step (the run is then as fast as full training, not slower), and says so; a long run with
+    the same compile selects."""
+    model = TimeModel(table())
+    said = []
+    short = Device(model, compile_s=3.0)
+    rt = make(model, short, total=50, steps_per_epoch=50, interval=1)
+    rt.log = said.append
+    rt.plan()
+    drive(rt, short, 50, IMPORTANCE)
+    assert rt.s.records[0]["reason"] == "short run: all tensors"
+    assert all(rt.s.records[0]["mask"])
+    assert any("training all tensors" in line for line in said)
+    assert rt.finish(short.now)["wall_ratio"] == pytest.approx(1.0, rel=1e-9)
+
+    long = Device(model, compile_s=1.0)
+    rt = make(model, long, total=20000, steps_per_epoch=5000, interval=4)
+    drive(rt, long, 300, IMPORTANCE)
+    assert not all(rt.s.records[0]["mask"])
+    # without the economy, the short run selects anyway
+    device = Device(model, compile_s=1.0)
+    rt = make(model, device, total=50, steps_per_epoch=50, interval=1, economy=False)
+    drive(rt, device, 50, IMPORTANCE)
+    assert not all(rt.s.records[0]["mask"])
+
+
+def test_the_plan_gives_the_forward_floor_and_warns_near_it():
+    model = TimeModel(table(forward_share=0.45))
+    said = []
+    rt = make(model, Device(model), rho=0.5)
+    rt.log = said.append
+    plan = rt.plan()
+    assert plan.forward_floor == pytest.approx(model.rho_floor)
+    assert plan.near_floor and any(line.startswith("warning") for line in said)
+    assert 0 <= plan.affordable_tensors < N
+    assert not make(model, Device(model), rho=0.9).plan().near_floor
+
+
+def test_state_round_trips_and_a_resumed_runtime_decides_the_same():
+    model = TimeModel(table())
+    truth = model.corrected(0.6, 0.6)
+    device = Device(truth)
+    rt = make(model, device)
+    drive(rt, device, 120, IMPORTANCE)
+    saved = rt.state()
+    assert saved["version"] == STATE_VERSION
+    resumed = make(model, Device(truth))
+    resumed.load_state(saved)
+    resumed_device = Device(truth)
+    resumed_device.compiled = set(device.compiled)
+    resumed.is_compiled = lambda sel: tuple(sel) in resumed_device.compiled
+    resumed_device.now = device.now
+    a = drive(rt, device, 150, IMPORTANCE, start=120)
+    b = drive(resumed, resumed_device, 150, IMPORTANCE, start=120)
+    assert a == b
+    assert [r["mask"] for r in rt.s.records] == [r["mask"] for r in resumed.s.records]
+
+
+def test_a_newer_state_is_refused():
+    with pytest.raises(ValueError, match="newer"):
+        ElasticState.from_dict({"version": STATE_VERSION + 1})
+    assert ElasticState.from_dict({"next_reselect": 5}).version == STATE_VERSION
