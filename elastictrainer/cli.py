@@ -29,12 +29,12 @@ def _add_config_flag(p, f):
     """Config field `f` as a flag of parser `p`: help, choices and default all from Config."""
     fl = config.flag_of(f)
     # the help names its default, so DefaultsHelpFormatter adds none; a "%" is meant literally
-    text = f"{fl.help} (default: {config.shown_default(f)})".replace("%", "%%")
+    text = f"{fl.help_text()} (default: {config.shown_default(f)})".replace("%", "%%")
     if fl.off_switch:
         p.add_argument(config.option_of(f), dest=f.name, action="store_false", help=text)
         return
     p.add_argument(config.option_of(f), type=_config_type(f), default=f.default,
-                   choices=fl.choices, metavar=fl.metavar, help=text)
+                   choices=fl.choice_list(), metavar=fl.metavar, help=text)
 
 
 CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(Config)}

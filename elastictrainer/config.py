@@ -49,7 +49,10 @@ def lr_schedule_for(optimizer, schedule=None):
 class Flag:
     """How a Config field appears on the command line and in the README's flag table.
 
-    help: plain text (no argparse %-escapes, no markdown; both renderings add their own).
+    help: plain text (no argparse %-escapes, no markdown; both renderings add their own), or a
+      function giving it, for lists that grow when users register their own entries.
+    choices: the valid values, or a function giving them when the parser is built (a scheme a
+      user registers after this module is imported is still a valid --train_type).
     shown_default: the default as a reader should see it, where the value alone says too little
       (None usually means "derived", and this says from what).
     off_switch: for a bool field that is on by default, the name of the flag that turns it off
@@ -60,6 +63,12 @@ class Flag:
     metavar: Optional[str] = None
     shown_default: Optional[str] = None
     off_switch: Optional[str] = None
+
+    def help_text(self):
+        return self.help() if callable(self.help) else self.help
+
+    def choice_list(self):
+        return tuple(self.choices()) if callable(self.choices) else self.choices
 
 
 def flag(help, **kwargs):
@@ -107,7 +116,7 @@ class Config:
         f"{models_help()}; or the path of your own saved Keras model (.keras or .h5)"))
     dataset_name: str = field(default="caltech_birds2011", metadata=flag(datasets_help()))
     train_type: str = field(default="elastic_training", metadata=flag(
-        schemes_help(), choices=tuple(SCHEMES), metavar="TRAIN_TYPE"))
+        schemes_help, choices=lambda: tuple(SCHEMES), metavar="TRAIN_TYPE"))
     input_size: int = field(default=224, metadata=flag("image height and width"))
     batch_size: int = field(default=4, metadata=flag("training batch (test: 2x)"))
     num_classes: Optional[int] = field(default=None, metadata=flag(
@@ -248,7 +257,7 @@ def _markdown(text):
 def flag_table():
     """The train command's flags as a markdown table, one row per Config field, in field order."""
     rows = ["| flag | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{option_of(f)}` | {_markdown(shown_default(f))} | {_markdown(flag_of(f).help)} |"
+    rows += [f"| `{option_of(f)}` | {_markdown(shown_default(f))} | {_markdown(flag_of(f).help_text())} |"
              for f in fields(Config)]
     return "\n".join(rows) + "\n"
 

@@ -21,10 +21,10 @@ def _actions(parser):
 def test_every_field_is_a_flag_with_help():
     actions = _actions(cli.train_parser())
     for f in FIELDS:
-        assert config.flag_of(f).help.strip(), f.name
+        assert config.flag_of(f).help_text().strip(), f.name
         assert f.name in actions, f"Config.{f.name} has no flag"
         assert actions[f.name].option_strings == [config.option_of(f)]
-        assert config.flag_of(f).help.replace("%", "%%") in actions[f.name].help
+        assert config.flag_of(f).help_text().replace("%", "%%") in actions[f.name].help
     assert set(actions) == {f.name for f in FIELDS}, "a train flag that is not a Config field"
 
 
@@ -96,3 +96,12 @@ def test_write_rewrites_only_the_block(tmp_path):
     assert path.read_text() == (f"# x\n\n{config.TABLE_BEGIN}\n{config.flag_table()}"
                                 f"{config.TABLE_END}\n\ntail\n")
     assert config.write_readme_flag_table(str(path)) is False
+
+
+def test_a_scheme_registered_later_is_a_valid_train_type(monkeypatch):
+    from elastictrainer.schemes import SCHEMES
+
+    # a user's (or a benchmark's) own scheme, registered after config was imported
+    monkeypatch.setitem(SCHEMES, "my_scheme", next(iter(SCHEMES.values())))
+    args = cli.train_parser().parse_args(["--train_type", "my_scheme"])
+    assert args.train_type == "my_scheme"
