@@ -1,0 +1,97 @@
+"""scripts/bench_runtime.py: one quick cell runs full and elastic training, and its JSON and
+Markdown hold the two summaries' numbers, merged with the cells the file already had."""
+import json
+
+import pytest
+
+from conftest import load_script
+
+from elastictrainer import runlog
+
+
+def _summary(train_time_s, acc, steps_per_epoch=10, epochs=2, **elastic):
+    s = {"steps_per_epoch": steps_per_epoch, "epochs": [{}] * epochs,
+         "train_time_s": train_time_s, "best_test_accuracy": acc}
+    if elastic:
+        s.update({"num_tensors": 20, "plan": {"forward_floor": 0.2, "affordable_tensors": 9},
+                  "corrections": [], **elastic})
+    return s
+
+
+def test_derive_and_row_from_two_summaries():
+    script = load_script("bench_runtime")
+    full = _summary(10.0, 80.0)
+    elastic = _summary(6.0, 79.0, wall_ratio=0.58, measured_ratio=0.51,
+                       reselection_overhead_s=0.6,
+                       reselection_overhead_parts_s={"importance": 0.1, "compiling": 0.5},
+                       selections=[{"mask": [0, 1, 1], "reason": "interval"}],
+                       corrections=[{"step": 3}])
+    r = script.derive(full, elastic, 0.5)
+    assert r["steps"] == 20 and r["full_step_ms"] == 500.0
+    assert r["wall_ratio_measured"] == 0.6 and r["overhead_share"] == pytest.approx(0.1)
+    assert (r["selections"], r["corrections"], r["selected_tensors"]) == (1, 1, [2])
+    assert script.row("c", r) == ("| c | 20 | 500.0 | 0.600 | 0.580 | 0.510 (0.5) | 10.0% | "
+                                  "importance 0.10 s, compiling 0.50 s | 80.0% / 79.0% | 1 / 1 |")
+    with pytest.raises(RuntimeError, match="different steps"):
+        script.derive(full, dict(elastic, epochs=[{}]), 0.5)
+
+
+def test_quick_cell_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    script = load_script("bench_runtime")
+    out, logdir = tmp_path / "figs" / "bench_runtime", tmp_path / "logs"
+    # a cell run before (another machine, another day): kept, and in the table
+    earlier = {"date": "2020-01-02T03:04:05",
+               "machine": {"platform": "Linux-x", "cpu": "Old CPU", "cores": 4,
+                           "tensorflow": "2.0"},
+               "results": script.derive(_summary(10.0, 80.0), _summary(
+                   6.0, 79.0, wall_ratio=0.58, measured_ratio=0.51, reselection_overhead_s=0.6,
+                   reselection_overhead_parts_s={"compiling": 0.6}, selections=[]), 0.5)}
+    out.parent.mkdir()
+    (tmp_path / "figs" / "bench_runtime.json").write_text(
+        json.dumps({"cells": {"smallcnn32_b8_2000": earlier}}))
+
+    # economy off: the quick run is too short to pay for a selection's compile otherwise
+    assert script.main(["--quick", "--cells", "smallcnn32_b8_500", "--no_economy", "--quiet",
+                        "--logdir", str(logdir), "--out", str(out),
+                        "--profiles", str(tmp_path / "profiles")]) == 0
+
+    cells = json.loads((tmp_path / "figs" / "bench_runtime.json").read_text())["cells"]
+    assert set(cells) == {"smallcnn32_b8_2000", "smallcnn32_b8_500_quick"}
+    cell = cells["smallcnn32_b8_500_quick"]
+    assert set(cell["machine"]) >= {"platform", "cpu", "cores", "tensorflow"} and cell["date"]
+    assert cell["settings"]["model_name"] == "smallcnn" and cell["settings"]["weights"] == "none"
+    full = runlog.read_summary(str(logdir / "smallcnn32_b8_500_quick_full"))
+    elastic = runlog.read_summary(str(logdir / "smallcnn32_b8_500_quick_elastic"))
+    assert full["train_type"] == "full_training" and elastic["train_type"] == "elastic_training"
+    assert full["status"] == elastic["status"] == "finished"
+    assert cell["summaries"]["full"]["train_time_s"] == full["train_time_s"]
+
+    r = cell["results"]
+    steps = script.QUICK_STEPS * 2
+    assert r["steps"] == steps == full["steps_per_epoch"] * len(full["epochs"])
+    assert r["wall_ratio_measured"] == pytest.approx(
+        elastic["train_time_s"] / full["train_time_s"])
+    assert r["wall_ratio_estimated"] == elastic["wall_ratio"] is not None
+    assert r["measured_step_ratio"] == elastic["measured_ratio"] is not None
+    assert r["overhead_share"] == pytest.approx(
+        elastic["reselection_overhead_s"] / elastic["train_time_s"])
+    assert r["overhead_parts_s"] == elastic["reselection_overhead_parts_s"]
+    assert set(r["overhead_parts_s"]) == {"importance", "timing full steps", "compiling",
+                                          "solving"}
+    assert r["overhead_parts_s"]["compiling"] > 0  # a selection's step was compiled
+    assert r["full_step_ms"] == pytest.approx(1e3 * full["train_time_s"] / steps)
+    assert (r["best_accuracy_full"], r["best_accuracy_elastic"]) == (
+        full["best_test_accuracy"], elastic["best_test_accuracy"])
+    assert r["selections"] == len(elastic["selections"]) >= 1
+    assert r["corrections"] == len(elastic["corrections"])
+
+    md = (tmp_path / "figs" / "bench_runtime.md").read_text()
+    assert md.startswith("Run 2020-01-02 to ")  # two machines and dates: both named
+    assert "Old CPU, 4 cores" in md and cell["machine"]["cpu"] in md
+    rows = [line for line in md.splitlines() if line.startswith("| smallcnn")]
+    # the grid's order, whatever order the cells ran in
+    assert [row.split(" | ")[0] for row in rows] == ["| smallcnn32_b8_500_quick",
+                                                     "| smallcnn32_b8_2000"]
+    assert rows[0] == script.row("smallcnn32_b8_500_quick", r)
+    assert f"| {r['wall_ratio_measured']:.3f} |" in rows[0]
