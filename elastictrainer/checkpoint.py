@@ -5,7 +5,8 @@ One tf.train.Checkpoint per save holds everything a run needs to go on as if it 
 stopped: the model's weights, the optimizer's state (slots, iteration count, hence the schedule
 position), the input pipelines' iterators (data order and probe batches continue where they
 were) and the loop's own state as one JSON string (epoch and step, the selection, the closed
-loop's time-model corrections, the summary so far, the augmentation generators' states).
+loop's time-model corrections, the summary so far, the augmentation generators' states), with
+the version of its layout (CHECKPOINT_VERSION; migrate_state reads older ones).
 tf.train.CheckpointManager writes each checkpoint's files before it rewrites its index file
 atomically, so a `kill -9` at any moment leaves the previous checkpoint readable.
 """
@@ -19,6 +20,11 @@ import tensorflow as tf
 from elastictrainer.common import UserError, one_line
 
 CHECKPOINT_DIR = "checkpoints"
+# The version of the loop state a checkpoint holds.  Raise it when the state changes so that
+# code reading the old layout would misread the new one, and add the step from the old version
+# to migrate_state: runs checkpointed before the change still resume, and an older
+# ElasticTrainer refuses the new checkpoints instead of misreading them.
+CHECKPOINT_VERSION = 1
 # Settings that make a run what it is: a checkpoint of a run with other values is refused.
 IDENTITY = ("model_name", "dataset_name", "train_type", "rho", "batch_size", "input_size",
             "num_classes", "optimizer", "learning_rate", "weight_decay", "num_epochs",
@@ -26,10 +32,23 @@ IDENTITY = ("model_name", "dataset_name", "train_type", "rho", "batch_size", "in
             "lr_schedule")
 
 
+def migrate_state(state):
+    """A loop state saved by a checkpoint of CHECKPOINT_VERSION or older (or without a version:
+    written before versions were recorded), as a state of CHECKPOINT_VERSION: a new dict.
+
+    This is where a later change to the state (what loop.py's checkpoint() saves) adds its
+    migration: the step from the version before to the new one, after the steps before it, so
+    that a run checkpointed by an older ElasticTrainer resumes.  Version 1 is the state as it
+    was first saved, which checkpoints without a version hold too: for now nothing changes but
+    the version."""
+    return dict(state, version=CHECKPOINT_VERSION)
+
+
 class RunCheckpoint:
     """Checkpoints of one run directory (`run_dir/checkpoints`), the latest two kept."""
 
     def __init__(self, run_dir, model, optimizer, iterators, max_to_keep=2):
+        self.run_dir = run_dir
         self.directory = os.path.join(run_dir, CHECKPOINT_DIR)
         self._state = tf.Variable("", dtype=tf.string, trainable=False)
         self._ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, loop_state=self._state,
@@ -42,21 +61,40 @@ class RunCheckpoint:
         return self._manager.latest_checkpoint
 
     def save(self, state, step):
-        self._state.assign(json.dumps(state))
+        """Save the model, optimizer and iterators with the loop's `state` (a JSON-able dict),
+        which is stored with its version: {"version": CHECKPOINT_VERSION, **state}."""
+        versioned = {"version": CHECKPOINT_VERSION, **state}
+        versioned["version"] = CHECKPOINT_VERSION  # the format written is always this code's
+        self._state.assign(json.dumps(versioned))
         return self._manager.save(checkpoint_number=step)
 
     def restore(self):
-        """The loop state of the latest checkpoint, everything else restored in place; one
-        line (UserError) when it cannot be read."""
+        """The loop state of the latest checkpoint, migrated to CHECKPOINT_VERSION (its
+        "version" included), everything else restored in place; one line (UserError) when it
+        cannot be read or is of a newer version than this code reads."""
         path = self.latest
         try:
             self._ckpt.restore(path).assert_existing_objects_matched()
-            return json.loads(self._state.numpy().decode())
+            state = json.loads(self._state.numpy().decode())
+            if not isinstance(state, dict):
+                raise ValueError("its loop state is not a JSON object")
         except Exception as e:  # a truncated file fails in TF's reader with any of several types
             message = e.message if isinstance(e, tf.errors.OpError) else str(e)
             raise UserError(f"cannot resume from {path}: the checkpoint is unreadable "
                             f"({one_line(message, 160)}); start the run over with --resume "
                             f"false") from None
+        version = state.get("version")  # none: saved before the version was recorded
+        if version is not None:
+            if not (isinstance(version, int) and not isinstance(version, bool) and version >= 1):
+                raise UserError(f"cannot resume from {path}: the checkpoint's state version "
+                                f"{version!r} is not a positive integer; start the run over "
+                                f"with --resume false")
+            if version > CHECKPOINT_VERSION:
+                raise UserError(f"cannot resume {self.run_dir}: its checkpoint has state "
+                                f"version {version}, newer than this ElasticTrainer reads "
+                                f"({CHECKPOINT_VERSION}); upgrade, or start over with "
+                                f"--resume false")
+        return migrate_state(state)
 
 
 def check_same_run(saved, cfg, run_dir):

@@ -216,6 +216,92 @@ def test_table_roundtrip_and_validation(tmp_path, cnn_table):
         ptable.load_table(str(tmp_path / "absent.json"))
 
 
+def _all_extras(table):
+    """Every key a TimingTable read from `table` keeps undeclared, by record."""
+    found = {"table": table.extra}
+    found.update((f"tensor {k}", t.extra) for k, t in enumerate(table.tensors))
+    found.update((f"unattributed {k}", u.extra) for k, u in enumerate(table.unattributed))
+    if table.calibration:
+        found["calibration"] = table.calibration.extra
+        found.update((f"reference {k}", r.extra)
+                     for k, r in enumerate(table.calibration.references))
+    return {k: v for k, v in found.items() if v}
+
+
+def test_a_profiled_table_round_trips_through_its_declared_format(tmp_path, cnn_table):
+    model, table = cnn_table
+    path = str(tmp_path / "t.json")
+    ptable.save_table(table, path)
+    text = open(path).read()
+    typed = ptable.TimingTable.from_dict(json.loads(text), path)
+    assert _all_extras(typed) == {}  # the profiler writes no key the format does not declare
+    assert typed.version == ptable.TABLE_VERSION and typed.calibration is not None
+    assert isinstance(typed.tensors[0], ptable.TensorTiming)
+    assert typed.tensors[0].name == model.trainable_weights[0].name
+    # the same file again, byte for byte, and load_table's dict is the profiler's
+    assert json.dumps(typed.to_dict(), indent=1) == text
+    assert ptable.load_table(path, model=model) == table
+    uncalibrated = dict(table, calibration=None, trace="x.xplane.pb", timing_note="busy")
+    assert ptable.TimingTable.from_dict(uncalibrated).to_dict() == uncalibrated
+
+
+def test_a_table_of_a_newer_format_is_refused_in_one_line(tmp_path, cnn_table):
+    _, table = cnn_table
+    newer = ptable.TABLE_VERSION + 1
+    path = tmp_path / "newer.json"
+    path.write_text(json.dumps(dict(table, version=newer, tensors="renamed")))
+    with pytest.raises(UserError) as e:
+        ptable.load_table(str(path))
+    assert str(e.value) == (f"timing table {path} has format version {newer}, newer than this "
+                            f"ElasticTrainer reads ({ptable.TABLE_VERSION}); upgrade "
+                            f"elastictrainer or re-run profiler.py")
+    for bad in ("2", 0, None, True, 1.5):
+        path.write_text(json.dumps(dict(table, version=bad)))
+        with pytest.raises(UserError, match=r"corrupt timing table .*: version .* is not a "
+                                            r"positive integer"):
+            ptable.load_table(str(path))
+
+
+def test_an_older_table_is_migrated_with_the_defaults_it_lacked(tmp_path, cnn_table):
+    _, table = cnn_table
+    old = json.loads(json.dumps(table))
+    # written by hand, or by the profiler before these were recorded
+    for key in ("version", "optimizer", "t_grads_ms", "timing_note", "peak_rss_mb",
+                "profiled_pid", "host", "created"):
+        del old[key]
+    del old["calibration"]["fixed_ms"]
+    del old["tensors"][0]["estimated"], old["tensors"][0]["shape"]
+    old["note"] = "kept"  # a key the format does not declare survives
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    untouched = json.loads(json.dumps(old))
+    assert ptable.migrate_table(old) is not old and old == untouched
+    loaded = ptable.load_table(str(path), optimizer="sgd")
+    assert loaded["version"] == ptable.TABLE_VERSION
+    assert loaded["optimizer"] == "sgd" and loaded["t_grads_ms"] is None
+    assert loaded["calibration"]["fixed_ms"] == 0.0
+    assert loaded["tensors"][0]["estimated"] is False and loaded["tensors"][0]["shape"] is None
+    assert loaded["timing_note"] is None and loaded["host"] is None and loaded["note"] == "kept"
+    assert ptable.TimingTable.from_dict(old).extra == {"note": "kept"}
+    for key in ("model", "t_fp_ms", "t_full_ms", "coverage", "unattributed"):
+        assert loaded[key] == table[key]
+    assert [t["t_dw_ms"] for t in loaded["tensors"]] == [t["t_dw_ms"] for t in table["tensors"]]
+    tm = time_model.TimeModel(loaded)
+    assert tm.full_over_grads is None and tm.calibrated and tm.fixed_ms == 0.0
+    assert "calibrated on" in ptable.summarize(loaded)
+
+
+def test_a_table_of_an_older_version_is_raised_to_the_current_one(tmp_path, cnn_table,
+                                                                   monkeypatch):
+    _, table = cnn_table
+    path = str(tmp_path / "t.json")
+    ptable.save_table(table, path)
+    monkeypatch.setattr(ptable, "TABLE_VERSION", table["version"] + 1)
+    loaded = ptable.load_table(path)
+    assert loaded["version"] == table["version"] + 1
+    assert dict(loaded, version=table["version"]) == table
+
+
 def test_plot_writes_png_and_pdf(tmp_path, cnn_table):
     _, table = cnn_table
     png = plotting.draw_profile(table, str(tmp_path / "p.png"))
@@ -239,6 +325,8 @@ def test_cli_profiles_a_user_model_file(tmp_path):
     assert table["input_size"] == 24 and table["num_classes"] == 3
     for key in ptable.REQUIRED_KEYS:
         assert key in table
+    # the file the profiler wrote is exactly what the declared format reads and writes back
+    assert ptable.TimingTable.from_dict(table, out).to_dict() == table
     assert os.path.exists(tmp_path / "fig.png")
     assert os.path.isdir(tmp_path / "traces" / "table")  # the real trace is kept
 
@@ -417,6 +505,7 @@ def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
     table = prun.profile_model(model, "tiny_cnn", 24, 2, 5, num_iterations=1, warmup=1,
                              progress=False, calibrate=False)
     assert table["calibration"] is None and not time_model.TimeModel(table).calibrated
+    assert ptable.TimingTable.from_dict(table).to_dict() == table
     assert "not calibrated" in ptable.summarize(table)
     table["calibration"] = {"dw_scale": float("nan"), "dy_scale": 1.0, "references": []}
     path = str(tmp_path / "t.json")
