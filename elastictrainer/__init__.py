@@ -6,8 +6,10 @@ One module per component of the paper:
     time_model.py   the time model of eq. 3, calibrated
     importance.py   tensor importance (eq. 4-6) and the ablations
     selector.py     the exact DP tensor selector (eq. 3)
+    elastic/        the runtime: when to re-select, the closed loop on rho, overhead accounting
     schemes.py      what each --train_type trains
-    loop.py         the one training loop; trainer.py, engine.py its compiled steps
+    loop.py         the one training loop (run_setup.py sets a run up, run_hooks.py logs and
+                    checkpoints it); trainer.py, engine.py its compiled steps
     models/, data/  the model zoo and the datasets
     runlog.py       run directories, TensorBoard tags, file formats
     plotting.py     the paper's figures; figures.py runs them

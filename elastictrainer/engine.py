@@ -112,8 +112,8 @@ def make_gradient_step(model, loss_fn, var_list):
     """A full training step without the update, compiled: forward pass, loss, and the gradients
     of every tensor in `var_list` (returned, in var_list order).  It changes no weight and no
     optimizer state; a training-mode forward pass may still move a normalisation layer's
-    moving statistics and random generators.  The importance probes' gradients, and what the
-    profiler (t_grads_ms) and the closed loop time in place of a full step."""
+    moving statistics and random generators.  The out-of-step importance probes' gradients,
+    and the profiler's t_grads_ms (what the optimizer's update adds to a step)."""
     var_list = list(var_list)
 
     @tf.function

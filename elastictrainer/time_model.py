@@ -63,10 +63,6 @@ class TimeModel:
         # then the closed loop's corrections (rho_control.py)
         self.fixed_ms = float(cal.get("fixed_ms", 0.0)) if cal else 0.0
         self.t_fp += self.fixed_ms
-        # full step / the same step without the optimizer's update (>= 1), None for tables
-        # without t_grads_ms: how the loop turns a timed gradient step into a full step's time
-        grads = table.get("t_grads_ms")
-        self.full_over_grads = max(self.t_full / grads, 1.0) if grads else None
 
     def corrected(self, dw_scale, dy_scale):
         """This model with t_dw and t_dy scaled again (by what a run measured), the full step

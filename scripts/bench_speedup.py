@@ -176,69 +176,41 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
                         "selected": len(selections[rho]), "step_ms": sel_ms,
                         "limited_by": limited_by})
 
-    # The closed loop (rho_control.py), as a run at each rho would apply it: measure the
-    # selection against full steps in the same minutes, correct the time model, re-solve.
-    from elastictrainer.elastic.rho_control import FULL_STEPS, MEASURE_STEPS, RhoController
+    # The closed loop, as a run at each rho applies it: the elastic runtime (elastic/runtime.py,
+    # the one every training loop drives) asks for its selection's steps and full steps among
+    # them, measures, corrects the time model and re-solves, until it keeps a selection.
+    from elastictrainer.elastic import ElasticRuntime
 
-    def measure_round(sel, samples=None):
-        """One round of a run's measurement (loop.py): MEASURE_STEPS steps of the selection
-        (after its first, untimed, when the round is its first), a full step before every
-        other one of them up to FULL_STEPS; pooled with `samples` of earlier rounds."""
-        sel_t, full_t = samples or ([], [])
-        if not sel_t:
-            timed(sel, 1)
-        for i in range(MEASURE_STEPS):
-            if i % 2 == 0 and i // 2 < FULL_STEPS:
-                full_t += timed(full, 1)
-            sel_t += timed(sel, 1)
-        return statistics.median(sel_t) / statistics.median(full_t), (sel_t, full_t)
-
-    def measure_ratio(sel):
-        return measure_round(sel)[0]
+    def closed_loop(rho, feedback=True, max_steps=400):
+        rt = ElasticRuntime(tm, rho, feedback=feedback, steps_per_epoch=max_steps,
+                            total_steps=max_steps, economy=False, log=lambda *_: None)
+        rt.importance_ready(0, importance, 0.0)
+        for step in range(max_steps):
+            kind = rt.step_kind()
+            rt.step_done(step, kind, timed(full if kind == "full" else rt.selection, 1)[0])
+            if not rt.measuring:
+                break
+        return rt
 
     # The noise of one such measurement on this machine: the same selection measured again and
-    # again.  No controller can hold rho closer than this.
+    # again (feedback off: one round, judged, kept).  No controller can hold rho closer.
     mid = rhos[len(rhos) // 2]
-    noise = [measure_ratio(selections[mid]) for _ in range(noise_trials)]
+    noise = [closed_loop(mid, feedback=False).records[-1]["measured_ratio"]
+             for _ in range(noise_trials)]
     bar.update(1)
 
     for res in results:
-        rho = res["rho"]
-        ctl = RhoController(tm, rho)
-        mask, measured = masks[rho], res["measured_ratio"]
-        corrections, was_over, samples = 0, False, None
-        history = [(int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured)]
-        rounds = 1
-        while True:
-            action, miss = ctl.decide(measured, ctl.model.limited_by(mask, importance, rho),
-                                      was_over, ctl.model.predicted_ratio(mask), rounds,
-                                      corrections)
-            if action == "keep":
-                break
-            sel = ctl.model.selection(mask)[0]
-            if action == "confirm":
-                if samples is None:  # the open-loop measurement above has no raw samples
-                    measured, samples = measure_round(sel)
-                measured, samples = measure_round(sel, samples)
-                rounds += 1
-                history.append((int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured))
-                continue
-            ctl.correct(mask, measured)
-            corrections += 1
-            was_over = was_over or miss == "over"
-            new = ctl.model.select(importance, rho)
-            if np.array_equal(new, mask):
-                break
-            mask = new
-            measured, samples = measure_round(ctl.model.selection(mask)[0])
-            rounds = 1
-            history.append((int(np.sum(mask)), ctl.model.predicted_ratio(mask), measured))
-        res.update(closed_loop_ratio=measured, corrections=corrections,
-                   closed_loop_history=history,
-                   closed_loop_selected=int(np.sum(mask)),
-                   closed_loop_predicted=ctl.model.predicted_ratio(mask))
+        rt = closed_loop(res["rho"])
+        last = rt.records[-1]
+        res.update(closed_loop_ratio=last["measured_ratio"], corrections=len(rt.corrections),
+                   closed_loop_history=[(sum(r["mask"]), r["predicted_ratio"],
+                                         r["measured_ratio"]) for r in rt.records],
+                   closed_loop_selected=sum(last["mask"]),
+                   closed_loop_predicted=last["predicted_ratio"])
         bar.update(1)
     # one controller fed every open-loop measurement: the time model after correction
+    from elastictrainer.elastic import RhoController
+
     pooled = RhoController(tm, rhos[0])
     for res in results:
         pooled.correct(masks[res["rho"]], res["measured_ratio"])

@@ -35,8 +35,12 @@ def test_bench_speedup_smoke(tmp_path):
         # uniform importance: every tensor is worth its cost, so the budget binds, or what is
         # left out costs more than the budget left even with 5% more (6 coarse tensors)
         assert x["limited_by"] in ("budget", "depth")
-        assert x["closed_loop_history"][0][2] == x["measured_ratio"]
-        assert x["closed_loop_ratio"] > 0 and 0 <= x["corrections"] <= 3
+        # the closed loop is the runtime's: it starts from the selection the open loop timed
+        # and keeps one record per selection it tried, each measured
+        history = x["closed_loop_history"]
+        assert history[0][:2] == [x["selected"], x["predicted_ratio"]]
+        assert len(history) == x["corrections"] + 1 and 0 <= x["corrections"] <= 3
+        assert history[-1][2] == x["closed_loop_ratio"] > 0
     assert res["time_model_mape_corrected"] is not None
     # the same random selections judged by the table's model, without its fixed cost, and
     # without calibration

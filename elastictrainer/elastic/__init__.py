@@ -2,8 +2,9 @@
 
 - runtime.py, the decisions (plain Python and NumPy, importable without TensorFlow): when to
   re-select, importance in and the exact selection under rho out (eq. 3), the closed loop that
-  measures each selection's step ratio and corrects the time model (rho_control.py), and the
-  accounting of re-selection overhead and of the wall clock against full training's.
+  measures each selection's step ratio and corrects the time model (rho_control.py).
+- accounting.py, where each second goes: the re-selection overhead and its parts, and the
+  wall clock against full training's (wall_ratio).
 - state.py, its records and state as typed objects (summary.json's selections, checkpoints).
 - tf_side.py, the TensorFlow side: runs the probe, full and selection steps the decisions ask
   for, times them, and reports back.  Every training loop (loop.py, the benchmarks) drives the
@@ -12,6 +13,7 @@
 `import elastictrainer.elastic` imports no TensorFlow; import elastic.tf_side for the hooks.
 """
 from elastictrainer.elastic.rho_control import RhoController, prefer_measured  # noqa: F401
-from elastictrainer.elastic.runtime import ElasticRuntime, wall_ratio  # noqa: F401
+from elastictrainer.elastic.accounting import wall_ratio  # noqa: F401
+from elastictrainer.elastic.runtime import ElasticRuntime  # noqa: F401
 from elastictrainer.elastic.state import (  # noqa: F401
     OVERHEAD_PARTS, STATE_VERSION, Correction, ElasticState, Plan, SelectionRecord)

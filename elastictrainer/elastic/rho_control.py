@@ -2,9 +2,8 @@
 
 Not in the paper.  The paper keeps T(sel) <= rho * t_full with a time model (eq. 3) built once,
 offline; it names that model's staleness (other load, throttling) as its weakness.  Here every
-elastic run times its own steps: at each re-selection a few full steps (each the same step
-without its update, so nothing that trains changes, times the table's t_full / t_grads), then
-the selection's own steps, and
+elastic run times its own steps: at each re-selection a few full training steps among the
+selection's own first steps, and
 
     measured ratio = median(step time of the selection) / median(full step time)
 
@@ -29,7 +28,7 @@ The profiler's calibration already splits t_dw from t_dy; a run's few noisy meas
 cannot split them again without swinging (fitting both scales, the t_dy scale went 0.6, 0.3,
 0.15 in three corrections of one run here), so the run fits only s: by least squares over the
 last HISTORY measurements, pulled toward the current s, and damped (one correction changes s by
-at most MAX_FACTOR).  NumPy only; the loop (loop.py) does the timing.
+at most MAX_FACTOR).  NumPy only; elastic/runtime.py asks for the steps and books their times.
 """
 import numpy as np
 
@@ -104,8 +103,8 @@ class RhoController:
         rho (judge), when feedback is off or the corrections are used up; ("confirm", miss)
         to measure another round first, since one round's ratio varies by 4% here and has
         outliers (a burst of other load), so a miss is corrected only if it holds over
-        CONFIRM_ROUNDS pooled rounds; ("correct", miss) otherwise.  The one policy of the
-        training loop and of scripts/bench_speedup.py."""
+        CONFIRM_ROUNDS pooled rounds; ("correct", miss) otherwise.  The one policy, applied by
+        ElasticRuntime (which the training loops and scripts/bench_speedup.py drive)."""
         miss = self.judge(measured, limited_by, was_over, predicted=predicted)
         if miss is None or not self.feedback or corrections >= self.max_corrections:
             return "keep", miss

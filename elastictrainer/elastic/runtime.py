@@ -16,13 +16,8 @@ rho_control.prefer_measured), and it books every second into the parts that make
 wall-clock estimate and its re-selection overhead.  Its state is one typed object
 (ElasticState) that a checkpoint keeps, and its clock is injected, so tests script step times.
 
-Wall-clock accounting.  A run's training time T is the loop's own work L (next batch,
-bookkeeping, logging, the full step's one compile) plus the selections' own steps S, plus the
-probe and full steps F, plus compiling each selection's step C, plus solving and out-of-step
-importance probes P.  Full training of the same steps would take L + S/r (each measurement
-window's steps over the ratio r measured in it) + F.  `wall_ratio` is T over that; the
-re-selection overhead is C + P + (1 - r) F: what the elastic run spends beyond training its
-selections alone.
+Every second is booked by the accounting part (accounting.py: the run's wall-clock estimate
+and its re-selection overhead).
 
 Runs too short to pay for a selection's compile.  Switching from the full step to a selection
 costs one compile (measured on the full step's own first call, or the table's compile_ms).  A
@@ -39,10 +34,10 @@ from typing import Callable
 import numpy as np
 
 from elastictrainer import runlog
+from elastictrainer.elastic.accounting import Accounting
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
-from elastictrainer.elastic.state import (OVERHEAD_PARTS, Correction, ElasticState, Plan,
-                                         SelectionRecord)
+from elastictrainer.elastic.state import Correction, ElasticState, Plan, SelectionRecord
 from elastictrainer.importance import normalize
 
 # A switch away from full steps must save this multiple of its compile; below it the run keeps
@@ -57,7 +52,7 @@ FLOOR_MARGIN = 0.1
 KINDS = ("probe", "full", "selection")
 
 
-class ElasticRuntime:
+class ElasticRuntime(Accounting):
     """ElasticTrainer's runtime decisions for one run.
 
     model: the run's TimeModel (eq. 3); rho, feedback: --rho, --rho_feedback; steps_per_epoch,
@@ -125,6 +120,21 @@ class ElasticRuntime:
                         else ""))
 
     # ------------------------------------------------------------------ what to run
+    @property
+    def measuring(self):
+        """Whether the current selection is being measured (full steps are still asked for)."""
+        return bool(self.s.measuring)
+
+    @property
+    def records(self):
+        """The selection records so far (summary.json's "selections"), oldest first."""
+        return self.s.records
+
+    @property
+    def corrections(self):
+        """The closed loop's corrections so far (summary.json's "corrections")."""
+        return self.s.corrections
+
     def reselect_due(self, global_step):
         return global_step >= self.s.next_reselect and not self.s.probing
 
@@ -387,108 +397,6 @@ class ElasticRuntime:
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
 
-    # ------------------------------------------------------------------ accounting
-    def _emit(self, tag, value, step):
-        self.events.append((tag, value, int(step)))
-
-    def _overhead(self, part, seconds):
-        self.s.overhead_parts[part] += seconds
-
-    @property
-    def overhead_s(self):
-        return sum(self.s.overhead_parts.values())
-
-    @property
-    def selection(self):
-        return None if self.s.selection is None else tuple(self.s.selection)
-
-    def _remember(self, selection, measured):
-        key = [int(k) for k in selection]
-        self.s.measured = [m for m in self.s.measured if m[0] != key] + [[key, measured]]
-
-    def _full_ms(self):
-        return statistics.median(self.s.full_times) * 1e3 if self.s.full_times else None
-
-    def _measured(self):
-        """The current window's median step over its median full step."""
-        s = self.s
-        times, full = s.times[s.win_t:], s.full_times[s.win_f:]
-        if not times or not full:
-            return None
-        return statistics.median(times) / statistics.median(full)
-
-    def _close_record(self):
-        """Final numbers of the selection that stops training now: its median step, its
-        measured ratio (its windows' own seconds over what full training would have spent on
-        them, _full_seconds), and the probe and full steps it paid, split into what its own
-        steps would have cost (r F) and the overhead ((1 - r) F)."""
-        s = self.s
-        if not s.record_open:
-            return
-        rec = s.records[-1]
-        everything = all(s.mask)
-        if s.times:
-            median = statistics.median(s.times)
-            rec["step_ms"] = median * 1e3
-            if s.first_step_s is not None and not everything:
-                compiling = max(s.first_step_s - median, 0.0)
-                self._overhead("compiling", compiling)
-                s.windows[s.first_window][0] -= compiling
-        elif s.first_step_s is not None and everything:
-            rec["step_ms"] = s.first_step_s * 1e3
-        if s.windows[-1][1] is None:  # a window still open: what it has measured so far
-            s.windows[-1][1] = self._measured()
-        own = sum(seconds for seconds, _ in s.windows)
-        full = self._full_seconds()
-        ratio = rec["predicted_ratio"]
-        if full:
-            ratio = own / full
-            rec["measured_ratio"] = ratio
-        else:
-            full = own / ratio
-        ratio = min(max(ratio, 0.0), 1.0)
-        extra = s.extra_full_s + s.probe_s
-        self._overhead("timing full steps", (1 - ratio) * s.extra_full_s)
-        self._overhead("importance", (1 - ratio) * s.probe_s)
-        s.step_s += own + ratio * extra
-        s.full_s += full + extra
-        s.extra_full_s = s.probe_s = 0.0
-        s.windows, s.first_window = [[0.0, None]], 0
-        s.record_open = False
-
-    def _full_seconds(self):
-        """What full training would have spent on this selection's own steps: each window's
-        steps over the ratio measured in that window, whose full steps ran among them (a load
-        of one moment slows both alike); a window not judged takes the nearest judged one's
-        ratio; None if no window measured anything."""
-        known = [r for _, r in self.s.windows if r]
-        if not known:
-            return None
-        total, ratio = 0.0, known[0]
-        for seconds, measured in self.s.windows:
-            ratio = measured or ratio
-            total += seconds / ratio
-        return total
-
-    def finish(self, train_time_s):
-        """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
-        the re-selection overhead and its parts, and wall_ratio (module doc)."""
-        s = self.s
-        if s.probing:  # the run ended inside a re-selection: its probes were full steps
-            s.full_s += s.probe_s
-            s.step_s += s.probe_s
-            s.probe_s, s.probing = 0.0, 0
-        self._close_record()
-        done = [r for r in s.records if r["measured_ratio"] is not None and r["steps"]]
-        weight = sum(r["steps"] for r in done)
-        return {
-            "measured_ratio": (sum(r["measured_ratio"] * r["steps"] for r in done) / weight
-                               if weight else None),
-            "reselection_overhead_s": self.overhead_s,
-            "reselection_overhead_parts_s": dict(s.overhead_parts),
-            "wall_ratio": wall_ratio(train_time_s, s.step_s, self.overhead_s, s.full_s),
-        }
-
     # ------------------------------------------------------------------ checkpoints
     def state(self):
         s = self.s
@@ -502,11 +410,3 @@ class ElasticRuntime:
         if self.s.controller:
             self.ctl.load_state(self.s.controller)
 
-
-def wall_ratio(train_time_s, step_s, overhead_s, full_s):
-    """train_time_s / (loop work + full_s), loop work = train_time_s - step_s - overhead_s
-    (the module doc's L); None without a measured full step."""
-    if not full_s > 0:
-        return None
-    loop_s = max(train_time_s - step_s - overhead_s, 0.0)
-    return train_time_s / (loop_s + full_s)

@@ -131,7 +131,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "t_fp_ms": t_fp,
         "t_full_ms": t_full,
         "t_bp_ms": t_full - t_fp,
-        # a full step without the optimizer's update: what a run times in its place (loop.py)
+        # a full step without the optimizer's update: how much of a step the update is
         "t_grads_ms": statistics.median(grads) * 1e3,
         "t_fp_ops_ms": att["t_fp_ops_ms"],
         "t_bp_ops_ms": att["t_bp_ops_ms"],
