@@ -1,6 +1,7 @@
 """scripts/bench_fixed_selection.py: its fixed scheme trains exactly tensor k to the output, and
 its table's gaps are full training's accuracy minus each run's."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import load_script, snapshot, tiny_model
@@ -10,10 +11,22 @@ def _script():
     return load_script("bench_fixed_selection")
 
 
-def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path):
-    import elastictrainer
+@pytest.fixture
+def own_schemes():
+    """The scheme registry restored after the test: later tests see the built-in schemes only
+    (the README's flag table lists them)."""
     from elastictrainer.schemes import SCHEMES
 
+    saved = dict(SCHEMES)
+    yield SCHEMES
+    SCHEMES.clear()
+    SCHEMES.update(saved)
+
+
+def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path, own_schemes):
+    import elastictrainer
+
+    SCHEMES = own_schemes
     name = _script().register_fixed(2)
     assert name in SCHEMES and not SCHEMES[name].elastic
     model = tiny_model(num_classes=3)
