@@ -181,6 +181,27 @@ def test_a_run_too_short_to_pay_for_a_compile_trains_every_tensor():
     assert not all(rt.s.records[0]["mask"])
 
 
+def test_the_tables_compile_time_decides_at_the_start_even_without_feedback():
+    """A compile time the profiler measured (the table's compile_ms) is known before the first
+    step: the plan says at the start that the run is short, and with --rho_feedback false (no
+    decision may depend on this run's timing) the short run still keeps the full step."""
+    model = TimeModel(table())
+    said = []
+    device = Device(model, compile_s=3.0)
+    rt = make(model, device, total=50, steps_per_epoch=50, interval=1, feedback=False,
+              compile_ms=3000.0)
+    rt.log = said.append
+    rt.plan()
+    assert any(line.startswith("short run: 50 steps") for line in said)
+    drive(rt, device, 50, IMPORTANCE)
+    assert all(rt.s.records[0]["mask"]) and rt.s.records[0]["reason"] == "short run: all tensors"
+    # feedback off and no table value: nothing to go on, the run selects as the paper's would
+    device = Device(model, compile_s=3.0)
+    rt = make(model, device, total=50, steps_per_epoch=50, interval=1, feedback=False)
+    drive(rt, device, 50, IMPORTANCE)
+    assert not all(rt.s.records[0]["mask"])
+
+
 def test_the_plan_gives_the_forward_floor_and_warns_near_it():
     model = TimeModel(table(forward_share=0.45))
     said = []

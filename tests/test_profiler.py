@@ -487,6 +487,8 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
     assert tm.t_fp == pytest.approx(table["t_fp_ms"] + cal["fixed_ms"])
     # the step without its update, timed with the others (what the update adds to a step)
     assert 0 < table["t_grads_ms"]
+    # compiling the references' steps was timed: a selection's compile, known before a run
+    assert table["compile_ms"] > 0
     assert tm.predicted_ratio(np.ones(len(raw_dw), bool)) == pytest.approx(1.0)
     for r in cal["references"]:  # the stored prediction is the time model's
         mask = calibration.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
@@ -504,6 +506,7 @@ def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
     table = prun.profile_model(model, "tiny_cnn", 24, 2, 5, num_iterations=1, warmup=1,
                              progress=False, calibrate=False)
     assert table["calibration"] is None and not time_model.TimeModel(table).calibrated
+    assert table["compile_ms"] is None  # no reference selection compiled
     assert ptable.TimingTable.from_dict(table).to_dict() == table
     assert "not calibrated" in ptable.summarize(table)
     table["calibration"] = {"dw_scale": float("nan"), "dy_scale": 1.0, "references": []}
@@ -519,10 +522,17 @@ def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
             json.dump(table, f)
         with pytest.raises(UserError, match="t_grads_ms"):
             ptable.load_table(path)
-    del table["t_grads_ms"]  # a table from before it is read as not timed
+    table["t_grads_ms"] = 5.0
+    table["compile_ms"] = -1.0
     with open(path, "w") as f:
         json.dump(table, f)
-    assert ptable.load_table(path)["t_grads_ms"] is None
+    with pytest.raises(UserError, match="compile_ms"):
+        ptable.load_table(path)
+    del table["t_grads_ms"], table["compile_ms"]  # a table from before them: not timed
+    with open(path, "w") as f:
+        json.dump(table, f)
+    loaded = ptable.load_table(path)
+    assert loaded["t_grads_ms"] is None and loaded["compile_ms"] is None
 
 
 def test_a_tensor_estimated_from_flops_does_not_break_the_calibration(monkeypatch):

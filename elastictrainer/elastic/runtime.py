@@ -20,7 +20,8 @@ Every second is booked by the accounting part (accounting.py: the run's wall-clo
 and its re-selection overhead).
 
 Runs too short to pay for a selection's compile.  Switching from the full step to a selection
-costs one compile (measured on the full step's own first call, or the table's compile_ms).  A
+costs one compile (the profiler's compile_ms, timed on its calibration's reference selections;
+else estimated from the full step's own first call).  A
 switch whose predicted saving over the steps left is under PAYOFF times that cost would make
 the run slower than full training: the runtime keeps training every tensor then, and says so.
 Later switches (re-selections, corrections) to a selection not compiled yet are made only when
@@ -58,8 +59,8 @@ class ElasticRuntime(Accounting):
     model: the run's TimeModel (eq. 3); rho, feedback: --rho, --rho_feedback; steps_per_epoch,
     total_steps, interval: where re-selections fall; probe_batches: probe steps per
     re-selection; dp_resolution: the DP's; economy: switch only to selections that pay for
-    their compile (module doc); compile_ms: a compile's cost known before the run
-    (the timing table's), else measured on the full step.  clock: seconds (time.perf_counter);
+    their compile (module doc); compile_ms: a selection step's compile known before the run
+    (the timing table's), else estimated from the full step's.  clock: seconds (time.perf_counter);
     log(message).  TensorBoard points wait in `events` as (tag, value, step), runlog's tags.
     """
 
@@ -101,7 +102,7 @@ class ElasticRuntime(Accounting):
                      f"({plan.forward_floor:.2f}): few tensors fit, expect the accuracy of "
                      f"training little more than the head")
         if self.compile_ms is not None:
-            self._say_if_short(self.compile_ms / 1e3 * self.rho)
+            self._say_if_short(self.compile_ms / 1e3)
         return plan
 
     def _say_if_short(self, compile_s):
@@ -350,21 +351,23 @@ class ElasticRuntime(Accounting):
 
     def _compile_estimate(self, ratio):
         """Seconds a new selection's step of predicted step ratio `ratio` takes to compile: the
-        last one measured in this run; before any, the full step's (the table's compile_ms, or
-        with feedback on as measured on its first call) times `ratio` (a selection's graph
-        holds the forward pass and part of the backward one, and the first compile of a
-        process also pays TensorFlow's own warm-up: smallcnn's full step took 1.4 s, its
-        selections' 0.4 s); None when unknown."""
+        last one measured in this run; before any, the table's compile_ms (timed by the
+        profiler on selections), else the full step's compile measured on its first call times
+        `ratio` (a selection's graph holds the forward pass and part of the backward one; the
+        first compile of a process also pays TensorFlow's own warm-up: smallcnn's full step
+        took 1.4 s, its selections' 0.4 s); None when unknown.  With feedback off, decisions
+        must not depend on this run's timing: only the table's value counts then."""
         s = self.s
         if not self.economy:
             return None
-        if not self.ctl.feedback:  # decisions must not depend on this run's timing then
-            return None if self.compile_ms is None else self.compile_ms / 1e3 * ratio
+        table_s = None if self.compile_ms is None else self.compile_ms / 1e3
+        if not self.ctl.feedback:
+            return table_s
         if s.selection_compile_s is not None:
             return s.selection_compile_s
-        if s.full_compile_s is not None:
-            return s.full_compile_s * ratio
-        return None if self.compile_ms is None else self.compile_ms / 1e3 * ratio
+        if table_s is not None:
+            return table_s
+        return None if s.full_compile_s is None else s.full_compile_s * ratio
 
     def _steps_left(self, global_step):
         return max(self.total_steps - global_step, 0)

@@ -102,16 +102,23 @@ def fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, measured):
 
 def time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,
                                rounds, bar):
-    """Median step time of each reference selection over the full step's, interleaved."""
+    """Median step time of each reference selection over the full step's, interleaved, as
+    {name: (mask, ratio)}; and the median time compiling a reference selection's step took
+    (its first call beyond its second), in ms: what a run pays for each new selection."""
     from elastictrainer import engine
 
     refs = reference_selections(rank)
     steps = {"full": full_step}
+    compile_s = []
     for name, mask in refs.items():
         steps[name] = engine.make_train_step(
             model, optimizer, loss_fn, [v for v, m in zip(variables, mask) if m])
-        steps[name](x, y)[0].numpy()  # compile
-        steps[name](x, y)[0].numpy()
+        first = []
+        for _ in range(2):  # the first call traces and compiles
+            t0 = time.perf_counter()
+            steps[name](x, y)[0].numpy()
+            first.append(time.perf_counter() - t0)
+        compile_s.append(max(first[0] - first[1], 0.0))
         bar.update(1)
     ratios = {name: [] for name in refs}
     for r in range(rounds):
@@ -127,4 +134,5 @@ def time_reference_selections(model, optimizer, loss_fn, variables, full_step, r
         for name in refs:  # ratios within a round, so load that comes and goes cancels out
             ratios[name].append(times[name] / times["full"])
         bar.update(1)
-    return {name: (mask, statistics.median(ratios[name])) for name, mask in refs.items()}
+    return ({name: (mask, statistics.median(ratios[name])) for name, mask in refs.items()},
+            statistics.median(compile_s) * 1e3 if compile_s else None)

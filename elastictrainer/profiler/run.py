@@ -99,9 +99,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     if own_dir:
         shutil.rmtree(trace_dir, ignore_errors=True)
     att = attribution.attribute(info, op_times, kernel_type, num_iterations)
-    references = {}
+    references, compile_ms = {}, None
     if n_refs:
-        references = calibration.time_reference_selections(
+        references, compile_ms = calibration.time_reference_selections(
             model, opt, loss_fn, variables, step, info.rank, x, y, num_iterations, bar)
     bar.close()
     model.set_weights(saved)
@@ -139,6 +139,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "unattributed": att["unattributed"][:50],
         "num_iterations": int(num_iterations),
         "timing_note": timing_note,
+        # compiling a selection's step (median over the calibration's references): what each
+        # new selection costs a run once, before its first step
+        "compile_ms": compile_ms,
         "calibration": _calibration_record(t_dw, t_dy, info.rank, t_fp, t_full, references),
         "tensors": [
             {"name": v.name, "shape": [int(d) for d in v.shape], "t_dw_ms": t_dw[k],

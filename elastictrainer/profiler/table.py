@@ -200,6 +200,7 @@ _SCALARS = {
     "trace": (lambda v: v is None or isinstance(v, str), "a string"),
     "profiling_wall_s": (lambda v: v is None or _is_number(v), "a number"),
     "peak_rss_mb": (lambda v: v is None or _is_number(v), "a number"),
+    "compile_ms": (lambda v: v is None or (_finite(v) and v >= 0), "a number >= 0"),
     "profiled_pid": (lambda v: v is None or _is_int(v), "an integer"),
 }
 
@@ -226,6 +227,7 @@ class TimingTable(_Record):
     unattributed: list[UnattributedOp]   # the largest ops not attributed, largest first
     num_iterations: int | None     # steps timed and traced
     timing_note: str | None        # why a timed value was replaced (a busy machine), if one was
+    compile_ms: float | None       # compiling a selection's step (None: not timed)
     calibration: Calibration | None     # None: uncalibrated, one uniform scale
     tensors: list[TensorTiming]
     created: str | None            # ISO time of profiling
@@ -299,6 +301,7 @@ _TABLE_DEFAULTS = {
     "t_grads_ms": None,              # no gradient-only step timed: the loop times full steps
     "calibration": None,             # uncalibrated: one uniform scale for t_dw and t_dy
     "timing_note": None,             # no timed value replaced
+    "compile_ms": None,              # a selection's compile not timed
     "peak_rss_mb": None,             # provenance not recorded ...
     "profiled_pid": None,
     # ... and provenance a hand-written table need not give
@@ -399,7 +402,9 @@ def summarize(table):
         f"forward {table['t_fp_ms']:.1f} ms  backward {table['t_bp_ms']:.1f} ms  "
         f"full step {table['t_full_ms']:.1f} ms  (t_fp/t_full {table['t_fp_ms'] / table['t_full_ms']:.2f})"
         + (f"  without the update {table['t_grads_ms']:.1f} ms" if table.get("t_grads_ms") else ""),
-        f"backward op time attributed to tensors: {100 * table['coverage']:.1f}%",
+        f"backward op time attributed to tensors: {100 * table['coverage']:.1f}%"
+        + (f"; compiling a selection's step {table['compile_ms']:.0f} ms"
+           if table.get("compile_ms") is not None else ""),
     ]
     if table.get("timing_note"):
         lines.append(f"note: {table['timing_note']}; profile again on a quiet machine")
