@@ -84,6 +84,8 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
                 rec.summary.train_time_s = st.train_time
                 break
             rec.end_epoch(st, epoch)
+            if elastic:
+                elastic.on_epoch_end(epoch, st.global_step)
             if stop.requested:
                 break
         result = elastic.on_train_end(st.train_time, st.global_step) if elastic else None

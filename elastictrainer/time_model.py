@@ -63,6 +63,11 @@ class TimeModel:
         # then the closed loop's corrections (rho_control.py)
         self.fixed_ms = float(cal.get("fixed_ms", 0.0)) if cal else 0.0
         self.t_fp += self.fixed_ms
+        # full step / the same step without the optimizer's update (>= 1): a run times its
+        # full steps without the update (they must not train), so this turns them into full
+        # steps; 1 for tables without t_grads_ms (the update's share then counts as nothing)
+        grads = table.get("t_grads_ms")
+        self.full_over_grads = max(self.t_full / grads, 1.0) if grads else 1.0
 
     def corrected(self, dw_scale, dy_scale):
         """This model with t_dw and t_dy scaled again (by what a run measured), the full step

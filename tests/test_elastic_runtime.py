@@ -13,14 +13,18 @@ from elastictrainer.time_model import TimeModel
 N = 8
 
 
-def table(n=N, forward_share=0.35, seed=0):
-    """A timing table as the profiler writes one (the keys TimeModel reads)."""
+def table(n=N, forward_share=0.35, seed=0, update_share=None):
+    """A timing table as the profiler writes one (the keys TimeModel reads); update_share: the
+    optimizer's update's share of a full step (t_grads_ms), None: not timed."""
     rng = np.random.default_rng(seed)
     tensors = [{"name": f"t{k}", "rank": n - 1 - k, "t_dw_ms": float(rng.uniform(1, 4)),
                 "t_dy_ms": float(rng.uniform(1, 4))} for k in range(n)]
     backward = sum(t["t_dw_ms"] + t["t_dy_ms"] for t in tensors)
     t_fp = forward_share / (1 - forward_share) * backward
-    return {"tensors": tensors, "t_fp_ms": t_fp, "t_full_ms": t_fp + backward}
+    out = {"tensors": tensors, "t_fp_ms": t_fp, "t_full_ms": t_fp + backward}
+    if update_share is not None:
+        out["t_grads_ms"] = out["t_full_ms"] * (1 - update_share)
+    return out
 
 
 class Device:
@@ -37,10 +41,14 @@ class Device:
     def clock(self):
         return self.now
 
-    def step_seconds(self, selection, step):
+    def step_seconds(self, selection, step, train=True):
+        """A step of `selection`; train false: every gradient without the update (a probe's or
+        a timed full step's), which the table's full_over_grads says is cheaper."""
         mask = np.zeros(len(self.truth.t_dw), bool)
         mask[list(selection)] = True
         seconds = (self.truth.t_fp + self.truth.cost_ms(mask)) / 1e3 * self.factor(step)
+        if not train:
+            seconds /= self.truth.full_over_grads
         first = tuple(selection) not in self.compiled
         self.compiled.add(tuple(selection))
         return seconds + (self.compile_s if first else 0.0), first
@@ -63,7 +71,7 @@ def drive(rt, device, steps, importance, start=0):
             rt.begin_reselection(g, probes=1)
         kind = rt.step_kind()
         selection = everything if kind != "selection" else rt.selection
-        seconds, first = device.step_seconds(selection, g)
+        seconds, first = device.step_seconds(selection, g, train=kind == "selection")
         device.now += seconds
         rt.step_done(g, kind, seconds, compiled=first,
                      terms=importance if kind == "probe" else None)
@@ -126,6 +134,27 @@ def test_wall_ratio_equals_full_trainings_time_on_the_same_device():
     # one selection compiled (the full step's compile is what full training pays too)
     assert parts["compiling"] == pytest.approx(0.05, rel=1e-9)
     assert sum(parts.values()) == pytest.approx(result["reselection_overhead_s"])
+
+
+def test_probe_and_full_steps_train_nothing_and_count_as_overhead():
+    """Probes and timed full steps leave out the update (they must not train), so they take
+    1 / full_over_grads of a full step: all of it is overhead, the measured ratio still
+    compares with real full steps, and the wall ratio is still full training's exact time."""
+    model = TimeModel(table(update_share=0.2))
+    assert model.full_over_grads == pytest.approx(1.25)
+    device = Device(model, loop_s=2e-3)
+    rt = make(model, device, total=400)
+    kinds = drive(rt, device, 400, IMPORTANCE)
+    result = rt.finish(device.now)
+    assert result["wall_ratio"] == pytest.approx(device.now / full_training_seconds(device, 400),
+                                                 rel=1e-9)
+    record = rt.s.records[0]
+    mask = np.array(record["mask"], bool)
+    assert record["measured_ratio"] == pytest.approx(model.predicted_ratio(mask), rel=1e-9)
+    full_s = model.t_full / 1e3 / 1.25
+    parts = result["reselection_overhead_parts_s"]
+    assert parts["importance"] == pytest.approx(kinds.count("probe") * full_s, rel=1e-9)
+    assert parts["timing full steps"] == pytest.approx(kinds.count("full") * full_s, rel=1e-9)
 
 
 def test_a_wrong_table_is_corrected_after_a_confirmed_miss():

@@ -2,11 +2,12 @@
 
 Wall-clock accounting.  A run's training time T is the loop's own work L (next batch,
 bookkeeping, logging, the full step's one compile) plus the selections' own steps S, plus the
-probe and full steps F, plus compiling each selection's step C, plus solving and out-of-step
-importance probes P.  Full training of the same steps would take L + S/r (each measurement
-window's steps over the ratio r measured in it) + F.  `wall_ratio` is T over that; the
-re-selection overhead is C + P + (1 - r) F: what the elastic run spends beyond training its
-selections alone.
+probe and timed full steps G (every tensor's backward pass without the update: they train
+nothing), plus compiling each selection's step C, plus solving and out-of-step importance
+probes P.  Full training of the same steps would take L + S/r (each measurement window's steps
+over the ratio r measured in it) + G x full_over_grads (their batches trained at a full step's
+cost).  `wall_ratio` is T over that; the re-selection overhead is C + P + G: what the elastic
+run spends beyond training its selections.
 """
 import statistics
 
@@ -47,8 +48,7 @@ class Accounting:
     def _close_record(self):
         """Final numbers of the selection that stops training now: its median step, its
         measured ratio (its windows' own seconds over what full training would have spent on
-        them, _full_seconds), and the probe and full steps it paid, split into what its own
-        steps would have cost (r F) and the overhead ((1 - r) F)."""
+        them, _full_seconds), and the compile its first step paid."""
         s = self.s
         if not s.record_open:
             return
@@ -73,13 +73,8 @@ class Accounting:
             rec["measured_ratio"] = ratio
         else:
             full = own / ratio
-        ratio = min(max(ratio, 0.0), 1.0)
-        extra = s.extra_full_s + s.probe_s
-        self._overhead("timing full steps", (1 - ratio) * s.extra_full_s)
-        self._overhead("importance", (1 - ratio) * s.probe_s)
-        s.step_s += own + ratio * extra
-        s.full_s += full + extra
-        s.extra_full_s = s.probe_s = 0.0
+        s.step_s += own
+        s.full_s += full
         s.windows, s.first_window = [[0.0, None]], 0
         s.record_open = False
 
@@ -101,10 +96,7 @@ class Accounting:
         """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
         the re-selection overhead and its parts, and wall_ratio (module doc)."""
         s = self.s
-        if s.probing:  # the run ended inside a re-selection: its probes were full steps
-            s.full_s += s.probe_s
-            s.step_s += s.probe_s
-            s.probe_s, s.probing = 0.0, 0
+        s.probing = 0  # a run may end inside a re-selection: its probes are booked already
         self._close_record()
         done = [r for r in s.records if r["measured_ratio"] is not None and r["steps"]]
         weight = sum(r["steps"] for r in done)

@@ -4,11 +4,13 @@ A training loop (through elastic.tf_side.ElasticHooks, or any other driver) repo
 happened: the importance of every tensor (eq. 4-6), how long each step took and which kind of
 step it was.  The runtime answers with what to run next:
 
-- "probe": a full training step that also returns each tensor's importance terms.  A
-  re-selection every --interval epochs runs --probe_batches of them; they train like any step,
-  so the importance costs only what a full step costs beyond the selection's.
-- "full": a full training step, timed beside the selection's own steps (FULL_STEPS per
-  measurement round, interleaved), so the closed loop compares like with like (rho_control.py).
+- "probe": every tensor's backward pass, no update, returning each tensor's importance terms
+  (eq. 4-6) from the gradients it computes.  A re-selection every --interval epochs runs
+  --probe_batches of them.
+- "full": the same step, timed beside the selection's own steps (FULL_STEPS per measurement
+  round, interleaved), so the closed loop compares like with like (rho_control.py); the
+  table's full_over_grads adds the update it leaves out.  Neither kind trains: an elastic run
+  trains its selections only, and a few full Adam steps can shake a pretrained backbone.
 - "selection": the current selection's step, the one that trains only the chosen tensors.
 
 After the probes it solves eq. 3 (the exact DP of time_model/selector, through
@@ -192,18 +194,25 @@ class ElasticRuntime(Accounting):
         return self._selection_step(global_step, seconds)
 
     def _book_full(self, seconds, compiled, probe):
+        """A probe or timed full step: every tensor's backward pass, no update.  It trains
+        nothing, so all its seconds are overhead; full training would have trained its batch
+        at a full step's cost, its seconds times the table's full_over_grads (the update's
+        share of a step)."""
         s = self.s
+        over = self.ctl.base.full_over_grads
         if compiled:
-            typical = statistics.median(s.full_times) if s.full_times else self.ctl.base.t_full / 1e3
+            typical = (statistics.median(s.full_times) / over if s.full_times
+                       else self.ctl.base.t_full / 1e3 / over)
             s.full_compile_s = max(seconds - typical, 0.0)
             if self.compile_ms is None and self.ctl.feedback:
                 self._say_if_short(s.full_compile_s * self.rho)
             seconds -= s.full_compile_s  # the full step's compile: full training pays it too
+        s.full_s += seconds * over
         if probe:
-            s.probe_s += seconds
+            self._overhead("importance", seconds)
         else:
-            s.full_times.append(seconds)
-            s.extra_full_s += seconds
+            self._overhead("timing full steps", seconds)
+            s.full_times.append(seconds * over)
             if s.record_open:
                 s.records[-1]["full_steps"] += 1
 

@@ -74,10 +74,9 @@ class ElasticState:
     windows: List[list] = dataclasses.field(default_factory=lambda: [[0.0, None]])
     overhead_parts: dict = dataclasses.field(
         default_factory=lambda: dict.fromkeys(OVERHEAD_PARTS, 0.0))
-    step_s: float = 0.0                 # own steps (and r x F) of closed records
-    full_s: float = 0.0                 # what full training would spend on them
-    probe_s: float = 0.0                # probe steps' seconds, booked to the next record
-    extra_full_s: float = 0.0           # this record's timed full steps' seconds
+    step_s: float = 0.0                 # selections' own steps of closed records
+    full_s: float = 0.0                 # what full training would spend on them, probes' and
+                                        # timed full steps' batches included
     full_compile_s: Optional[float] = None  # the full step's first-call excess
     selection_compile_s: Optional[float] = None  # the latest selection step's
     controller: dict = dataclasses.field(default_factory=dict)

@@ -7,7 +7,8 @@ Any training loop drives it through a few hooks:
     hooks.on_train_begin()                        # prints the plan (forward floor, ...)
     for each batch (x, y), global step g:
         loss, logits = hooks.train_step(g, x, y)  # = before_step + the call + after_step
-    hooks.on_train_end(train_time_s)              # run-level numbers for summary.json
+        at an epoch's end: hooks.on_epoch_end(epoch, g)
+    hooks.on_train_end(train_time_s, g)           # run-level numbers for summary.json
 
 `before_step(g)` gives the callable to train this batch with (a probe step, a timed full step
 or the selection's step) and `after_step(g, seconds, outputs)` books it, for a loop that calls
@@ -60,9 +61,11 @@ class ElasticHooks:
         kind = rt.step_kind()
         self._kind = kind
         if kind in ("probe", "full") or rt.selection == self.all:
+            # probes and timed full steps train nothing; a selection of every tensor trains
+            # through the same compiled function (no second compile)
             self._compiled = not tr.probe_traced
-            want = kind == "probe"
-            return lambda x, y: tr.probe_step(x, y, want)
+            want, train = kind == "probe", kind == "selection"
+            return lambda x, y: tr.probe_step(x, y, want, train)
         selection = rt.selection
         self._compiled = selection not in tr.steps
         return tr.step_for(selection)
@@ -85,6 +88,12 @@ class ElasticHooks:
         seconds = self.clock() - t0
         self.after_step(global_step, seconds, outputs)
         return outputs[0], outputs[1]
+
+    def on_epoch_end(self, epoch, global_step):
+        """At an epoch boundary: the queued TensorBoard points are written.  Re-selections fall
+        on steps (--interval epochs apart, a fraction of an epoch too), so nothing is decided
+        here."""
+        self.flush_events()
 
     def on_train_end(self, train_time_s, global_step):
         result = self.rt.finish(train_time_s)
