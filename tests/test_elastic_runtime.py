@@ -210,6 +210,54 @@ def test_a_run_too_short_to_pay_for_a_compile_trains_every_tensor():
     assert not all(rt.s.records[0]["mask"])
 
 
+def _shifting_importance(k):
+    """The k-th re-selection's importance: worth training only a subset of the three
+    output-most tensors, the 7 subsets in turn (the DP takes exactly that subset)."""
+    bits = k % 7 + 1
+    return np.array([0.0] * (N - 3) + [float(bits >> j & 1) for j in (2, 1, 0)])
+
+
+def _drive_shifting(rt, device, steps):
+    """The loop of drive(), with an importance that moves to other tensors at every
+    re-selection (so each one wants a new selection, whose step must compile)."""
+    everything = tuple(range(N))
+    for g in range(steps):
+        if rt.reselect_due(g):
+            rt.begin_reselection(g, probes=1)
+        kind = rt.step_kind()
+        selection = everything if kind != "selection" else rt.selection
+        seconds, first = device.step_seconds(selection, g, train=kind == "selection")
+        device.now += seconds
+        terms = _shifting_importance(rt.s.probes_run) if kind == "probe" else None
+        rt.step_done(g, kind, seconds, compiled=first, terms=terms)
+        device.now += device.loop_s
+
+
+@pytest.mark.parametrize("feedback", [True, False])
+def test_reselections_keep_the_overhead_within_its_share_of_training(feedback):
+    """Ten re-selections that each want another selection, each compile 1.5% of the run at
+    rho: the economy switches while the overhead stays within OVERHEAD_SHARE of training, then
+    keeps the selection it has (switching back to compiled ones for free); without it the
+    same run spends more than that share."""
+    model = TimeModel(table())
+    t_sel = 0.6 * model.t_full / 1e3
+    compile_s = 0.015 * 2000 * t_sel
+    spent = {}
+    for economy in (True, False):
+        device = Device(model, compile_s=compile_s)
+        rt = make(model, device, total=2000, steps_per_epoch=200, interval=1, economy=economy,
+                  feedback=feedback, compile_ms=1e3 * compile_s)
+        _drive_shifting(rt, device, 2000)
+        result = rt.finish(device.now)
+        spent[economy] = result["reselection_overhead_s"] / device.now
+        if economy:
+            reasons = [r["reason"] for r in rt.records]
+            assert "interval (kept: overhead budget)" in reasons
+            assert len({tuple(r["mask"]) for r in rt.records}) >= 2  # it did switch, at first
+    assert spent[True] <= runtime_mod.OVERHEAD_SHARE
+    assert spent[False] > 1.3 * runtime_mod.OVERHEAD_SHARE
+
+
 def test_the_tables_compile_time_decides_at_the_start_even_without_feedback():
     """A compile time the profiler measured (the table's compile_ms) is known before the first
     step: the plan says at the start that the run is short, and with --rho_feedback false (no

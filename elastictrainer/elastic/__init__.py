@@ -3,6 +3,8 @@
 - runtime.py, the decisions (plain Python and NumPy, importable without TensorFlow): when to
   re-select, importance in and the exact selection under rho out (eq. 3), the closed loop that
   measures each selection's step ratio and corrects the time model (rho_control.py).
+- economy.py, what a run may spend on re-selecting (--economy): a run too short to pay for
+  a compile trains every tensor, later switches keep the overhead within 10% of training.
 - accounting.py, where each second goes: the re-selection overhead and its parts, and the
   wall clock against full training's (wall_ratio).
 - state.py, its records and state as typed objects (summary.json's selections, checkpoints).

@@ -21,13 +21,7 @@ wall-clock estimate and its re-selection overhead.  Its state is one typed objec
 Every second is booked by the accounting part (accounting.py: the run's wall-clock estimate
 and its re-selection overhead).
 
-Runs too short to pay for a selection's compile.  Switching from the full step to a selection
-costs one compile (the profiler's compile_ms, timed on its calibration's reference selections;
-else estimated from the full step's own first call).  A
-switch whose predicted saving over the steps left is under PAYOFF times that cost would make
-the run slower than full training: the runtime keeps training every tensor then, and says so.
-Later switches (re-selections, corrections) to a selection not compiled yet are made only when
-that compile stays within OVERHEAD_SHARE of the time the steps left will take.
+What a run may spend on re-selecting is economy.py's (--economy).
 """
 import dataclasses
 import statistics
@@ -38,24 +32,19 @@ import numpy as np
 
 from elastictrainer import runlog
 from elastictrainer.elastic.accounting import Accounting
+from elastictrainer.elastic.economy import OVERHEAD_SHARE, Economy
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
 from elastictrainer.elastic.state import Correction, ElasticState, Plan, SelectionRecord
 from elastictrainer.importance import normalize
 
-# A switch away from full steps must save this multiple of its compile; below it the run keeps
-# full steps (a compile is estimated from the full step's, which may be off by a third).
-PAYOFF = 1.5
-# Later switches to an uncompiled selection: their compile at most this share of the time the
-# steps left will take.
-OVERHEAD_SHARE = 0.10
 # rho within this of the forward floor: warned at the start (few tensors fit, accuracy drops)
 FLOOR_MARGIN = 0.1
 
 KINDS = ("probe", "full", "selection")
 
 
-class ElasticRuntime(Accounting):
+class ElasticRuntime(Economy, Accounting):
     """ElasticTrainer's runtime decisions for one run.
 
     model: the run's TimeModel (eq. 3); rho, feedback: --rho, --rho_feedback; steps_per_epoch,
@@ -106,21 +95,6 @@ class ElasticRuntime(Accounting):
         if self.compile_ms is not None:
             self._say_if_short(self.compile_ms / 1e3)
         return plan
-
-    def _say_if_short(self, compile_s):
-        """Say once, at the start, when re-selecting will be held back to stay worth it."""
-        if getattr(self, "_said_short", False) or not self.economy:
-            return
-        self._said_short = True
-        step_s = self.ctl.model.t_full / 1e3
-        saving = self.total_steps * (1 - self.rho) * step_s
-        if compile_s * 1 / OVERHEAD_SHARE > saving:
-            self.log(f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
-                     f"{self.rho:g}, and compiling a selection's step costs about "
-                     f"{compile_s:.1f} s; re-selections and corrections switch only to steps "
-                     f"that pay for their compile"
-                     + (", and all tensors train if none does" if saving < PAYOFF * compile_s
-                        else ""))
 
     # ------------------------------------------------------------------ what to run
     @property
@@ -178,6 +152,7 @@ class ElasticRuntime(Accounting):
         s = self.s
         if kind == "probe":
             self._book_full(seconds, compiled, probe=True)
+            s.probes_run += 1
             s.probe_terms = [a + float(b) for a, b in zip(s.probe_terms, terms)]
             s.probing -= 1
             if s.probing:
@@ -191,7 +166,7 @@ class ElasticRuntime(Accounting):
             if s.record_open:
                 s.records[-1]["full_step_ms"] = self._full_ms()
             return False
-        return self._selection_step(global_step, seconds)
+        return self._selection_step(global_step, seconds, compiled)
 
     def _book_full(self, seconds, compiled, probe):
         """A probe or timed full step: every tensor's backward pass, no update.  It trains
@@ -216,16 +191,17 @@ class ElasticRuntime(Accounting):
             if s.record_open:
                 s.records[-1]["full_steps"] += 1
 
-    def _selection_step(self, global_step, seconds):
+    def _selection_step(self, global_step, seconds, compiled=False):
         s = self.s
         rec = s.records[-1]
         rec["steps"] += 1
         s.windows[-1][0] += seconds
         if s.first_step_s is None:  # may include compiling this selection's step
             s.first_step_s, s.first_window = seconds, len(s.windows) - 1
+            s.first_compiled = bool(compiled)
             return False
         s.times.append(seconds)
-        if len(s.times) == 1 and not all(s.mask):
+        if len(s.times) == 1 and not all(s.mask) and s.first_compiled:
             s.selection_compile_s = max(s.first_step_s - seconds, 0.0)
         if not s.measuring:
             # a selection trains for --interval epochs, an hour or more on a small device: its
@@ -267,7 +243,8 @@ class ElasticRuntime(Accounting):
         if new_sel != old_sel and not self._worth_compiling(new_sel, global_step):
             self.log(f"rho feedback: {len(old_sel)} tensors measured {measured:.3f} of a full "
                      f"step for rho {self.rho:g}; the {self._steps_left(global_step)} steps "
-                     f"left do not pay for compiling another selection, kept")
+                     f"left do not pay for compiling another selection (overhead budget "
+                     f"{OVERHEAD_SHARE:.0%} of training), kept")
             s.corrections_here = self.ctl.max_corrections
             s.win_t, s.measuring = len(s.times), False
             self._overhead("solving", self.clock() - t0)
@@ -327,61 +304,18 @@ class ElasticRuntime(Accounting):
                 mask, reason = np.ones(self.n, bool), "short run: all tensors"
         elif selection != tuple(s.selection) and not self._worth_compiling(selection,
                                                                            global_step):
-            mask, reason = np.asarray(s.mask, bool), "interval (kept: too few steps left)"
-        self._open(global_step, mask, measured_before, reason, importance_ms)
+            mask, reason = np.asarray(s.mask, bool), "interval (kept: overhead budget)"
+        # the same tensors as before, already measured: no new measurement (the re-check
+        # every RECHECK_STEPS still comes)
+        again = s.selection is not None and [int(k) for k in np.nonzero(mask)[0]] == list(
+            s.selection) and any(m[0] == list(s.selection) for m in s.measured)
+        self._open(global_step, mask, measured_before, reason, importance_ms, measure=not again)
+        if again:  # its ratio is the one measured before, until the re-check
+            s.windows[0][1] = dict((tuple(k), v) for k, v in s.measured)[tuple(s.selection)]
         self._overhead("solving", self.clock() - t0)
 
-    def _pays_off(self, mask, global_step):
-        """Whether leaving full steps for `mask` saves more than its compile costs."""
-        ratio = self.ctl.model.predicted_ratio(mask)
-        compile_s = self._compile_estimate(ratio)
-        if compile_s is None or mask.all() or self.is_compiled(
-                tuple(int(k) for k in np.nonzero(mask)[0])):
-            return True
-        t_full = statistics.median(self.s.full_times) if self.s.full_times else \
-            self.ctl.base.t_full / 1e3
-        saving = self._steps_left(global_step) * (1 - ratio) * t_full
-        if saving >= PAYOFF * compile_s:
-            return True
-        if not getattr(self, "_said_full", False):
-            self._said_full = True
-            self.log(f"elastic: the {self._steps_left(global_step)} steps left would save about "
-                     f"{saving:.2f} s, not {PAYOFF:g}x the {compile_s:.2f} s that compiling a "
-                     f"selection's step is estimated to cost: training all tensors, as full "
-                     f"training would (--economy false to select anyway)")
-        return False
-
-    def _worth_compiling(self, selection, global_step):
-        compile_s = self._compile_estimate(self.rho)
-        if compile_s is None or self.is_compiled(tuple(selection)):
-            return True
-        left_s = self._steps_left(global_step) * self.ctl.base.t_full / 1e3 * self.rho
-        return compile_s <= OVERHEAD_SHARE * left_s
-
-    def _compile_estimate(self, ratio):
-        """Seconds a new selection's step of predicted step ratio `ratio` takes to compile: the
-        last one measured in this run; before any, the table's compile_ms (timed by the
-        profiler on selections), else the full step's compile measured on its first call times
-        `ratio` (a selection's graph holds the forward pass and part of the backward one; the
-        first compile of a process also pays TensorFlow's own warm-up: smallcnn's full step
-        took 1.4 s, its selections' 0.4 s); None when unknown.  With feedback off, decisions
-        must not depend on this run's timing: only the table's value counts then."""
-        s = self.s
-        if not self.economy:
-            return None
-        table_s = None if self.compile_ms is None else self.compile_ms / 1e3
-        if not self.ctl.feedback:
-            return table_s
-        if s.selection_compile_s is not None:
-            return s.selection_compile_s
-        if table_s is not None:
-            return table_s
-        return None if s.full_compile_s is None else s.full_compile_s * ratio
-
-    def _steps_left(self, global_step):
-        return max(self.total_steps - global_step, 0)
-
-    def _open(self, global_step, mask, measured_before, reason, importance_ms=None):
+    def _open(self, global_step, mask, measured_before, reason, importance_ms=None,
+              measure=True):
         s = self.s
         model = self.ctl.model
         mask = np.asarray(mask, bool)
@@ -403,7 +337,7 @@ class ElasticRuntime(Accounting):
         s.mask = [bool(b) for b in mask]
         s.times, s.first_step_s = [], None
         s.rounds, s.win_t, s.win_f = 1, 0, len(s.full_times)
-        s.measuring = not everything
+        s.measuring = measure and not everything
         s.windows, s.first_window = [[0.0, 1.0 if everything else None]], 0
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)

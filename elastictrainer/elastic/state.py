@@ -54,6 +54,7 @@ class ElasticState:
     probing: int = 0                    # probe steps still to run in this re-selection
     probe_terms: Optional[List[float]] = None
     probe_step: int = 0                 # where this re-selection began
+    probes_run: int = 0                 # probe steps so far
     importance: Optional[List[float]] = None
     selection: Optional[List[int]] = None
     mask: Optional[List[bool]] = None
@@ -63,6 +64,7 @@ class ElasticState:
     times: List[float] = dataclasses.field(default_factory=list)       # selection steps (s)
     full_times: List[float] = dataclasses.field(default_factory=list)  # timed full steps (s)
     first_step_s: Optional[float] = None  # the selection's first step (may compile)
+    first_compiled: bool = True         # ... and whether it did (its step was new)
     first_window: int = 0
     corrections_here: int = 0
     was_over: bool = False
