@@ -15,7 +15,7 @@ import tensorflow as tf
 from elastictrainer import energy, runlog
 from elastictrainer.checkpoint import RunCheckpoint
 from elastictrainer.common import RunError, one_line, peak_rss_mb
-from elastictrainer.data.loaders import first_undecodable
+from elastictrainer.data.folder import first_undecodable
 from elastictrainer.run_setup import get_random_state, set_random_state
 
 

@@ -115,7 +115,7 @@ def main(argv=None):
     import tf_keras as keras
 
     from elastictrainer import engine, importance, schemes
-    from elastictrainer.data.loaders import synthetic_dataset
+    from elastictrainer.data.synthetic import synthetic_dataset
     from elastictrainer.models.build import build_sized
     from elastictrainer.roles import tensor_roles
     from elastictrainer.trainer import Trainer

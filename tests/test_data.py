@@ -12,7 +12,7 @@ from PIL import Image
 
 from conftest import write_image_folder
 from elastictrainer import data
-from elastictrainer.data import loaders
+from elastictrainer.data import folder, loaders, synthetic, tfds_data
 
 TFDS_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120}
 
@@ -45,7 +45,7 @@ def _check_batches(bundle, input_size, batch_size):
 @pytest.fixture
 def no_network_check(monkeypatch):
     """mock_data turns download_and_prepare into a no-op; skip the reachability probe before it."""
-    monkeypatch.setattr(loaders, "_download_blocker", lambda builder, **kw: None)
+    monkeypatch.setattr(tfds_data, "_download_blocker", lambda builder, **kw: None)
 
 
 @pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
@@ -175,23 +175,23 @@ def test_download_blocker_unreachable_host(monkeypatch):
 
     def refuse(address, timeout=None):
         raise OSError("Network is unreachable")
-    monkeypatch.setattr(loaders.socket, "create_connection", refuse)
-    problem = loaders._download_blocker(_FakeBuilder())
+    monkeypatch.setattr(tfds_data.socket, "create_connection", refuse)
+    problem = tfds_data._download_blocker(_FakeBuilder())
     assert "Network is unreachable" in problem and "example.invalid" in problem
 
     def hang(address, timeout=None):
         time.sleep(3)
         raise OSError("too late")
-    monkeypatch.setattr(loaders.socket, "create_connection", hang)
+    monkeypatch.setattr(tfds_data.socket, "create_connection", hang)
     t = time.time()
-    problem = loaders._download_blocker(_FakeBuilder(), timeout=0.3)
+    problem = tfds_data._download_blocker(_FakeBuilder(), timeout=0.3)
     assert time.time() - t < 2 and "within 0.3s" in problem
 
     class Conn:
         def close(self):
             pass
-    monkeypatch.setattr(loaders.socket, "create_connection", lambda address, timeout=None: Conn())
-    assert loaders._download_blocker(_FakeBuilder()) is None
+    monkeypatch.setattr(tfds_data.socket, "create_connection", lambda address, timeout=None: Conn())
+    assert tfds_data._download_blocker(_FakeBuilder()) is None
 
 
 def test_tfds_offline_fails_fast_unpatched(tmp_path, monkeypatch):
@@ -243,10 +243,10 @@ def test_folder_held_out_split(tmp_path):
 
 def test_held_out_split_sizes():
     classes = {"a": [f"a{i}" for i in range(10)], "b": ["b0", "b1"], "c": ["c0"]}
-    train, test = loaders._held_out_split(classes, seed=3)
+    train, test = folder._held_out_split(classes, seed=3)
     assert [len(test[k]) for k in "abc"] == [2, 1, 0]
     assert [len(train[k]) for k in "abc"] == [8, 1, 1]
-    assert loaders._held_out_split(classes, seed=3) == (train, test)
+    assert folder._held_out_split(classes, seed=3) == (train, test)
 
 
 def test_folder_train_test_layout(tmp_path):
@@ -402,11 +402,11 @@ def test_synthetic_training_set_kept_in_memory_is_the_generated_one(monkeypatch)
     """A small training set is generated once and kept as uint8 (SYN_MEMORY_BYTES); its batches,
     order included, are exactly those generated on the fly, epoch after epoch."""
     def epochs(n):
-        bundle = loaders.synthetic_dataset(input_size=16, batch_size=8, num_train=40, seed=4)
+        bundle = synthetic.synthetic_dataset(input_size=16, batch_size=8, num_train=40, seed=4)
         return [[(x.numpy(), y.numpy()) for x, y in bundle.train] for _ in range(n)]
 
     kept = epochs(2)
-    monkeypatch.setattr(loaders, "SYN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(synthetic, "SYN_MEMORY_BYTES", 0)
     streamed = epochs(2)
     for a, b in zip(kept, streamed):
         for (xa, ya), (xb, yb) in zip(a, b):

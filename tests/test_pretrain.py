@@ -13,7 +13,7 @@ import tf_keras as keras
 import main as main_cli
 from elastictrainer import runlog
 from elastictrainer.common import UserError
-from elastictrainer.data import loaders
+from elastictrainer.data import synthetic
 from elastictrainer.models import MODELS, pretrain
 from elastictrainer.models.base import weights_kind
 from elastictrainer.models.build import build_model
@@ -41,7 +41,7 @@ def tiny_recipe(monkeypatch, tmp_path):
 
 
 def _bands(freqs):
-    j = loaders.SYN_FREQUENCY_JITTER
+    j = synthetic.SYN_FREQUENCY_JITTER
     return [(f * (1 - j), f * (1 + j)) for f in np.unique(freqs)]
 
 
@@ -51,25 +51,25 @@ def _bands(freqs):
 def test_source_classes_are_disjoint_from_the_targets(target_classes):
     """No source image can have a frequency a target class draws (frequency bands with the
     generator's jitter do not overlap), whatever the target's class count."""
-    _, source_f, _ = loaders.synthetic_source_class_params()
-    _, target_f, _ = loaders._synthetic_class_params(target_classes)
+    _, source_f, _ = synthetic.synthetic_source_class_params()
+    _, target_f, _ = synthetic._synthetic_class_params(target_classes)
     for lo, hi in _bands(source_f):
         for tlo, thi in _bands(target_f):
             assert hi < tlo or thi < lo, (lo, hi, tlo, thi)
 
 
 def test_source_task_is_the_same_generator_with_its_own_classes():
-    orient, freq, tint = loaders.synthetic_source_class_params()
-    assert len(orient) == loaders.SOURCE_NUM_CLASSES == 36
+    orient, freq, tint = synthetic.synthetic_source_class_params()
+    assert len(orient) == synthetic.SOURCE_NUM_CLASSES == 36
     assert len({(round(float(o), 4), float(f)) for o, f in zip(orient, freq)}) == 36  # distinct
-    examples = list(loaders.synthetic_source_examples(24, 72, seed=1).as_numpy_iterator())
+    examples = list(synthetic.synthetic_source_examples(24, 72, seed=1).as_numpy_iterator())
     labels = [int(y) for _, y in examples]
     assert sorted(set(labels)) == list(range(36)) and labels.count(0) == 2  # balanced
     x = np.stack([x for x, _ in examples])
     assert x.shape == (72, 24, 24, 3) and 0 <= x.min() and x.max() <= 255
-    again = np.stack([x for x, _ in loaders.synthetic_source_examples(24, 72, seed=1)])
+    again = np.stack([x for x, _ in synthetic.synthetic_source_examples(24, 72, seed=1)])
     np.testing.assert_array_equal(x, again)
-    target = np.stack([x for x, _ in loaders.synthetic_examples(24, 72, seed=1)])
+    target = np.stack([x for x, _ in synthetic.synthetic_examples(24, 72, seed=1)])
     assert not np.allclose(x, target)
 
 
@@ -175,7 +175,7 @@ def test_pretraining_makes_features_that_transfer(monkeypatch, tmp_path):
         if weights:
             pretrain.backbone_of(model).load_weights(weights)
         features = keras.Model(model.inputs, model.get_layer("global_pool").output)
-        bundle = loaders.synthetic_dataset(input_size=16, batch_size=64, num_train=320,
+        bundle = synthetic.synthetic_dataset(input_size=16, batch_size=64, num_train=320,
                                            num_test=160, seed=3)
 
         def embed(ds):

@@ -12,7 +12,8 @@ Sources:
 Every element is (images float32 [B, S, S, 3] in [0, 255], labels int32 [B]). The train split is
 reshuffled on every pass under `seed` (the reference code never shuffled); the test split is fixed.
 
-This module only names what exists (no TensorFlow, so `--help` can list it); loaders.py loads.
+This module only names what exists (no TensorFlow, so `--help` can list it); loaders.py loads
+(through tfds_data.py, folder.py and synthetic.py).
 """
 
 DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic")

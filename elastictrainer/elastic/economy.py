@@ -21,6 +21,9 @@ PAYOFF = 1.5
 # The re-selection overhead a run may reach with later switches to uncompiled selections, as a
 # share of its training time (and a compile's share of the steps left).
 OVERHEAD_SHARE = 0.10
+# Later switches plan for this much of it: a compile estimated from the last one came out up to
+# a third low here (the first compile of a process pays TensorFlow's warm-up).
+PLANNED_SHARE = 0.8 * OVERHEAD_SHARE
 
 
 class Economy:
@@ -66,7 +69,7 @@ class Economy:
     def _worth_compiling(self, selection, global_step):
         """Whether a later switch (a re-selection or a correction) to `selection` may compile
         its step: the overhead so far, this compile, the full steps that will measure it and
-        the probes of the re-selections still to come must stay within OVERHEAD_SHARE of the
+        the probes of the re-selections still to come must stay within PLANNED_SHARE of the
         run's training time, taken as its steps at the lowest step ratio in sight (rho, the
         current selection's, the new one's: loop work would only add to it); and the compile
         within that share of the time the steps left will take."""
@@ -85,7 +88,7 @@ class Economy:
         left = self._steps_left(global_step)
         probes_s = left / max(self.every, 1) * self.probe_batches * grad_s
         projected = self._spent_s() + compile_s + FULL_STEPS * grad_s + probes_s
-        return (projected <= OVERHEAD_SHARE * self.total_steps * step_s
+        return (projected <= PLANNED_SHARE * self.total_steps * step_s
                 and compile_s <= OVERHEAD_SHARE * left * step_s)
 
     def _t_full_s(self):

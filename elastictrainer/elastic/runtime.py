@@ -250,7 +250,11 @@ class ElasticRuntime(Economy, Accounting):
             self._overhead("solving", self.clock() - t0)
             return False
         self._close_record()
-        self._open(global_step + 1, mask, measured_before, f"correction ({miss} rho)")
+        same = new_sel == old_sel  # measured just now: no second measurement of it
+        self._open(global_step + 1, mask, measured_before, f"correction ({miss} rho)",
+                   measure=not same)
+        if same:
+            s.windows[0][1] = measured
         model = self.ctl.model
         s.corrections.append(dataclasses.asdict(Correction(
             step=global_step, measured_ratio=measured, miss=miss,

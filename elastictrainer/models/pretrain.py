@@ -4,7 +4,7 @@ ElasticTrainer fine-tunes *pretrained* backbones, and the built-in CNNs run thei
 inference mode (base.classifier: BatchNorm uses its moving statistics), so from random weights
 they barely learn.  Offline, this module makes the pretraining the paper took from ImageNet:
 the built-in model is trained in full on a synthetic *source* task, the `synthetic` dataset's
-generator with other, disjoint classes (data.loaders.synthetic_source_class_params: the same
+generator with other, disjoint classes (data.synthetic.synthetic_source_class_params: the same
 kind of coloured gratings, at frequencies no target class draws), so that its features transfer
 while its classes do not.
 
@@ -36,7 +36,7 @@ import tf_keras as keras
 
 from elastictrainer import engine
 from elastictrainer.common import UserError, one_line
-from elastictrainer.data.loaders import SOURCE_NUM_CLASSES, synthetic_source_examples
+from elastictrainer.data.synthetic import SOURCE_NUM_CLASSES, synthetic_source_examples
 from elastictrainer.models import MODELS
 from elastictrainer.models.base import build_builtin, keras_cache_root
 
@@ -44,7 +44,7 @@ from elastictrainer.models.base import build_builtin, keras_cache_root
 # simply not found (their name holds the version) and a new one is made.  3: mobilenetv2
 # resamples its source images (smallcnn's recipe and file are as in 2).  4: smallcnn is wider
 # (models/cnn.py SMALLCNN_WIDTHS), so its old file no longer fits.  5: the source task has 12
-# orientations (36 classes; data/loaders.py SOURCE_ORIENTATIONS says why).
+# orientations (36 classes; data/synthetic.py SOURCE_ORIENTATIONS says why).
 VERSION = 5
 SOURCE_SEED = 0x5EED  # the source images' random stream and the pretraining's seed
 EVAL_IMAGES = 512     # held-out source images for the accuracy the log line reports
