@@ -252,9 +252,7 @@ class ElasticRuntime(Economy, Accounting):
         self._close_record()
         same = new_sel == old_sel  # measured just now: no second measurement of it
         self._open(global_step + 1, mask, measured_before, f"correction ({miss} rho)",
-                   measure=not same)
-        if same:
-            s.windows[0][1] = measured
+                   known_ratio=measured if same else None)
         model = self.ctl.model
         s.corrections.append(dataclasses.asdict(Correction(
             step=global_step, measured_ratio=measured, miss=miss,
@@ -313,13 +311,14 @@ class ElasticRuntime(Economy, Accounting):
         # every RECHECK_STEPS still comes)
         again = s.selection is not None and [int(k) for k in np.nonzero(mask)[0]] == list(
             s.selection) and any(m[0] == list(s.selection) for m in s.measured)
-        self._open(global_step, mask, measured_before, reason, importance_ms, measure=not again)
-        if again:  # its ratio is the one measured before, until the re-check
-            s.windows[0][1] = dict((tuple(k), v) for k, v in s.measured)[tuple(s.selection)]
+        known = dict((tuple(k), v) for k, v in s.measured)[tuple(s.selection)] if again else None
+        self._open(global_step, mask, measured_before, reason, importance_ms, known_ratio=known)
         self._overhead("solving", self.clock() - t0)
 
     def _open(self, global_step, mask, measured_before, reason, importance_ms=None,
-              measure=True):
+              known_ratio=None):
+        """Start training `mask`; known_ratio: its step ratio, measured in this run moments ago
+        (the same tensors again): not measured again until the re-check."""
         s = self.s
         model = self.ctl.model
         mask = np.asarray(mask, bool)
@@ -335,14 +334,16 @@ class ElasticRuntime(Economy, Accounting):
         everything = bool(mask.all())
         if everything:  # the full step itself: its ratio is 1, nothing to measure
             record.measured_ratio, record.limited_by = 1.0, "budget"
+        elif known_ratio is not None:
+            record.measured_ratio = known_ratio
         s.records.append(record.to_dict())
         s.record_open = True
         s.selection = [int(k) for k in np.nonzero(mask)[0]]
         s.mask = [bool(b) for b in mask]
         s.times, s.first_step_s = [], None
         s.rounds, s.win_t, s.win_f = 1, 0, len(s.full_times)
-        s.measuring = measure and not everything
-        s.windows, s.first_window = [[0.0, 1.0 if everything else None]], 0
+        s.measuring = known_ratio is None and not everything
+        s.windows, s.first_window = [[0.0, 1.0 if everything else known_ratio]], 0
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
