@@ -1,7 +1,7 @@
 """The paper's figures from your runs: `python plot.py curves logs/run1 logs/run2 ...`.
 
 The same as `elastictrainer plot`: curves (Fig. 15/16), bars (Fig. 17/19), selection (Fig. 21),
-profile (a timing table).  The drawing is elastictrainer/plotting.py.
+profile (a timing table).  The drawing is in elastictrainer/plotting/.
 """
 from elastictrainer.cli import plot_main
 from elastictrainer.common import run_cli

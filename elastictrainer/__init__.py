@@ -12,7 +12,7 @@ One module per component of the paper:
                     checkpoints it); trainer.py, engine.py its compiled steps
     models/, data/  the model zoo and the datasets
     runlog.py       run directories, TensorBoard tags, file formats
-    plotting.py     the paper's figures; figures.py runs them
+    plotting/       the paper's figures, one module per figure; figures.py runs them
     cli.py          `elastictrainer train|profile|plot|figure` (and main.py, profiler.py, plot.py)
 
 Importing the package imports no TensorFlow; `elastictrainer.run` and `elastictrainer.Config`

@@ -219,7 +219,7 @@ def test_runs_that_differ_in_a_setting_are_never_averaged(tmp_path, capsys):
     et = next(r for r in rows if r[2] == "ElasticTrainer")
     assert et[-1] == "2.00x"
     runs = plotting.load_runs([str(root)], warn=lambda msg: None)
-    label = plotting._legend_label(plotting.Style("Full training", None, 0), None,
+    label = plotting.common._legend_label(plotting.Style("Full training", None, 0), None,
                                    [r for r in runs if r.summary["seed"] in (0, 1)
                                     and r.variant[1][1] == "adam"
                                     and r.train_type == "full_training"])

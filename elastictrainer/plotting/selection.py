@@ -1,0 +1,122 @@
+"""Fig. 21: which tensors each re-selection trained, as a heat map."""
+from collections import namedtuple
+
+import numpy as np
+
+from elastictrainer import runlog
+from elastictrainer.common import UserError
+from elastictrainer.plotting.common import (load_runs, pyplot, save_figure, scheme_label)
+
+
+# --------------------------------------------------------------------------- Fig. 21
+Selections = namedtuple("Selections", "epochs matrix predicted_ratio measured_ratio source")
+
+
+def selection_matrix(run):
+    """Selections(epochs, matrix [tensor, re-selection] of 0/1, predicted and measured
+    step-time ratios (NaN where unknown), source) from summary.json's selections, or from the
+    SELECTION_MASK and PREDICTED_RATIO events when the summary has none (no measured ratios:
+    the events do not hold them)."""
+    sels = run.summary.get("selections") or []
+    if sels:
+        epochs = np.array([s["epoch"] for s in sels], float)
+        matrix = np.array([s["mask"] for s in sels], np.int32).T
+        ratio = np.array([s.get("predicted_ratio", np.nan) for s in sels], float)
+        measured = np.array([np.nan if s.get("measured_ratio") is None else s["measured_ratio"]
+                             for s in sels], float)
+        return Selections(epochs, matrix, ratio, measured, runlog.SUMMARY_FILE)
+    steps, masks = runlog.read_tensors(run.path, runlog.SELECTION_MASK, run.events)
+    if not masks:
+        if run.rho is None:
+            raise UserError(f"{run.path}: {run.train_type} is not an elastic scheme, so it has "
+                            f"no tensor selections to plot")
+        raise UserError(f"{run.path}: no tensor selection recorded yet")
+    spe = run.summary["steps_per_epoch"]
+    matrix = np.stack([np.asarray(m, np.int32).reshape(-1) for m in masks], axis=1)
+    rsteps, rvals = run.scalars(runlog.PREDICTED_RATIO)
+    by_step = dict(zip(rsteps.tolist(), rvals.tolist()))
+    ratio = np.array([by_step.get(s, np.nan) for s in steps], float)
+    return Selections(np.array(steps, float) / spe, matrix, ratio, np.full(len(steps), np.nan),
+                      "events")
+
+
+def plot_selection(run_dir, out):
+    """Heat map of the tensors trained after each re-selection (x: epoch, y: tensor from input
+    at the bottom to output at the top), with the fraction selected and the predicted step-time
+    ratio above it.  Returns the written paths."""
+    run = load_runs([run_dir])[0]
+    sel = selection_matrix(run)
+    plt = pyplot()
+    n, m = sel.matrix.shape
+    # each selection holds until the next one, the last until the end of the finished epochs
+    gaps = np.diff(sel.epochs)
+    step = float(np.median(gaps)) if len(gaps) else float(run.config.get("interval") or 1.0)
+    end = float(len(run.epochs))
+    if end <= sel.epochs[-1]:  # an unfinished run: show the last selection for one interval
+        end = sel.epochs[-1] + step
+    x_edges = np.append(sel.epochs, end)
+    y_edges = np.arange(n + 1) - 0.5
+
+    fig, (top, ax) = plt.subplots(2, 1, sharex=True, figsize=(7.5, 6.0 if n > 40 else 5.0),
+                                  gridspec_kw={"height_ratios": [1, 3.5]}, layout="constrained")
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+    trained = "#1a1a1a"
+    ax.pcolormesh(x_edges, y_edges, sel.matrix, cmap=ListedColormap(["white", trained]), vmin=0,
+                  vmax=1, antialiased=False, rasterized=n * m > 20000)
+    for e in x_edges[1:-1]:  # two equal selections in a row still read as two columns
+        ax.axvline(e, color="0.6", lw=0.6)
+    ax.set_ylim(-0.5, n - 0.5)
+    from matplotlib.ticker import MaxNLocator
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # tensors are whole
+    ax.set_xlabel("epoch (each column: one re-selection, held until the next)")
+    ax.set_ylabel(f"tensor index (input → output, {n} tensors)")
+    ax.legend([Patch(color=trained), Patch(facecolor="white", edgecolor="0.6")],
+              ["trained", "frozen"], loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
+              fontsize=8)
+
+    frac = sel.matrix.sum(axis=0) / n
+    xs = np.append(sel.epochs, end)
+    top.step(xs, np.append(frac, frac[-1]), where="post", color="#444444",
+             label="fraction of tensors trained")
+    if np.isfinite(sel.predicted_ratio).any():
+        pr = sel.predicted_ratio
+        top.step(xs, np.append(pr, pr[-1]), where="post", color="#d62728",
+                 label="predicted step-time ratio")
+    # a selection is kept after a correction when it was measured within rho before, even if
+    # the corrected time model predicts it over: the measured line shows what the steps took
+    if np.isfinite(sel.measured_ratio).any():
+        mr = sel.measured_ratio
+        top.step(xs, np.append(mr, mr[-1]), where="post", color="#1f77b4", ls="--",
+                 label="measured step-time ratio")
+    if run.rho is not None:
+        top.axhline(run.rho, color="#d62728", ls=":", lw=1, label=f"ρ = {run.rho:g}")
+    top.set_ylim(0, max(1.05, np.nanmax(np.concatenate([sel.predicted_ratio,
+                                                         sel.measured_ratio, [0]])) + 0.05))
+    top.set_ylabel("fraction")
+    top.grid(alpha=0.3)
+    top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.05), frameon=False, fontsize=8)
+    ax.set_xlim(x_edges[0], x_edges[-1])
+    if m <= 24:
+        ax.set_xticks(x_edges)
+        ax.set_xticklabels(sparse_tick_labels(x_edges), fontsize=8)
+    status = f" ({run.flag})" if run.flag else ""
+    top.set_title(f"{run.model} on {run.dataset}: {scheme_label(run.train_type, run.rho)}"
+                  f"{status}\ntensors selected at each re-selection")
+    return save_figure(fig, out)
+
+
+def sparse_tick_labels(edges, min_gap=0.04):
+    """Labels for ticks at `edges`, blank where a tick sits closer than min_gap of the axis
+    range to the last labelled one: a correction a few steps after a re-selection would print
+    its epoch on top of the re-selection's ("00.13")."""
+    edges = [float(e) for e in edges]
+    span = (max(edges) - min(edges)) or 1.0
+    labels, last = [], None
+    for e in edges:
+        if last is None or e - last >= min_gap * span:
+            labels.append(f"{e:.3g}")
+            last = e
+        else:
+            labels.append("")
+    return labels
