@@ -113,7 +113,7 @@ def profile_main(argv=None, prog="elastictrainer profile"):
     if args.warmup < 0:
         raise UserError("--warmup must be >= 0")
     from elastictrainer.profiler.run import profile_configuration
-    from elastictrainer.profiler.table import summarize
+    from elastictrainer.profiler.report import summarize
 
     table, path = profile_configuration(
         args.model_name, args.input_size, args.batch_size, args.num_classes, args.weights,

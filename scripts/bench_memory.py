@@ -1,4 +1,4 @@
-"""Peak memory of training runs (issue 13): does an elastic run need less than full training?
+"""Peak memory of training runs: does an elastic run need less than full training?
 
 Runs main.py once per cell of the matrix, each in its own process under `/usr/bin/time -v`, and
 records the process's maximum resident set size (and summary.json's peak_rss_mb, the training

@@ -1,4 +1,4 @@
-"""Peak memory (issue 13): profiling first happens in another process, the compiled-step cache
+"""Peak memory: profiling first happens in another process, the compiled-step cache
 is bounded in bytes as well as in count, and the importance probe frees as it goes."""
 import os
 

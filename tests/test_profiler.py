@@ -12,7 +12,7 @@ import tf_keras as keras
 from elastictrainer import engine
 from elastictrainer import plotting, time_model
 from elastictrainer.profiler import attribution, calibration, dataflow, trace
-from elastictrainer.profiler import run as prun, table as ptable
+from elastictrainer.profiler import report as preport, run as prun, table as ptable
 from elastictrainer.common import UserError
 
 from conftest import tiny_attention, tiny_cnn  # noqa: E402
@@ -288,7 +288,7 @@ def test_an_older_table_is_migrated_with_the_defaults_it_lacked(tmp_path, cnn_ta
     assert [t["t_dw_ms"] for t in loaded["tensors"]] == [t["t_dw_ms"] for t in table["tensors"]]
     tm = time_model.TimeModel(loaded)
     assert tm.calibrated and tm.fixed_ms == 0.0
-    assert "calibrated on" in ptable.summarize(loaded)
+    assert "calibrated on" in preport.summarize(loaded)
 
 
 def test_a_table_of_an_older_version_is_raised_to_the_current_one(tmp_path, cnn_table,
@@ -493,10 +493,10 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
     for r in cal["references"]:  # the stored prediction is the time model's
         mask = calibration.reference_selections([t["rank"] for t in table["tensors"]])[r["name"]]
         assert tm.predicted_ratio(mask) == pytest.approx(r["calibrated_ratio"])
-    assert "calibrated on 4 timed selections" in ptable.summarize(table)
+    assert "calibrated on 4 timed selections" in preport.summarize(table)
     noisy = json.loads(json.dumps(table))
     noisy["calibration"]["references"][0]["measured_ratio"] *= 1.5
-    assert "profile again" in ptable.summarize(noisy)
+    assert "profile again" in preport.summarize(noisy)
 
 
 def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
@@ -508,7 +508,7 @@ def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
     assert table["calibration"] is None and not time_model.TimeModel(table).calibrated
     assert table["compile_ms"] is None  # no reference selection compiled
     assert ptable.TimingTable.from_dict(table).to_dict() == table
-    assert "not calibrated" in ptable.summarize(table)
+    assert "not calibrated" in preport.summarize(table)
     table["calibration"] = {"dw_scale": float("nan"), "dy_scale": 1.0, "references": []}
     path = str(tmp_path / "t.json")
     with open(path, "w") as f:
@@ -633,4 +633,4 @@ def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_shar
     path = str(tmp_path / "t.json")
     ptable.save_table(table, path)
     assert ptable.load_table(path)
-    assert "profile again on a quiet machine" in ptable.summarize(table)
+    assert "profile again on a quiet machine" in preport.summarize(table)

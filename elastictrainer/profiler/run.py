@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from elastictrainer import engine
 from elastictrainer.common import UserError, peak_rss_mb
-from elastictrainer.profiler import attribution, calibration, table as tables, trace
+from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.time_model import selection_sums, uniform_scale
 
@@ -203,7 +203,7 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
                                   progress=progress, seed=seed, optimizer=optimizer)
             tables.save_table(table, path)
             release_memory()
-        log(tables.summarize(table))
+        log(report.summarize(table))
     return tables.load_table(path, model=model, input_size=input_size, batch_size=batch_size,
                              optimizer=optimizer)
 
