@@ -62,7 +62,8 @@ def make(model, device, rho=0.6, total=400, steps_per_epoch=100, interval=4, **k
 
 
 def drive(rt, device, steps, importance, start=0):
-    """The loop: what elastic/tf_side.py does, with the device's scripted times.  Returns the
+    """The loop: what elastic/tf_side.py does, with the device's scripted times.  importance:
+    every probe's terms, or a function of the probes run so far giving them.  Returns the
     kinds of step run."""
     everything = tuple(range(N))
     kinds = []
@@ -73,8 +74,10 @@ def drive(rt, device, steps, importance, start=0):
         selection = everything if kind != "selection" else rt.selection
         seconds, first = device.step_seconds(selection, g, train=kind == "selection")
         device.now += seconds
-        rt.step_done(g, kind, seconds, compiled=first,
-                     terms=importance if kind == "probe" else None)
+        terms = None
+        if kind == "probe":
+            terms = importance(rt.s.probes_run) if callable(importance) else importance
+        rt.step_done(g, kind, seconds, compiled=first, terms=terms)
         device.now += device.loop_s
         kinds.append(kind)
     return kinds
@@ -217,22 +220,6 @@ def _shifting_importance(k):
     return np.array([0.0] * (N - 3) + [float(bits >> j & 1) for j in (2, 1, 0)])
 
 
-def _drive_shifting(rt, device, steps):
-    """The loop of drive(), with an importance that moves to other tensors at every
-    re-selection (so each one wants a new selection, whose step must compile)."""
-    everything = tuple(range(N))
-    for g in range(steps):
-        if rt.reselect_due(g):
-            rt.begin_reselection(g, probes=1)
-        kind = rt.step_kind()
-        selection = everything if kind != "selection" else rt.selection
-        seconds, first = device.step_seconds(selection, g, train=kind == "selection")
-        device.now += seconds
-        terms = _shifting_importance(rt.s.probes_run) if kind == "probe" else None
-        rt.step_done(g, kind, seconds, compiled=first, terms=terms)
-        device.now += device.loop_s
-
-
 @pytest.mark.parametrize("feedback", [True, False])
 def test_reselections_keep_the_overhead_within_its_share_of_training(feedback):
     """Ten re-selections that each want another selection, each compile 1.5% of the run at
@@ -247,7 +234,7 @@ def test_reselections_keep_the_overhead_within_its_share_of_training(feedback):
         device = Device(model, compile_s=compile_s)
         rt = make(model, device, total=2000, steps_per_epoch=200, interval=1, economy=economy,
                   feedback=feedback, compile_ms=1e3 * compile_s)
-        _drive_shifting(rt, device, 2000)
+        drive(rt, device, 2000, _shifting_importance)
         result = rt.finish(device.now)
         spent[economy] = result["reselection_overhead_s"] / device.now
         if economy:
