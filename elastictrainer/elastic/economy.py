@@ -53,9 +53,7 @@ class Economy:
         if compile_s is None or mask.all() or self.is_compiled(
                 tuple(int(k) for k in np.nonzero(mask)[0])):
             return True
-        t_full = statistics.median(self.s.full_times) if self.s.full_times else \
-            self.ctl.base.t_full / 1e3
-        saving = self._steps_left(global_step) * (1 - ratio) * t_full
+        saving = self._steps_left(global_step) * (1 - ratio) * self._t_full_s()
         if saving >= PAYOFF * compile_s:
             return True
         if not getattr(self, "_said_full", False):

@@ -41,8 +41,6 @@ from elastictrainer.importance import normalize
 # rho within this of the forward floor: warned at the start (few tensors fit, accuracy drops)
 FLOOR_MARGIN = 0.1
 
-KINDS = ("probe", "full", "selection")
-
 
 class ElasticRuntime(Economy, Accounting):
     """ElasticTrainer's runtime decisions for one run.
@@ -122,7 +120,6 @@ class ElasticRuntime(Economy, Accounting):
         self._close_record()
         s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
         s.corrections_here, s.was_over = 0, False
-        s.probe_step = global_step
         if probes:
             s.probing, s.probe_terms = int(probes), [0.0] * self.n
 

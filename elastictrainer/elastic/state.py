@@ -53,7 +53,6 @@ class ElasticState:
     next_reselect: float = 0
     probing: int = 0                    # probe steps still to run in this re-selection
     probe_terms: Optional[List[float]] = None
-    probe_step: int = 0                 # where this re-selection began
     probes_run: int = 0                 # probe steps so far
     importance: Optional[List[float]] = None
     selection: Optional[List[int]] = None

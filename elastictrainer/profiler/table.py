@@ -295,7 +295,7 @@ class TimingTable(_Record):
 # so far records version 1, also those written before some of these keys were recorded.
 _TABLE_DEFAULTS = {
     "optimizer": DEFAULT_OPTIMIZER,  # profiled with SGD's update ops
-    "t_grads_ms": None,              # no gradient-only step timed: the loop times full steps
+    "t_grads_ms": None,              # not timed: a run takes its no-update steps as full ones
     "calibration": None,             # uncalibrated: one uniform scale for t_dw and t_dy
     "timing_note": None,             # no timed value replaced
     "compile_ms": None,              # a selection's compile not timed
