@@ -469,6 +469,32 @@ def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
     assert a == (10.0 - t_fp) / t_dw3.sum() and b == 0.0
 
 
+def test_t_grads_is_timed_on_the_runs_probe_function(monkeypatch):
+    """A run scales its timed full steps (the probe function, no update) by t_full / t_grads:
+    the profiler times t_grads on that same function, untrained, so the scale is exact."""
+    made, calls = [], []
+    real = engine.make_probe_step
+
+    def spy(*args, **kwargs):
+        fn = real(*args, **kwargs)
+        made.append(fn)
+
+        def wrapped(x, y, want_terms, train):
+            calls.append((bool(want_terms.numpy()), bool(train.numpy())))
+            return fn(x, y, want_terms, train)
+        return wrapped
+
+    monkeypatch.setattr(engine, "make_probe_step", spy)
+    model = tiny_cnn()
+    before = [w.copy() for w in model.get_weights()]
+    table = prun.profile_model(model, "tiny_cnn", 24, 4, 5, num_iterations=2, warmup=1,
+                               progress=False, calibrate=False)
+    assert len(made) == 1 and len(calls) == 1 + 2  # warm-up, then each timed iteration
+    assert set(calls) == {(False, False)}
+    assert table["t_grads_ms"] > 0
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
 def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
     from elastictrainer import cli, config, importance, loop, roles, schemes, time_model, trainer
 
