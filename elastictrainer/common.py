@@ -67,6 +67,39 @@ def peak_rss_mb():
     return peak / 2**20 if _sys.platform == "darwin" else peak / 1024
 
 
+def cpu_model():
+    """The CPU's name as /proc/cpuinfo gives it (a Jetson's "Hardware" line), else platform's."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "processor\t: arm")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(tensorflow_version=None):
+    """What a benchmark ran on, recorded with its numbers: CPU, cores, OS, TensorFlow, Python.
+    `tensorflow_version` for a benchmark whose runs use another interpreter."""
+    import os
+    import platform
+
+    if tensorflow_version is None:
+        import tensorflow as tf
+
+        tensorflow_version = tf.__version__
+    return {"platform": platform.platform(), "cpu": cpu_model(), "cores": os.cpu_count(),
+            "tensorflow": tensorflow_version, "python": platform.python_version()}
+
+
+def machine_text(m):
+    """machine_info as the one line a benchmark table is headed with."""
+    return f"{m['cpu']}, {m['cores']} cores, {m['platform']}, TensorFlow {m['tensorflow']}"
+
+
 def run_cli(fn, argv=None):
     """Run fn(argv) as a command: UserError -> one line + exit 2, Ctrl-C -> exit 130."""
     try:

@@ -2,7 +2,7 @@
 as config.json.  No TensorFlow: the CLI builds and checks it before starting TensorFlow.
 
 Each field also carries its command-line flag (`flag(...)` metadata: help, choices, the default
-as shown), so the train command's flags (cli.train_parser) and the README's flag table
+as shown), so the train command's flags (cli.train_parser) and docs/usage.md's flag table
 (`python -m elastictrainer.config --write`) are both generated from this one class.
 """
 import datetime
@@ -47,7 +47,7 @@ def lr_schedule_for(optimizer, schedule=None):
 # ----------------------------------------------------------------------------------- flags
 @dataclass(frozen=True)
 class Flag:
-    """How a Config field appears on the command line and in the README's flag table.
+    """How a Config field appears on the command line and in docs/usage.md's flag table.
 
     help: plain text (no argparse %-escapes, no markdown; both renderings add their own), or a
       function giving it, for lists that grow when users register their own entries.
@@ -243,7 +243,8 @@ class Config:
 
 
 # ----------------------------------------------------------------------------------- docs
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+USAGE_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                         "usage.md")
 TABLE_BEGIN, TABLE_END = "<!-- flags:train -->", "<!-- /flags:train -->"
 # Flags and $VARIABLES read as code, and so must a word with <placeholders>, which GitHub would
 # otherwise drop as an HTML tag.
@@ -262,18 +263,18 @@ def flag_table():
     return "\n".join(rows) + "\n"
 
 
-def readme_flag_table(text):
-    """The flag table between README's markers in `text`; None without the markers."""
+def documented_flag_table(text):
+    """The flag table between the markers in `text`; None without the markers."""
     begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
     if begin < 0 or end < begin:
         return None
     return text[begin + len(TABLE_BEGIN):end].lstrip("\n")
 
 
-def write_readme_flag_table(path=README):
-    """Put flag_table() between the README's markers; True when the file changed."""
+def write_flag_table(path=USAGE_DOC):
+    """Put flag_table() between the markers of docs/usage.md; True when the file changed."""
     text = open(path, encoding="utf-8").read()
-    old = readme_flag_table(text)
+    old = documented_flag_table(text)
     if old is None:
         raise UserError(f"{path} has no {TABLE_BEGIN} ... {TABLE_END} block")
     if old == flag_table():
@@ -285,9 +286,9 @@ def write_readme_flag_table(path=README):
 
 
 if __name__ == "__main__":
-    # python -m elastictrainer.config [--write]: print the table, or rewrite README.md's block
+    # python -m elastictrainer.config [--write]: print the table, or rewrite docs/usage.md's block
     if sys.argv[1:] == ["--write"]:
-        print(f"{README}: " + ("table rewritten" if write_readme_flag_table() else "up to date"))
+        print(f"{USAGE_DOC}: " + ("table rewritten" if write_flag_table() else "up to date"))
     elif sys.argv[1:]:
         print("usage: python -m elastictrainer.config [--write]", file=sys.stderr)
         sys.exit(2)

@@ -139,10 +139,9 @@ class Trainer:
     def step_for(self, selection):
         return self.steps(tuple(selection))
 
-    @property
-    def probe_traced(self):
-        return self._probe is not None and bool(
-            self._probe._list_all_concrete_functions())  # private tf.function API, as graph_bytes
+    def probe_traced(self, want_terms=False):
+        """Whether a probe step with `want_terms` runs without compiling anything."""
+        return self._probe is not None and self._probe.traced(want_terms)
 
     def probe_step(self, x, y, want_terms, train=False):
         """Every tensor's gradient, the importance terms when `want_terms`, the update only when
@@ -155,7 +154,7 @@ class Trainer:
             self.in_step_importance = terms is not None
             self._probe = engine.make_probe_step(self.model, self.optimizer, self.loss_fn,
                                                  self.variables, terms, self._penalty)
-        return self._probe(x, y, tf.constant(bool(want_terms)), tf.constant(bool(train)))
+        return self._probe(x, y, want_terms, train)
 
     @property
     def in_step(self):

@@ -26,10 +26,11 @@ machine meanwhile, since the elastic runs act on the step times they measure.
 import dataclasses
 import json
 import os
-import platform
+import datetime
 import statistics
 
-from elastictrainer.common import ArgumentParser, comma_list
+from elastictrainer import perfdoc
+from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
 from elastictrainer.compare import LAST_EPOCHS, compare, last_epochs_accuracy
 from elastictrainer.schemes import SCHEMES, Scheme  # no TensorFlow: --help stays quick
 
@@ -78,6 +79,7 @@ def register_fixed(first):
 LAST = "mean of the last epochs"
 SWING = "points moved per epoch"
 SWING_FROM = 5
+STEP_RATIO, TIME_RATIO = "elastic measured_ratio", "elastic time / full's"
 
 
 def swing(summary, first_epoch=SWING_FROM):
@@ -92,7 +94,9 @@ def table(results, firsts, elastic, measure=None):
     full training's, and the mean."""
     cols = ["full training"] + [f"tensors {k}- fixed" for k in firsts] + (
         ["ElasticTrainer"] if elastic else [])
-    lines = ["| seed | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    extra = ["ElasticTrainer's time / full training's", "its measured step ratio"] if elastic else []
+    lines = ["| seed | " + " | ".join(cols + extra) + " |",
+             "|---" * (len(cols) + len(extra) + 1) + "|"]
     gaps = {c: [] for c in cols[1:]}
     for r in results:
         value = r if measure is None else r[measure]
@@ -102,11 +106,15 @@ def table(results, firsts, elastic, measure=None):
             gap = full - value[c]
             gaps[c].append(gap)
             cells.append(f"{value[c]:.1f}% ({abs(gap):.1f} {'under' if gap >= 0 else 'over'})")
+        if extra:
+            cells += [f"{r[TIME_RATIO]:.2f}", f"{r[STEP_RATIO]:.3f}"]
         lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     if len(results) > 1:
         lines.append("| mean points under full training (negative: over) | | " + " | ".join(
             f"{statistics.mean(gaps[c]):.1f} ({min(gaps[c]):.1f} to {max(gaps[c]):.1f})"
-            for c in cols[1:]) + " |")
+            for c in cols[1:]) + " |" + "".join(
+            f" {statistics.mean(r[k] for r in results):.2f} ({min(r[k] for r in results):.2f} to "
+            f"{max(r[k] for r in results):.2f}) |" for k in (TIME_RATIO, STEP_RATIO) if extra))
     return "\n".join(lines)
 
 
@@ -133,22 +141,26 @@ def main(argv=None):
                  SWING: {c: swing(r) for c, r in runs.items()}}
         if elastic:
             e = rows["elastic_training"]
-            entry.update({"elastic measured_ratio": e["measured_ratio"],
-                          "elastic time / full's": e["train_time_s"]
-                          / rows["full_training"]["train_time_s"]})
+            entry.update({STEP_RATIO: e["measured_ratio"],
+                          TIME_RATIO: e["train_time_s"] / rows["full_training"]["train_time_s"]})
         results.append(entry)
         print(json.dumps(entry), flush=True)
-    text = (f"Best test accuracy\n\n{table(results, args.first, elastic)}\n\n"
+    when = datetime.date.today().isoformat()
+    text = (f"Machine: {machine_text(machine_info())}; run {when}. Command: `{COMMAND_1}` "
+            f"with `--rho {args.rho:g} --seed S`.\n\n"
+            f"Best test accuracy\n\n{table(results, args.first, elastic)}\n\n"
             f"Mean test accuracy of the last {LAST_EPOCHS} epochs\n\n"
             f"{table(results, args.first, elastic, LAST)}")
     print(text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"args": vars(args), "command": COMMAND_1, "platform": platform.platform(),
+        json.dump({"args": vars(args), "command": COMMAND_1, "machine": machine_info(),
+                   "date": when,
                    "last_epochs": LAST_EPOCHS, "swing_from_epoch": SWING_FROM,
                    "results": results}, f, indent=1)
     with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
         f.write(text + "\n")
+    perfdoc.update_for(os.path.splitext(args.out)[0] + ".md")
 
 
 if __name__ == "__main__":

@@ -12,17 +12,20 @@ table, so a "before" and an "after" matrix end up side by side.
 --src runs another checkout's main.py and profiler.py (e.g. an export of the code before a
 change) while writing results here.  Runs are sequential: one TensorFlow process at a time.
 """
+import datetime
 import functools
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from elastictrainer.common import ArgumentParser, comma_list
+from elastictrainer import perfdoc
+from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,8 +38,10 @@ def build_parser():
                    help="comma-separated built-in model names")
     p.add_argument("--rhos", default="0.4,0.5,0.7", type=comma_list(float),
                    help="comma-separated rho values of the elastic runs")
-    p.add_argument("--profile_first_rhos", default=None, type=comma_list(float),
-                   help="rhos also run without a table, profiling first (default: --rhos)")
+    p.add_argument("--profile_first_rhos", default=None,
+                   type=lambda t: () if t.strip().lower() == "none" else comma_list(float)(t),
+                   help="rhos also run without a table, profiling first (default: --rhos; "
+                        "none: no such run)")
     p.add_argument("--input_size", type=int, default=224, help="image height and width")
     p.add_argument("--batch_size", type=int, default=4, help="training batch size")
     p.add_argument("--num_epochs", type=int, default=3, help="epochs per run")
@@ -45,6 +50,8 @@ def build_parser():
     p.add_argument("--tables", default=None, type=comma_list(str, "paths"),
                    help="existing timing tables, one per model in --models order: reused for "
                         "the runs that load a table, and profiler.py alone is not measured")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of each cell, interleaved; a cell reports their median and range")
     p.add_argument("--label", default="after", help="name of this matrix (before, after, ...)")
     p.add_argument("--src", default=HERE, help="checkout whose main.py/profiler.py to run")
     p.add_argument("--python", default=sys.executable, help="interpreter for the runs")
@@ -52,6 +59,12 @@ def build_parser():
     p.add_argument("--out", default=os.path.join(HERE, "figures", "memory"),
                    help="output path without extension (.json and .md are written)")
     return p
+
+
+def _tf_version(python):
+    out = subprocess.run([python, "-c", "import tensorflow as tf; print(tf.__version__)"],
+                         capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1] if out.returncode == 0 else "unknown"
 
 
 def measure(cmd, cwd, log_path):
@@ -71,7 +84,7 @@ def run_matrix(args, log=functools.partial(print, flush=True)):
     os.makedirs(work, exist_ok=True)
     py, src = args.python, os.path.abspath(args.src)
     common = ["--input_size", str(args.input_size), "--batch_size", str(args.batch_size)]
-    pf_rhos = args.profile_first_rhos or args.rhos
+    pf_rhos = args.rhos if args.profile_first_rhos is None else args.profile_first_rhos
     rows = []
     for i, model in enumerate(args.models):
         table = os.path.join(work, f"{model}.json")
@@ -89,30 +102,43 @@ def run_matrix(args, log=functools.partial(print, flush=True)):
         cells = [("full", "full_training", 0.5, table)]
         cells += [("elastic, table", "elastic_training", r, table) for r in args.rhos]
         cells += [("elastic, profiles first", "elastic_training", r, None) for r in pf_rhos]
-        for what, train_type, rho, tab in cells:
-            name = f"{model}_{train_type}_{rho:g}_{'table' if tab else 'profile'}"
-            if tab is None:
-                tab = os.path.join(work, f"{name}_fresh.json")
-                if os.path.exists(tab):
-                    os.remove(tab)
-            cmd = [py, "main.py", "--model_name", model, "--weights", "none", "--dataset_name",
-                   "synthetic", "--num_epochs", str(args.num_epochs), "--steps_per_epoch",
-                   str(args.steps_per_epoch), "--interval", f"{args.interval:g}",
-                   "--train_type", train_type, "--rho", f"{rho:g}", "--optimizer", "sgd",
-                   "--logdir", os.path.join(work, "logs"), "--run_name", name,
-                   "--timing_table", tab, "--quiet"] + common
-            rss, wall, rc = measure(cmd, src, os.path.join(work, f"{name}.log"))
-            summary_path = os.path.join(work, "logs", name, "summary.json")
-            peak = traces = None
-            if os.path.exists(summary_path):
-                with open(summary_path) as f:
-                    s = json.load(f)
-                peak, traces = s.get("peak_rss_mb"), s.get("step_cache_traces")
+        # Repeats run interleaved (full, elastic, ..., full, elastic, ...): a process's peak
+        # varies by tens of MB from run to run, so a cell is the median of its repeats and
+        # a drift of the host over time falls on every cell alike.
+        runs = {i: [] for i in range(len(cells))}
+        for rep in range(args.repeats):
+            for i, (what, train_type, rho, tab) in enumerate(cells):
+                name = f"{model}_{train_type}_{rho:g}_{'table' if tab else 'profile'}_r{rep}"
+                if tab is None:
+                    tab = os.path.join(work, f"{name}_fresh.json")
+                    if os.path.exists(tab):
+                        os.remove(tab)
+                cmd = [py, "main.py", "--model_name", model, "--weights", "none",
+                       "--dataset_name", "synthetic", "--num_epochs", str(args.num_epochs),
+                       "--steps_per_epoch", str(args.steps_per_epoch), "--interval",
+                       f"{args.interval:g}", "--train_type", train_type, "--rho", f"{rho:g}",
+                       "--optimizer", "sgd", "--logdir", os.path.join(work, "logs"),
+                       "--run_name", name, "--timing_table", tab, "--quiet"] + common
+                rss, wall, rc = measure(cmd, src, os.path.join(work, f"{name}.log"))
+                summary_path = os.path.join(work, "logs", name, "summary.json")
+                peak = traces = None
+                if os.path.exists(summary_path):
+                    with open(summary_path) as f:
+                        s = json.load(f)
+                    peak, traces = s.get("peak_rss_mb"), s.get("step_cache_traces")
+                runs[i].append({"rss_mb": rss, "summary_peak_mb": peak, "wall_s": wall,
+                                "exit": rc, "step_cache_traces": traces,
+                                "command": " ".join(cmd)})
+                log(f"{model} {what} rho {rho:g} (repeat {rep + 1}/{args.repeats}): "
+                    f"{rss:.0f} MB (summary {peak}), {wall:.0f} s, exit {rc}")
+        for i, (what, _, rho, _) in enumerate(cells):
+            rss = [r["rss_mb"] for r in runs[i] if r["rss_mb"]]
+            peaks = [r["summary_peak_mb"] for r in runs[i] if r["summary_peak_mb"]]
             rows.append({"model": model, "run": what, "rho": None if what == "full" else rho,
-                         "rss_mb": rss, "summary_peak_mb": peak, "wall_s": wall, "exit": rc,
-                         "step_cache_traces": traces, "command": " ".join(cmd)})
-            log(f"{model} {what} rho {rho:g}: {rss:.0f} MB (summary {peak}), {wall:.0f} s, "
-                f"exit {rc}")
+                         "rss_mb": statistics.median(rss) if rss else None,
+                         "rss_runs_mb": rss,
+                         "summary_peak_mb": statistics.median(peaks) if peaks else None,
+                         "exit": max(r["exit"] for r in runs[i]), "runs": runs[i]})
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     return rows
@@ -134,16 +160,20 @@ def markdown(results):
         for lb in labels:
             hit = [r for r in results[lb]["rows"] if (r["model"], r["run"], r["rho"]) == k]
             cell = f"{hit[0]['rss_mb']:.0f}" if hit and hit[0]["rss_mb"] else ""
+            runs = hit[0].get("rss_runs_mb", []) if hit else []
+            if cell and len(runs) > 1:
+                cell += f" ({min(runs):.0f}-{max(runs):.0f})"
             peak = hit[0].get("summary_peak_mb") if hit else None
             if cell and peak and abs(peak - hit[0]["rss_mb"]) > 5:
-                cell += f" (training process {peak:.0f})"
+                cell += f", training process {peak:.0f}"
             cells.append(cell)
         rho = "" if k[2] is None else f"{k[2]:g}"
         lines.append(f"| {k[0]} | {k[1]} | {rho} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Max RSS is /usr/bin/time -v's: the largest of the run's processes, a profiling "
-                 "child included; where summary.json's peak_rss_mb (the training process alone) "
-                 "differs, it is in parentheses.")
+                 "child included; a cell is the median of its repeats, with their range in "
+                 "parentheses; where summary.json's peak_rss_mb (the training process alone) "
+                 "differs, it follows.")
     for lb in labels:
         lines.append(f"{lb}: {results[lb]['settings']}")
     return "\n".join(lines) + "\n"
@@ -160,7 +190,9 @@ def main(argv=None):
     results[args.label] = {
         "settings": (f"{args.input_size} px, batch {args.batch_size}, {args.num_epochs} epochs x "
                      f"{args.steps_per_epoch} steps, interval {args.interval:g}, sgd, synthetic "
-                     f"data, --weights none; /usr/bin/time -v maximum resident set size"),
+                     f"data, --weights none, {args.repeats} repeats; /usr/bin/time -v maximum "
+                     f"resident set size; {machine_text(machine_info(_tf_version(args.python)))}, "
+                     f"{datetime.date.today().isoformat()}"),
         "src": os.path.abspath(args.src), "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
     with open(json_path, "w") as f:
@@ -168,6 +200,7 @@ def main(argv=None):
     table = markdown(results)
     with open(md_path, "w") as f:
         f.write(table)
+    perfdoc.update_for(md_path)
     print(table, end="")
     print(f"wrote {json_path}, {md_path}")
     return 0

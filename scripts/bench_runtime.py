@@ -34,9 +34,10 @@ import datetime
 import functools
 import json
 import os
-import platform
 
-from elastictrainer.common import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
+from elastictrainer import perfdoc
+from elastictrainer.common import (  # no TensorFlow: --help stays quick
+    ArgumentParser, comma_list, machine_info, machine_text)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,24 +118,6 @@ def build_parser():
 
 
 # ----------------------------------------------------------------------------------- machine
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "processor\t: arm")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine():
-    import tensorflow as tf
-
-    return {"platform": platform.platform(), "cpu": cpu_model(), "cores": os.cpu_count(),
-            "tensorflow": tf.__version__, "python": platform.python_version()}
-
-
 def load_average():
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -180,6 +163,31 @@ def derive(full, elastic, rho):
     }
 
 
+def profile_record(path):
+    """What the profiler measured for a cell's model (its timing table), or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        t = json.load(f)
+    cal = t.get("calibration") or {}
+    return {"path": path, "tensors": len(t["tensors"]),
+            "estimated": sum(bool(x.get("estimated")) for x in t["tensors"]),
+            "coverage": t.get("coverage"), "t_fp_ms": t["t_fp_ms"], "t_full_ms": t["t_full_ms"],
+            "t_grads_ms": t.get("t_grads_ms"), "compile_ms": t.get("compile_ms"),
+            "dw_scale": cal.get("dw_scale"), "dy_scale": cal.get("dy_scale"),
+            "fixed_ms": cal.get("fixed_ms"), "profiling_wall_s": t.get("profiling_wall_s")}
+
+
+def profile_row(name, p):
+    return (f"| {name} | {p['tensors']} ({p['estimated']} estimated) | "
+            f"{_num(p['coverage'] and 100 * p['coverage'], '.1f')}% | {p['t_full_ms']:.1f} | "
+            f"{p['t_fp_ms'] / p['t_full_ms']:.2f} | "
+            f"{_num(p['t_grads_ms'] and p['t_full_ms'] / p['t_grads_ms'], '.3f')} | "
+            f"x{_num(p['dw_scale'], '.2f')}, x{_num(p['dy_scale'], '.2f')}, "
+            f"{_num(p['fixed_ms'], '+.1f')} ms | {_num(p['compile_ms'], '.0f')} | "
+            f"{_num(p['profiling_wall_s'], '.0f')} |")
+
+
 def run_cell(name, settings, args, log):
     """Full training, then elastic training, of one cell; its JSON entry."""
     from elastictrainer import loop
@@ -206,9 +214,13 @@ def run_cell(name, settings, args, log):
             raise RuntimeError(f"{name} {train_type} ended {summaries[train_type]['status']}: "
                                f"{summaries[train_type].get('error')}")
     full, elastic = summaries["full_training"], summaries["elastic_training"]
-    return {"settings": dict(base), "date": started, "machine": machine(),
+    table_path = base.get("timing_table") or default_table_path(
+        base["model_name"], base["input_size"], base["batch_size"], base["num_classes"],
+        optimizer=base["optimizer"])
+    return {"settings": dict(base), "date": started, "machine": machine_info(),
             "load_average": {"before": load_before, "after": load_average()},
             "results": derive(full, elastic, args.rho),
+            "profile": profile_record(table_path),
             "summaries": {"full": full, "elastic": elastic}}
 
 
@@ -233,10 +245,6 @@ def row(name, r):
             f"{parts_text(r['overhead_parts_s'])} | "
             f"{_acc(r['best_accuracy_full'])} / {_acc(r['best_accuracy_elastic'])} | "
             f"{r['selections']} / {r['corrections']} |")
-
-
-def machine_text(m):
-    return f"{m['cpu']}, {m['cores']} cores, {m['platform']}, TensorFlow {m['tensorflow']}"
 
 
 def markdown(cells):
@@ -267,6 +275,17 @@ def markdown(cells):
         "elastic run's train_time_s.  Settings, load averages and both summaries per cell are "
         "in the .json file.",
     ]
+    profiled = [n for n in names if cells[n].get("profile")]
+    if profiled:
+        lines += [
+            "",
+            "The timing tables the cells used (profiler.py on the same machine; a table "
+            "profiled once serves every cell with its model, input size and batch):",
+            "",
+            "| cell | tensors | coverage | full step ms | forward / full | full / no-update "
+            "step | calibration: t_dw, t_dy scales, fixed cost | compile ms | profiling s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ] + [profile_row(n, cells[n]["profile"]) for n in profiled]
     return "\n".join(lines) + "\n"
 
 
@@ -286,6 +305,7 @@ def write(out, cells):
     os.replace(tmp, out + ".json")
     with open(out + ".md", "w") as f:
         f.write(text)
+    perfdoc.update_for(out + ".md")
     return text
 
 

@@ -45,13 +45,18 @@ def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path, own_schemes):
 
 
 def test_table_gaps_and_mean():
-    text = _script().table(
-        [{"seed": 0, "full training": 82.0, "tensors 10- fixed": 81.0, "ElasticTrainer": 80.0},
-         {"seed": 1, "full training": 80.0, "tensors 10- fixed": 77.0, "ElasticTrainer": 80.5}],
+    script = _script()
+    ratios = [{script.TIME_RATIO: 0.5, script.STEP_RATIO: 0.49},
+              {script.TIME_RATIO: 0.6, script.STEP_RATIO: 0.51}]
+    text = script.table(
+        [{"seed": 0, "full training": 82.0, "tensors 10- fixed": 81.0, "ElasticTrainer": 80.0,
+          **ratios[0]},
+         {"seed": 1, "full training": 80.0, "tensors 10- fixed": 77.0, "ElasticTrainer": 80.5,
+          **ratios[1]}],
         [10], elastic=True)
-    assert "81.0% (1.0 under)" in text and "80.5% (0.5 over)" in text
+    assert "81.0% (1.0 under)" in text and "80.5% (0.5 over) | 0.60 | 0.510 |" in text
     assert ("| mean points under full training (negative: over) | | 2.0 (1.0 to 3.0) | "
-            "0.8 (-0.5 to 2.0) |") in text
+            "0.8 (-0.5 to 2.0) | 0.55 (0.50 to 0.60) | 0.50 (0.49 to 0.51) |") in text
 
 
 def test_last_epochs_table_and_swing():

@@ -89,9 +89,15 @@ def test_quick_cell_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
     md = (tmp_path / "figs" / "bench_runtime.md").read_text()
     assert md.startswith("Run 2020-01-02 to ")  # two machines and dates: both named
     assert "Old CPU, 4 cores" in md and cell["machine"]["cpu"] in md
-    rows = [line for line in md.splitlines() if line.startswith("| smallcnn")]
+    runs_part, _, profiles_part = md.partition("The timing tables the cells used")
+    rows = [line for line in runs_part.splitlines() if line.startswith("| smallcnn")]
     # the grid's order, whatever order the cells ran in
     assert [row.split(" | ")[0] for row in rows] == ["| smallcnn32_b8_500_quick",
                                                      "| smallcnn32_b8_2000"]
     assert rows[0] == script.row("smallcnn32_b8_500_quick", r)
+    # the profiler's side of the cell: its timing table's numbers, one row per profiled cell
+    p = cell["profile"]
+    assert p["tensors"] == full["num_tensors"] == 20 and 0 < p["t_fp_ms"] < p["t_full_ms"]
+    assert p["compile_ms"] > 0 and p["t_grads_ms"] > 0
+    assert script.profile_row("smallcnn32_b8_500_quick", p) in profiles_part.splitlines()
     assert f"| {r['wall_ratio_measured']:.3f} |" in rows[0]

@@ -1,5 +1,5 @@
 """Config is the one declaration of the train command's settings: its fields make the flags,
-their defaults and help, and the README's flag table."""
+their defaults and help, and docs/usage.md's flag table."""
 import dataclasses
 import os
 import subprocess
@@ -71,13 +71,13 @@ def test_config_imports_no_tensorflow():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_readme_flag_table_is_generated_from_config():
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    block = config.readme_flag_table(text)
-    assert block is not None, f"README.md lost its {config.TABLE_BEGIN} block"
+def test_documented_flag_table_is_generated_from_config():
+    text = open(config.USAGE_DOC, encoding="utf-8").read()
+    block = config.documented_flag_table(text)
+    assert block is not None, f"docs/usage.md lost its {config.TABLE_BEGIN} block"
     assert block == config.flag_table(), (
-        "README.md's train flag table differs from Config's flags: run "
-        "`python -m elastictrainer.config --write` and commit README.md")
+        "docs/usage.md's train flag table differs from Config's flags: run "
+        "`python -m elastictrainer.config --write` and commit docs/usage.md")
 
 
 def test_flag_table_shows_what_a_none_default_means():
@@ -90,12 +90,12 @@ def test_flag_table_shows_what_a_none_default_means():
 
 
 def test_write_rewrites_only_the_block(tmp_path):
-    path = tmp_path / "README.md"
+    path = tmp_path / "usage.md"
     path.write_text(f"# x\n\n{config.TABLE_BEGIN}\n| old |\n{config.TABLE_END}\n\ntail\n")
-    assert config.write_readme_flag_table(str(path)) is True
+    assert config.write_flag_table(str(path)) is True
     assert path.read_text() == (f"# x\n\n{config.TABLE_BEGIN}\n{config.flag_table()}"
                                 f"{config.TABLE_END}\n\ntail\n")
-    assert config.write_readme_flag_table(str(path)) is False
+    assert config.write_flag_table(str(path)) is False
 
 
 def test_a_scheme_registered_later_is_a_valid_train_type(monkeypatch):

@@ -63,8 +63,8 @@ class ElasticHooks:
         if kind in ("probe", "full") or rt.selection == self.all:
             # probes and timed full steps train nothing; a selection of every tensor trains
             # through the same compiled function (no second compile)
-            self._compiled = not tr.probe_traced
             want, train = kind == "probe", kind == "selection"
+            self._compiled = not tr.probe_traced(want)
             return lambda x, y: tr.probe_step(x, y, want, train)
         selection = rt.selection
         self._compiled = selection not in tr.steps

@@ -58,10 +58,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     # train false) and scales them by t_full / t_grads; timing t_grads on that same function keeps
     # the scale exact (a plain gradient function runs a few percent faster than it).
     probe = engine.make_probe_step(model, opt, loss_fn, variables)
-    no = tf.constant(False)
 
     def gradients(x, y):
-        return probe(x, y, no, no)
+        return probe(x, y, want_terms=False, train=False)
 
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
