@@ -17,8 +17,8 @@ machine): tensors 13-19 are the last stage and the head without the stage's firs
 12-19 the whole last stage; they are the selections rho 0.5 affords (they measured 0.47-0.49
 and 0.47-0.52 of a full step in elastic runs), so the gap they leave is the one rho 0.5 leaves
 in this task, whatever the selector does.  Deeper selections (--first 9 or 6) show where the
-remaining points are, at a step cost rho 0.5 does not allow.  (The 16-32-64 model on an older
-Intel machine afforded 12-19 and 10-19, the earlier default.)
+remaining points are, at a step cost rho 0.5 does not allow.  On another machine, rho 0.5 may
+afford other selections: the elastic run's start line says how many tensors it affords.
 
 Finished runs in --logdir are read, not run again (compare.compare); run nothing else on the
 machine meanwhile, since the elastic runs act on the step times they measure.

@@ -52,8 +52,7 @@ for _name, _spec in {
         weights_file="mobilenet_v2/mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}"
                      "_no_top.h5",
         weights_sizes=(96, 128, 160, 192, 224)),
-        # 33 s at 64 px on 2 AVX-512 cores (150 s on an earlier Intel machine); source test
-        # accuracy 45% with 36 classes (71% with 18; 59% before it resampled its source images)
+        # 33 s at 64 px on 2 AVX-512 cores; source test accuracy 45% with 36 classes
         synthetic=dict(steps=400, batch_size=32, optimizer="adam", learning_rate=1e-3,
                        max_input_size=96, seconds_at_32=10, resample=True)),
     "vit": ModelSpec("ViT-B/16, ImageNet-21k + 2012 .npz", "elastictrainer.models.vit:vit_b16"),

@@ -40,11 +40,8 @@ from elastictrainer.data.synthetic import SOURCE_NUM_CLASSES, synthetic_source_e
 from elastictrainer.models import MODELS
 from elastictrainer.models.base import build_builtin, keras_cache_root
 
-# Bump when the source task, the recipe or the procedure changes: old cache files are then
-# simply not found (their name holds the version) and a new one is made.  3: mobilenetv2
-# resamples its source images (smallcnn's recipe and file are as in 2).  4: smallcnn is wider
-# (models/cnn.py SMALLCNN_WIDTHS), so its old file no longer fits.  5: the source task has 12
-# orientations (36 classes; data/synthetic.py SOURCE_ORIENTATIONS says why).
+# Bump when the source task, the recipe or the procedure changes: cache files of another
+# version are then simply not found (their name holds the version) and a new one is made.
 VERSION = 5
 SOURCE_SEED = 0x5EED  # the source images' random stream and the pretraining's seed
 EVAL_IMAGES = 512     # held-out source images for the accuracy the log line reports

@@ -306,7 +306,7 @@ _TABLE_DEFAULTS = {
     "host": None, "trace": None, "profiling_wall_s": None,
 }
 _TENSOR_DEFAULTS = {"shape": None, "estimated": False}  # a hand-written table's tensors
-_CALIBRATION_DEFAULTS = {"fixed_ms": 0.0}  # fitted before the fixed cost was: none
+_CALIBRATION_DEFAULTS = {"fixed_ms": 0.0}  # a calibration that fitted no fixed cost (by hand)
 # What every table, of any version, must hold itself.
 REQUIRED_KEYS = tuple(n for n in TimingTable._names()
                       if n not in _TABLE_DEFAULTS and n != "version")
