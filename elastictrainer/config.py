@@ -164,9 +164,9 @@ class Config:
         "TFDS data directory", shown_default="TFDS's, ~/tensorflow_datasets"))
     logdir: str = field(default="logs", metadata=flag("where run directories are written"))
     probe_batches: int = field(default=1, metadata=flag(
-        "training batches per importance evaluation (each trained as a full step that also "
-        "returns the importance; estimators needing two backward passes probe fresh batches "
-        "apart)"))
+        "training batches per importance evaluation (each gives every tensor's gradient and "
+        "its importance, and trains nothing; estimators needing two backward passes probe "
+        "fresh batches apart)"))
     timing_table: Optional[str] = field(default=None, metadata=flag(
         "the profiler's table; profiled first if absent (the table only: run the profiler for "
         "its chart and trace)",
