@@ -247,6 +247,11 @@ def row(name, r):
             f"{r['selections']} / {r['corrections']} |")
 
 
+def machine_cores(cells):
+    cores = sorted({str(c["machine"].get("cores")) for c in cells.values()})
+    return "/".join(cores)
+
+
 def markdown(cells):
     """The table of every cell, headed by the machine(s) and the date(s) they ran on."""
     names = sorted(cells, key=lambda n: (list(CELLS).index(n.removesuffix("_quick"))
@@ -275,6 +280,15 @@ def markdown(cells):
         "elastic run's train_time_s.  Settings, load averages and both summaries per cell are "
         "in the .json file.",
     ]
+    loads = [f"{n} {cells[n]['load_average']['before'][0]:.1f} -> "
+             f"{cells[n]['load_average']['after'][0]:.1f}"
+             for n in names if cells[n].get("load_average")]
+    if loads:
+        lines += ["", f"Load average (1 min) before -> after each cell, on {machine_cores(cells)} "
+                      f"cores: " + "; ".join(loads) + ".  Above the core count, other work shared "
+                      "the machine: the two runs' measured ratio then carries the load's changes, "
+                      "while the run's estimate times its full steps in the same minutes as its "
+                      "own."]
     profiled = [n for n in names if cells[n].get("profile")]
     if profiled:
         lines += [
