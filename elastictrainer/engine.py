@@ -1,8 +1,8 @@
 """The compiled training step shared by the profiler and the training loop, and the optimizers.
 
 One definition of "a training step" keeps the profiled graph and the trained graph the same:
-what the Tensor Timing Profiler measures is what training later runs.  Every use of tf-keras'
-private optimizer API in the project is in this module (`_apply`, `_adam_update`, `fresh_step`).
+what the Tensor Timing Profiler measures is what training later runs.  The tf-keras optimizer
+internals it runs (`_apply`, `_adam_update`, `fresh_step`) are reached through compat.py.
 
 Adam's bias correction is counted per tensor (`_adam_update`): Keras corrects every tensor's
 moments with the optimizer's global iteration count, which is right when every tensor trains at
@@ -19,15 +19,12 @@ from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 import tensorflow as tf
 import tf_keras as keras
 
+from elastictrainer import compat
 from elastictrainer.common import UserError
 from elastictrainer.config import lr_schedule_for
 # tf-keras releases whose optimizer internals `_apply` was tested against (.ci/run runs the tests
 # on both ends).
 TESTED_TF_KERAS = ((2, 16), (2, 21))
-_PRIVATE_OPTIMIZER_API = ("_compute_current_learning_rate", "_clip_gradients",
-                          "_deduplicate_sparse_grad", "_use_weight_decay", "_update_step",
-                          "_update_step_xla", "_var_key")
-_PRIVATE_ADAM_API = ("_index_dict", "_momentums", "_velocities")  # _adam_update reads these
 
 
 def make_loss():
@@ -122,7 +119,7 @@ class ProbeStep:
     def traced(self, want_terms=False):
         """Whether calling with `want_terms` compiles nothing new."""
         def has(fn):
-            return bool(fn._list_all_concrete_functions())  # private tf.function API
+            return bool(compat.concrete_functions(fn))
 
         return has(self.step) and (not want_terms or self.terms is None or has(self.terms))
 
@@ -184,7 +181,7 @@ def check_optimizer(optimizer):
         raise UserError(f"tf-keras {keras.__version__} is outside the range this project was "
                         f"tested with ({lo} to {hi}); its optimizer internals may differ: "
                         f"install tf-keras {lo}.* to {hi}.*")
-    missing = [a for a in _PRIVATE_OPTIMIZER_API if not hasattr(optimizer, a)]
+    missing = compat.missing_optimizer_api(optimizer)
     if missing:
         raise UserError(f"optimizer {type(optimizer).__name__} lacks {', '.join(missing)}: "
                         "only tf_keras.optimizers (not legacy or Keras 3 ones) are supported")
@@ -192,7 +189,7 @@ def check_optimizer(optimizer):
         raise UserError("optimizers with use_ema=True are not supported: elastic training "
                         "updates a different subset of weights at each selection, so a moving "
                         "average over all of them would mix trained and frozen weights")
-    if getattr(optimizer, "_mesh", None) or getattr(optimizer, "_run_with_dtensor", False):
+    if compat.is_dtensor_optimizer(optimizer):
         raise UserError("DTensor optimizers are not supported")
 
 
@@ -204,9 +201,10 @@ def prepare_optimizer(optimizer, variables):
     check_optimizer(optimizer)
     variables = list(variables)
     optimizer.build(variables)
-    optimizer._compute_current_learning_rate()  # private API: see _apply
+    compat.compute_current_learning_rate(optimizer)
     if (getattr(optimizer, "per_tensor_bias_correction", True) and _is_plain_adam(optimizer)
-            and all(hasattr(optimizer, a) for a in _PRIVATE_ADAM_API)):
+            and compat.has_adam_slots(optimizer)):
+        # `_tensor_steps` is this project's own attribute (var_key -> step count), not Keras'.
         counts = getattr(optimizer, "_tensor_steps", None)
         if counts is None:
             # Past Keras' attribute tracking: a tracked dict would be a second checkpoint path
@@ -214,7 +212,7 @@ def prepare_optimizer(optimizer, variables):
             # tf.train.Checkpoint refuses one filled after it was wrapped.
             counts = optimizer.__dict__["_tensor_steps"] = {}
         for v in variables:
-            key = optimizer._var_key(v)
+            key = compat.var_key(optimizer, v)
             if key not in counts:
                 # An optimizer variable (optimizer.variables), so it is saved, restored and reset
                 # with the moments; float like Keras' own step arithmetic, exact to 2^24 steps.
@@ -229,7 +227,7 @@ def tensor_steps(optimizer, variable):
     counts = getattr(optimizer, "_tensor_steps", None)
     if counts is None:
         return None
-    return int(counts[optimizer._var_key(variable)].numpy())
+    return int(counts[compat.var_key(optimizer, variable)].numpy())
 
 
 def _is_plain_adam(optimizer):
@@ -243,9 +241,7 @@ def _adam_update(optimizer, gradient, variable, count):
     local_step = count + 1
     beta_1_power = tf.pow(tf.cast(optimizer.beta_1, variable.dtype), local_step)
     beta_2_power = tf.pow(tf.cast(optimizer.beta_2, variable.dtype), local_step)
-    index = optimizer._index_dict[optimizer._var_key(variable)]
-    m = optimizer._momentums[index]
-    v = optimizer._velocities[index]
+    m, v, v_hat = compat.adam_slots(optimizer, variable)
     alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
     epsilon_hat = optimizer.epsilon
     if getattr(optimizer, "adaptive_epsilon", False):  # tf-keras >= 2.17
@@ -260,8 +256,7 @@ def _adam_update(optimizer, gradient, variable, count):
     else:
         m.assign_add((gradient - m) * (1 - optimizer.beta_1))
         v.assign_add((tf.square(gradient) - v) * (1 - optimizer.beta_2))
-    if optimizer.amsgrad:
-        v_hat = optimizer._velocity_hats[index]
+    if v_hat is not None:  # amsgrad
         v_hat.assign(tf.maximum(v_hat, v))
         v = v_hat
     variable.assign_sub((m * alpha) / (tf.sqrt(v) + epsilon_hat))
@@ -279,7 +274,7 @@ def fresh_step_supported(optimizer, variables):
     if type(optimizer).update_step is keras.optimizers.SGD.update_step:
         return True
     return (_is_plain_adam(optimizer) and getattr(optimizer, "_tensor_steps", None) is not None
-            and all(optimizer._var_key(v) in optimizer._tensor_steps for v in variables))
+            and all(compat.var_key(optimizer, v) in optimizer._tensor_steps for v in variables))
 
 
 def fresh_step(optimizer, grads, variables):
@@ -295,7 +290,7 @@ def fresh_step(optimizer, grads, variables):
     gradient: SGD's first momentum step is -lr g (nesterov: -lr (1 + momentum) g); Adam's first
     step, bias-corrected with its own count 1, is -alpha m / (sqrt(v) + eps) with
     m = (1 - b1) g, v = (1 - b2) g^2, alpha = lr sqrt(1 - b2) / (1 - b1)."""
-    optimizer._compute_current_learning_rate()  # private API: see _apply
+    compat.compute_current_learning_rate(optimizer)
     adam = _is_plain_adam(optimizer)
     out = []
     for g, v in zip(grads, variables):
@@ -312,7 +307,7 @@ def fresh_step(optimizer, grads, variables):
             dw = -lr * g
             if getattr(optimizer, "momentum", 0) and optimizer.nesterov:
                 dw = dw * (1 + tf.cast(optimizer.momentum, v.dtype))
-        if optimizer.weight_decay is not None and optimizer._use_weight_decay(v):
+        if optimizer.weight_decay is not None and compat.use_weight_decay(optimizer, v):
             dw = dw - v * tf.cast(optimizer.weight_decay, v.dtype) * lr
         out.append(dw)
     return out
@@ -333,34 +328,34 @@ def apply_updates(optimizer, grads, variables):
 
 
 def _apply(optimizer, grads, variables):
-    # Private tf-keras API, all of it here: apply_gradients' public path goes through
-    # tf.distribute's merge_call (see apply_updates), and these are the steps it runs inside.
-    # Tested against tf-keras TESTED_TF_KERAS (tests/test_engine.py compares with
-    # apply_gradients); check_optimizer refuses other versions.
-    optimizer._compute_current_learning_rate()
+    # The steps apply_gradients runs inside tf.distribute's merge_call (see apply_updates), all
+    # private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
+    # (tests/test_engine.py compares with apply_gradients); check_optimizer refuses other
+    # versions.
+    compat.compute_current_learning_rate(optimizer)
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not pairs:
         return optimizer.iterations
-    grads = optimizer._clip_gradients([g for g, _ in pairs])
-    grads = optimizer._deduplicate_sparse_grad(grads)
+    grads = compat.clip_gradients(optimizer, [g for g, _ in pairs])
+    grads = compat.deduplicate_sparse_grad(optimizer, grads)
     variables = [v for _, v in pairs]
     if optimizer.weight_decay is not None:
         for v in variables:
-            if optimizer._use_weight_decay(v):
+            if compat.use_weight_decay(optimizer, v):
                 lr = tf.cast(optimizer.learning_rate, v.dtype)
                 v.assign_sub(v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
-    counts = getattr(optimizer, "_tensor_steps", None)
+    counts = getattr(optimizer, "_tensor_steps", None)  # ours: prepare_optimizer
     for g, v in zip(grads, variables):
         if counts is not None:
             update = _adam_update
             if optimizer.jit_compile:
                 update = optimizer.__dict__.setdefault(
                     "_adam_update_xla", tf.function(_adam_update, jit_compile=True))
-            update(optimizer, g, v, counts[optimizer._var_key(v)])
+            update(optimizer, g, v, counts[compat.var_key(optimizer, v)])
         elif optimizer.jit_compile:
-            optimizer._update_step_xla(g, v, id(optimizer._var_key(v)))
+            compat.update_step_xla(optimizer, g, v)
         else:
-            optimizer._update_step(g, v)
+            compat.update_step(optimizer, g, v)
     iteration = optimizer.iterations.assign_add(1)
     for v in variables:
         if v.constraint is not None:

@@ -4,6 +4,7 @@ from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import tf_keras as keras
 
+from elastictrainer import compat
 from elastictrainer.schemes import ROLES
 
 
@@ -12,11 +13,11 @@ def tensor_roles(model):
     layer's), 'norm' (normalisation scale/offset), 'bias', or 'kernel' (everything else)."""
     owner = {}
     for layer in [model] + [m for m in model.submodules if isinstance(m, keras.layers.Layer)]:
-        for w in getattr(layer, "_trainable_weights", []):
+        for w in compat.own_trainable_weights(layer):
             owner.setdefault(id(w), layer)
     head = None
     if getattr(model, "outputs", None):
-        head = model.outputs[0]._keras_history.layer
+        head = compat.keras_history(model.outputs[0]).layer
     if head is None or not head.trainable_weights:
         head = next((layer for layer in reversed(model.layers) if layer.trainable_weights), None)
     head_ids = {id(w) for w in head.trainable_weights} if head is not None else set()

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import engine, runlog
+from elastictrainer import compat, engine, runlog
 from elastictrainer.checkpoint import CHECKPOINT_DIR, check_same_run
 from elastictrainer.common import UserError, check_writable_dir
 from elastictrainer.data.loaders import DatasetBundle, load_dataset
@@ -185,9 +185,8 @@ def set_random_state(model, values):
 
 def random_state(model):
     """The states of the random layers' generators (augmentation), which profiling inside the
-    run would advance.  Private tf_keras attributes (`_random_generator._generator`)."""
-    gens = [getattr(getattr(layer, "_random_generator", None), "_generator", None)
-            for layer in model.submodules]
+    run would advance (compat.layer_random_generator)."""
+    gens = [compat.layer_random_generator(layer) for layer in model.submodules]
     return [(g.state, g.state.numpy()) for g in gens if g is not None]
 
 

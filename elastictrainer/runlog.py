@@ -5,6 +5,8 @@ import json
 import os
 from typing import List, Optional
 
+from elastictrainer import compat
+
 # Scalar tags (the reference's names, so its TensorBoard habits carry over).
 TRAIN_ACCURACY = "train/accuracy"
 TRAIN_LOSS = "train/classification_loss"
@@ -141,23 +143,12 @@ def read_config(run_directory):
         return json.load(f)
 
 
-def _tensorboard_without_tensorflow():
-    """Make TensorBoard read event files with its own TensorFlow stub, so that plotting does
-    not start TensorFlow (seconds, and its banners).  TensorBoard takes the stub when a module
-    `tensorboard.compat.notf` can be imported (its build's no_tensorflow mode, which the pip
-    package does not ship): we provide an empty one.  Private TensorBoard behaviour; skipped
-    when TensorFlow is already loaded, where reading through it costs nothing more."""
-    import sys
-    import types
-
-    if "tensorflow" not in sys.modules:
-        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-
-
 def open_events(run_directory):
     """An EventAccumulator over every event file of a run, fully loaded (pass it to the readers
     below to read several tags with one pass over the files)."""
-    _tensorboard_without_tensorflow()
+    # TensorBoard's own TensorFlow stub, so that plotting does not start TensorFlow (seconds,
+    # and its banners)
+    compat.tensorboard_without_tensorflow()
     # Lazy import: reading events is only needed by the plotting side, not by training.
     from tensorboard.backend.event_processing import event_accumulator
     # size_guidance 0 = keep every event; the default samples tensors down to 10 per tag.

@@ -64,12 +64,11 @@ def _autograph_skips_tf_keras():
     """TF 2.21's AutoGraph leaves tf_keras' own code unconverted; 2.16's rules name only
     'keras', so every new train step (one per selection) transpiled all of tf_keras: 15 s for
     the first trace instead of 1 s, 0.8 s for each later one instead of 0.2 s (measured).
-    Adding the 2.21 rule changes no traced op.  Private TensorFlow API, used only here;
+    Adding the 2.21 rule changes no traced op.  Private TensorFlow API (compat.py);
     `autograph=False` would also stop converting users' own layers."""
-    from tensorflow.python.autograph.core import config as ag_config
+    from elastictrainer import compat
 
-    if not any(getattr(r, "_prefix", None) == "tf_keras" for r in ag_config.CONVERSION_RULES):
-        ag_config.CONVERSION_RULES += (ag_config.DoNotConvert("tf_keras"),)
+    compat.autograph_do_not_convert("tf_keras")
 
 
 _autograph_skips_tf_keras()

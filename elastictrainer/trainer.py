@@ -7,7 +7,7 @@ from collections import OrderedDict
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import engine
+from elastictrainer import compat, engine
 
 
 # Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
@@ -93,7 +93,7 @@ def resident_bytes(step):
 def graph_bytes(step):
     """Serialized size of the graphs a tf.function has traced so far, None before its first
     trace: a proxy for the memory its concrete functions hold."""
-    fns = step._list_all_concrete_functions()  # private tf.function API, used only here
+    fns = compat.concrete_functions(step)
     if not fns:
         return None
     return sum(f.graph.as_graph_def().ByteSize() for f in fns)

@@ -21,8 +21,9 @@ def _no_tensorflow(code):
 
 
 LIGHT_MODULES = ["elastictrainer", "elastictrainer.cli", "elastictrainer.common",
-                 "elastictrainer.config", "elastictrainer.schemes", "elastictrainer.importance",
-                 "elastictrainer.selector", "elastictrainer.time_model", "elastictrainer.runlog",
+                 "elastictrainer.compat", "elastictrainer.config", "elastictrainer.schemes",
+                 "elastictrainer.importance", "elastictrainer.selector",
+                 "elastictrainer.time_model", "elastictrainer.runlog",
                  "elastictrainer.plotting", "elastictrainer.figures", "elastictrainer.data",
                  "elastictrainer.models", "elastictrainer.profiler",
                  "elastictrainer.profiler.table", "elastictrainer.profiler.calibration"]

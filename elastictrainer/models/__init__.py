@@ -37,7 +37,7 @@ class ModelSpec:
 MODELS = Registry("model")
 _CNN = "elastictrainer.models.cnn:build_cnn"
 # ImageNet "no top" weight files exactly as tf_keras' applications name, locate and hash them
-# (tf_keras/src/applications/{resnet,vgg16,mobilenet_v2}.py).
+# (the resnet, vgg16 and mobilenet_v2 modules of tf_keras' applications package).
 for _name, _spec in {
     "resnet50": ModelSpec("ResNet50, ImageNet weights", _CNN, dict(
         arch="resnet50", application="ResNet50", preprocess="caffe",

@@ -22,6 +22,7 @@ import re
 import tensorflow as tf
 import tf_keras as keras
 
+from elastictrainer import compat
 from elastictrainer.common import UserError, one_line
 from elastictrainer.models import MODELS
 
@@ -202,11 +203,11 @@ def output_head(model):
         return None
     tensor, after = outputs[0], []
     while True:
-        history = getattr(tensor, "_keras_history", None)
+        history = compat.keras_history(tensor)
         if history is None:
             return None
         layer, node_index = history.layer, history.node_index
-        inputs = tf.nest.flatten(layer._inbound_nodes[node_index].input_tensors)
+        inputs = tf.nest.flatten(compat.layer_input_tensors(layer, node_index))
         if len(inputs) != 1:
             return None
         if isinstance(layer, keras.layers.Dense):

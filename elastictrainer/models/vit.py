@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from elastictrainer import compat
 from elastictrainer.common import UserError, one_line
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES
 from elastictrainer.models.base import (
@@ -62,7 +63,7 @@ class _NamedBuild:
     """Keep weight names "<layer>/<weight>" when keras builds the layer from a saved config."""
 
     def build_from_config(self, config):
-        with tf.name_scope(self._name_scope()):
+        with tf.name_scope(compat.layer_name_scope(self)):
             super().build_from_config(config)
 
 

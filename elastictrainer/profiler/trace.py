@@ -26,9 +26,9 @@ def read_op_times(xplane_path):
     timed by the kernels that carry their name in the 'tf_op' stat of the device planes, which
     replace the host-side launch time.
     """
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from elastictrainer import compat
 
-    space = xplane_pb2.XSpace()
+    space = compat.xplane_pb2().XSpace()
     with open(xplane_path, "rb") as f:
         space.ParseFromString(f.read())
     host = defaultdict(float)

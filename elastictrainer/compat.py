@@ -1,0 +1,206 @@
+"""Every use of private TensorFlow, tf-keras and TensorBoard API in the package, one small
+function each; no other module reaches past their public API (tests/test_compat.py checks).
+
+Checked against TensorFlow 2.16 with tf-keras 2.16 and TensorFlow 2.21 with tf-keras 2.21
+(engine.TESTED_TF_KERAS; tests/test_compat.py calls every function here on both).  Importing
+this module imports nothing from TensorFlow: what needs it imports it inside the function, so
+modules that load without TensorFlow (runlog, which plotting imports; profiler.trace) can
+import it.
+
+tf-keras optimizer (tf_keras.optimizers.Optimizer; engine.py)
+    OPTIMIZER_PRIVATE_API, missing_optimizer_api, compute_current_learning_rate, clip_gradients,
+    deduplicate_sparse_grad, use_weight_decay, var_key, update_step, update_step_xla:
+        the steps `apply_gradients` runs inside tf.distribute's merge_call.  The public path
+        goes through that merge_call, which keeps every graph it was traced in alive (one per
+        tensor selection here; engine.apply_updates measures it), and the public API has no
+        way to run those steps without it.
+    is_dtensor_optimizer (`_mesh`, `_run_with_dtensor`): the public API does not say whether an
+        optimizer runs under DTensor, whose update path engine.apply_updates does not cover.
+    has_adam_slots, adam_slots (`_index_dict`, `_momentums`, `_velocities`,
+        `_velocity_hats`): Adam's moments of one variable, for the per-tensor bias
+        correction (engine._adam_update).  `optimizer.variables` lists them, but only by
+        name and position, which is not an interface either.
+
+tf.function
+    concrete_functions (`_list_all_concrete_functions`): the graphs a tf.function has traced
+        so far, for their size (trainer.graph_bytes) and whether a call would trace
+        (engine.ProbeStep.traced).  `experimental_get_tracing_count` counts traces but gives no
+        graph, and `get_concrete_function` needs a signature and traces when it has none.
+
+AutoGraph (tf_setup.py)
+    autograph_do_not_convert (`tensorflow.python.autograph.core.config`, a rule's `_prefix`):
+        tells AutoGraph to leave a module's code unconverted.  TensorFlow 2.21's rules already
+        skip tf_keras; 2.16's name only `keras`, so it transpiles all of tf_keras for every
+        traced step (tf_setup.py has the timings).  `tf.autograph.experimental.do_not_convert`
+        marks single functions only, and `autograph=False` would stop converting users' own
+        layers too.
+
+Profiler (profiler/trace.py)
+    xplane_pb2 (`tensorflow.tsl.profiler.protobuf.xplane_pb2`): the protobuf of the
+        .xplane.pb that tf.profiler writes.  TensorFlow exports no reader; the profile
+        plugin's op tables stop at 500 rows.
+
+tf-keras layers and the functional graph
+    keras_history (`KerasTensor._keras_history`): the layer (and its call) that made a
+        functional model's tensor (roles.py, models/base.py).  No public accessor.
+    layer_input_tensors (`Layer._inbound_nodes[i].input_tensors`): the tensors a layer's
+        i-th call took (models/base.py).  Public `Layer.get_input_at(i)` returns the same
+        tensors, one input unwrapped from its list; it could replace this one.
+    own_trainable_weights (`Layer._trainable_weights`): the trainable weights a layer made
+        itself, not its sublayers' (roles.py); `trainable_weights` includes the sublayers'.
+    layer_name_scope (`Layer._name_scope()`): the name scope a layer builds its weights in,
+        so that a layer built from a saved config names them as when built by a call
+        (models/vit.py).  No public accessor.
+    layer_random_generator (`Layer._random_generator._generator`): the tf.random.Generator
+        of a random (augmentation) layer, whose state a run saves and restores
+        (run_setup.py).  Public `keras.utils.set_random_seed` reseeds, but cannot read a
+        generator's state or put it back.
+
+TensorBoard (runlog.py)
+    tensorboard_without_tensorflow (module `tensorboard.compat.notf`): TensorBoard reads event
+        files through its own TensorFlow stub when that module imports, so that plotting
+        does not start TensorFlow.  TensorBoard has no public switch for it.
+"""
+import sys
+import types
+
+# -- tf-keras optimizer -----------------------------------------------------------------------
+
+# What engine.apply_updates calls on a tf_keras.optimizers.Optimizer (legacy and Keras 3
+# optimizers lack some of them).
+OPTIMIZER_PRIVATE_API = ("_compute_current_learning_rate", "_clip_gradients",
+                         "_deduplicate_sparse_grad", "_use_weight_decay", "_update_step",
+                         "_update_step_xla", "_var_key")
+# What adam_slots reads (tf_keras.optimizers.Adam).
+ADAM_PRIVATE_API = ("_index_dict", "_momentums", "_velocities")
+
+
+def missing_optimizer_api(optimizer):
+    """The names of OPTIMIZER_PRIVATE_API that `optimizer` lacks, in order."""
+    return [a for a in OPTIMIZER_PRIVATE_API if not hasattr(optimizer, a)]
+
+
+def is_dtensor_optimizer(optimizer):
+    """Whether `optimizer` runs under DTensor (a mesh, or a DTensor strategy)."""
+    return bool(getattr(optimizer, "_mesh", None) or getattr(optimizer, "_run_with_dtensor", False))
+
+
+def compute_current_learning_rate(optimizer):
+    """Set `optimizer.learning_rate` to its schedule's value at `optimizer.iterations` (creates
+    the learning-rate variable on first call)."""
+    optimizer._compute_current_learning_rate()
+
+
+def clip_gradients(optimizer, grads):
+    """`grads` clipped as the optimizer's clipnorm / global_clipnorm / clipvalue say."""
+    return optimizer._clip_gradients(grads)
+
+
+def deduplicate_sparse_grad(optimizer, grads):
+    """`grads` with each IndexedSlices' repeated indices summed."""
+    return optimizer._deduplicate_sparse_grad(grads)
+
+
+def use_weight_decay(optimizer, variable):
+    """Whether the optimizer's decoupled weight decay applies to `variable` (not excluded)."""
+    return optimizer._use_weight_decay(variable)
+
+
+def var_key(optimizer, variable):
+    """The optimizer's key for `variable`: stable for one variable, distinct between them."""
+    return optimizer._var_key(variable)
+
+
+def update_step(optimizer, grad, variable):
+    """The optimizer's update rule on one variable (slots included), as apply_gradients runs it
+    without jit_compile."""
+    return optimizer._update_step(grad, variable)
+
+
+def update_step_xla(optimizer, grad, variable):
+    """update_step XLA-compiled, as apply_gradients runs it with jit_compile (keyed as Keras keys
+    it)."""
+    return optimizer._update_step_xla(grad, variable, id(optimizer._var_key(variable)))
+
+
+def has_adam_slots(optimizer):
+    """Whether `optimizer` keeps Adam's moments where adam_slots reads them."""
+    return all(hasattr(optimizer, a) for a in ADAM_PRIVATE_API)
+
+
+def adam_slots(optimizer, variable):
+    """(m, v, v_hat): Adam's first and second moments of `variable`, and its running maximum of
+    v when amsgrad (else None); variables of `variable`'s shape."""
+    index = optimizer._index_dict[optimizer._var_key(variable)]
+    v_hat = optimizer._velocity_hats[index] if optimizer.amsgrad else None
+    return optimizer._momentums[index], optimizer._velocities[index], v_hat
+
+
+# -- tf.function ------------------------------------------------------------------------------
+
+def concrete_functions(function):
+    """The concrete functions a tf.function has traced so far (empty before its first call)."""
+    return function._list_all_concrete_functions()
+
+
+# -- AutoGraph --------------------------------------------------------------------------------
+
+def autograph_do_not_convert(module_prefix):
+    """Make AutoGraph leave the code of `module_prefix` (a top-level module name) unconverted,
+    unless a rule for it is there already."""
+    from tensorflow.python.autograph.core import config as ag_config
+
+    if not any(getattr(r, "_prefix", None) == module_prefix for r in ag_config.CONVERSION_RULES):
+        ag_config.CONVERSION_RULES += (ag_config.DoNotConvert(module_prefix),)
+
+
+# -- profiler ---------------------------------------------------------------------------------
+
+def xplane_pb2():
+    """TensorFlow's bundled xplane protobuf module (XSpace, the .xplane.pb format)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2 as module
+
+    return module
+
+
+# -- tf-keras layers --------------------------------------------------------------------------
+
+def keras_history(tensor):
+    """(layer, node_index, tensor_index) of the call that made a functional model's tensor, or
+    None for a tensor no Keras layer made."""
+    return getattr(tensor, "_keras_history", None)
+
+
+def layer_input_tensors(layer, node_index):
+    """The input tensors (as the layer was called with them: one, or a structure) of `layer`'s
+    call `node_index`."""
+    return layer._inbound_nodes[node_index].input_tensors
+
+
+def own_trainable_weights(layer):
+    """The trainable weights `layer` created itself (not its sublayers'); [] for an object that
+    is not a Keras layer."""
+    return getattr(layer, "_trainable_weights", [])
+
+
+def layer_name_scope(layer):
+    """The name scope `layer` creates its weights in ("<outer scopes>/<layer name>/")."""
+    return layer._name_scope()
+
+
+def layer_random_generator(layer):
+    """The tf.random.Generator of a random layer (augmentation, dropout with a generator), or
+    None."""
+    return getattr(getattr(layer, "_random_generator", None), "_generator", None)
+
+
+# -- TensorBoard ------------------------------------------------------------------------------
+
+def tensorboard_without_tensorflow():
+    """Make TensorBoard read event files with its own TensorFlow stub: it takes the stub when a
+    module `tensorboard.compat.notf` can be imported (its build's no_tensorflow mode, which the
+    pip package does not ship), so provide an empty one.  Skipped when TensorFlow is already
+    loaded, where reading through it costs nothing more."""
+    if "tensorflow" not in sys.modules:
+        stub = types.ModuleType("tensorboard.compat.notf")
+        sys.modules.setdefault("tensorboard.compat.notf", stub)
