@@ -7,11 +7,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from elastictrainer import runlog
+from elastictrainer.run_hooks import FAULT_AT_STEP_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,20 +41,21 @@ def _epochs_done(tmp, name):
         return 0
 
 
+# The kill comes as the killed run is about to run this global step (counted from 0): two epochs
+# of 5 steps are checkpointed, and epoch 3's selection and first two steps are done, then lost.
+KILL_AT_STEP = 12
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """An uninterrupted run, and the same run killed (SIGKILL) during epoch 3, then resumed."""
     tmp = tmp_path_factory.mktemp("resume")
     r = _run(_cmd(tmp, "whole"))
     assert r.returncode == 0, r.stderr[-2000:]
-    proc = subprocess.Popen(_cmd(tmp, "killed"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    while _epochs_done(tmp, "killed") < 2 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    time.sleep(0.3)  # into epoch 3: its selection and first steps are written, then lost
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    killed = subprocess.run(_cmd(tmp, "killed"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=900,
+                            env=dict(os.environ, **{FAULT_AT_STEP_ENV: str(KILL_AT_STEP)}))
+    assert killed.returncode == -signal.SIGKILL
     assert 2 <= _epochs_done(tmp, "killed") < 4
     shutil.copytree(tmp / "logs" / "killed", tmp / "killed_copy")  # before the resume
     resumed = _run(_cmd(tmp, "killed"))
@@ -131,16 +132,22 @@ def test_a_finished_run_is_not_run_again_and_resume_false_starts_over(runs):
 
 def test_truncate_events_drops_what_came_after_the_checkpoint(tmp_path):
     import tensorflow as tf
+    from tensorboard.compat.proto import event_pb2
     writer = tf.summary.create_file_writer(str(tmp_path))
     with writer.as_default():
         for step in range(5):
             tf.summary.scalar("x", float(step), step=step)
-            writer.flush()
-            if step == 2:
-                time.sleep(0.05)
-                cut = time.time()
-                time.sleep(0.05)
     writer.close()
+    # the events' wall times stamped at known seconds: the file-version record at 1000, step k
+    # at 1001 + k; the checkpoint between steps 2 and 3
+    (path,) = tmp_path.glob("events.out.tfevents*")
+    records = [event_pb2.Event.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
+    assert [e.step for e in records if e.HasField("summary")] == [0, 1, 2, 3, 4]
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for event in records:
+            event.wall_time = 1001.0 + event.step if event.HasField("summary") else 1000.0
+            w.write(event.SerializeToString())
+    cut = 1003.5
     runlog.truncate_events(str(tmp_path), cut)
     from tensorboard.backend.event_processing import event_accumulator
     acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
@@ -169,7 +176,7 @@ STATE = {"loop": {"epoch": 1, "step_in_epoch": 3}, "summary": {"epochs": []}, "e
 
 
 def _save_unversioned(ckpt, state, step):
-    """What RunCheckpoint.save wrote before the state's version was recorded."""
+    """A checkpoint whose loop state carries no version, as an older ElasticTrainer's does."""
     ckpt._state.assign(json.dumps(state))
     ckpt._manager.save(checkpoint_number=step)
 
