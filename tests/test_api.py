@@ -3,10 +3,9 @@ import json
 import os
 import re
 
-from conftest import write_image_folder
+from helpers import ROOT, write_image_folder
 from elastictrainer import runlog
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def readme_example():
@@ -40,7 +39,7 @@ def test_api_refuses_what_it_cannot_train(tmp_path):
     import tensorflow as tf
 
     import elastictrainer
-    from conftest import tiny_model
+    from helpers import tiny_model
     from elastictrainer.common import UserError
     cfg = elastictrainer.Config(logdir=str(tmp_path), num_epochs=1)
     ds = tf.data.Dataset.from_tensor_slices((tf.zeros((8, 16, 16, 3)), tf.zeros(8, tf.int32)))

@@ -5,7 +5,7 @@ import sys
 
 import tf_keras as keras
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 
 
 def test_bench_speedup_smoke(tmp_path):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import load_script, snapshot, tiny_model
+from helpers import load_script, snapshot, tiny_model
 
 
 def _script():

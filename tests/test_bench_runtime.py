@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import load_script
+from helpers import load_script
 
 from elastictrainer import runlog
 

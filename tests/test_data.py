@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from conftest import write_image_folder
+from helpers import write_image_folder
 from elastictrainer import data
 from elastictrainer.data import folder, loaders, synthetic, tfds_data
 

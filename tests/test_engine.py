@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import tiny_mlp
+from helpers import tiny_mlp
 from elastictrainer import engine
 
 

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import tiny_model, write_image_folder
+from helpers import ROOT, tiny_model, write_image_folder
 from elastictrainer import runlog
 from elastictrainer.profiler import run as prun, table as ptable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main_py(*args, cwd=None):

@@ -10,7 +10,7 @@ import pytest
 from elastictrainer import cli, figures
 from elastictrainer.schemes import BASELINES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 TRAIN = " -m elastictrainer train "
 
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "run_figure*.sh")))

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import batch, snapshot, tiny_model
+from helpers import batch, snapshot, tiny_model
 from elastictrainer import config, engine, importance, loop, schemes, trainer
 from elastictrainer.data.loaders import synthetic_dataset
 from elastictrainer.roles import tensor_roles

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import batch, snapshot, tiny_model
+from helpers import batch, snapshot, tiny_model
 from elastictrainer import engine, importance, schemes
 from elastictrainer.common import UserError
 from elastictrainer.profiler import run as prun

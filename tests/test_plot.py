@@ -302,7 +302,7 @@ def test_plots_a_real_tiny_elastic_run(tmp_path, capsys):
     import tf_keras as keras
 
     import main as main_cli
-    from conftest import tiny_model
+    from helpers import tiny_model
     from elastictrainer.profiler import run as prun, table as ptable
 
     model = tiny_model()  # 8 trainable tensors

@@ -18,7 +18,7 @@ from elastictrainer.models import MODELS, pretrain
 from elastictrainer.models.base import weights_kind
 from elastictrainer.models.build import build_model
 
-from conftest import tiny_model, write_image_folder  # noqa: E402
+from helpers import tiny_model, write_image_folder  # noqa: E402
 
 # A few steps instead of the real recipe: these tests check the mechanics, not the accuracy.
 TINY_RECIPE = dict(steps=4, batch_size=8, calibration_batches=2, seconds_at_32=1)

@@ -15,9 +15,8 @@ from elastictrainer.profiler import attribution, calibration, dataflow, trace
 from elastictrainer.profiler import report as preport, run as prun, table as ptable
 from elastictrainer.common import UserError
 
-from conftest import tiny_attention, tiny_cnn  # noqa: E402
+from helpers import ROOT, tiny_attention, tiny_cnn  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("which", ["cnn_table", "attn_table"])

@@ -13,7 +13,7 @@ import pytest
 from elastictrainer import runlog
 from elastictrainer.run_hooks import FAULT_AT_STEP_ENV
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 
 
 def _cmd(tmp, name, *extra):
@@ -160,7 +160,7 @@ def _checkpoint(run_dir, seed=0):
     """A RunCheckpoint over a tiny model, its optimizer and a data iterator, as the loop's."""
     import tensorflow as tf
 
-    from conftest import tiny_model
+    from helpers import tiny_model
     from elastictrainer import engine
     from elastictrainer.checkpoint import RunCheckpoint
 

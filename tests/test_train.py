@@ -19,9 +19,8 @@ from elastictrainer import cli, config, importance, loop, schemes, time_model, t
 from elastictrainer.roles import tensor_roles
 from elastictrainer.common import RunError, UserError
 
-from conftest import batch, snapshot, tiny_model  # noqa: E402
+from helpers import ROOT, batch, snapshot, tiny_model  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ----------------------------------------------------------------- roles and schemes
@@ -319,7 +318,7 @@ def test_help_lists_every_registered_scheme():
 def test_ctrl_c_during_the_last_partial_batch_keeps_that_epoch(tmp_path, monkeypatch):
     """Regression: the epoch was thrown away when Ctrl-C came during its last, partial batch
     (samples seen < steps x batch size although every step ran)."""
-    from conftest import write_image_folder
+    from helpers import write_image_folder
 
     folder = write_image_folder(tmp_path / "imgs", classes=("a", "b"), per_class=5)
     calls = []
