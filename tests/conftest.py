@@ -1,10 +1,18 @@
-"""Fixtures the tests share: profiled tables of tiny models (made once a session).  The
-builders and other helpers are helpers.py's; they are re-exported here, so
-`from conftest import tiny_model` works as `from helpers import tiny_model` does."""
+"""Fixtures the tests share: profiled tables of tiny models (made once a session), and TFDS
+without its network check.  The builders and other helpers are helpers.py's; they are
+re-exported here, so `from conftest import tiny_model` works as `from helpers import
+tiny_model` does.
+
+The tests are in three levels, each a folder: unit/ (no TensorFlow graph traced, no model
+trained; `pytest tests/unit -q` takes about a minute), integration/ (tiny models built,
+trained and profiled in-process, input pipelines read, checkpoints restored) and e2e/ (the
+README's example, the command-line programs as subprocesses, the smoke figure, a run killed
+and resumed).  `pytest -q` from the repository's root runs all three."""
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import pytest
 
+from elastictrainer.data import tfds_data
 from elastictrainer.profiler import run as prun
 from helpers import (  # noqa: F401  (re-exported)
     ROOT, batch, load_script, snapshot, tiny_attention, tiny_cnn, tiny_mlp, tiny_model,
@@ -22,3 +30,9 @@ def cnn_table():
 def attn_table():
     model = tiny_attention()
     return model, prun.profile_model(model, "tiny_attn", 16, 4, 5, num_iterations=3, progress=False)
+
+
+@pytest.fixture
+def no_network_check(monkeypatch):
+    """mock_data turns download_and_prepare into a no-op; skip the reachability probe before it."""
+    monkeypatch.setattr(tfds_data, "_download_blocker", lambda builder, **kw: None)

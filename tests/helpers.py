@@ -94,3 +94,59 @@ def write_image_folder(root, classes=("cat", "dog", "eel"), per_class=5, fmt="pn
             colour = (c * 80 + 7 * i, 20 * i % 256, 200 - 30 * c)
             Image.new("RGB", size, colour).save(root / name / f"img{i}.{fmt}")
     return root
+
+
+# ------------------------------------------------------------------ datasets
+TFDS_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120}
+
+
+# ------------------------------------------------------------------ profiler.py
+def run_profiler_cli(args, cwd):
+    """profiler.py with `args` in a subprocess: its CompletedProcess, output captured."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, os.path.join(ROOT, "profiler.py")] + args, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+# ------------------------------------------------------------------ plot.py
+def assert_figures(base):
+    for ext, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
+        path = base + ext
+        assert os.path.getsize(path) > 1000, path
+        with open(path, "rb") as f:
+            assert f.read(4) == magic
+
+
+def plot_cli(argv, capsys):
+    """Run plot.py as `python plot.py` does: (exit code, stdout, stderr lines)."""
+    import pytest
+
+    import plot
+    from elastictrainer import common
+
+    with pytest.raises(SystemExit) as e:
+        common.run_cli(plot.main, argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, [line for line in err.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------ figures
+# what a figure driver's command line for one training run holds
+TRAIN_COMMAND = " -m elastictrainer train "
+
+
+# ------------------------------------------------------------------ scripts/bench_*.py
+def bench_fixed_selection_script():
+    return load_script("bench_fixed_selection")
+
+
+def bench_runtime_summary(train_time_s, acc, steps_per_epoch=10, epochs=2, **elastic):
+    """A run's summary.json as far as scripts/bench_runtime.py reads it."""
+    s = {"steps_per_epoch": steps_per_epoch, "epochs": [{}] * epochs,
+         "train_time_s": train_time_s, "best_test_accuracy": acc}
+    if elastic:
+        s.update({"num_tensors": 20, "plan": {"forward_floor": 0.2, "affordable_tensors": 9},
+                  "corrections": [], **elastic})
+    return s
