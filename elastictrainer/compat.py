@@ -1,8 +1,8 @@
 """Every use of private TensorFlow, tf-keras and TensorBoard API in the package, one small
-function each; no other module reaches past their public API (tests/test_compat.py checks).
+function each; no other module reaches past their public API (tests/integration/test_compat.py checks).
 
 Checked against TensorFlow 2.16 with tf-keras 2.16 and TensorFlow 2.21 with tf-keras 2.21
-(engine.TESTED_TF_KERAS; tests/test_compat.py calls every function here on both).  Importing
+(engine.TESTED_TF_KERAS; tests/integration/test_compat.py calls every function here on both).  Importing
 this module imports nothing from TensorFlow: what needs it imports it inside the function, so
 modules that load without TensorFlow (runlog, which plotting imports; profiler.trace) can
 import it.

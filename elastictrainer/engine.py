@@ -12,7 +12,7 @@ tensor whose moments are still zero at global step t would take a first step of
 at t = 256 (as measured by scripts/bench_importance.py), 2.5 at 1000, 3.2 in the limit, and up
 to 6.5 x lr over its next steps.  Counting the steps each tensor has really taken gives it the
 steps Adam intends, and is plain Adam for a tensor trained from step one
-(tests/test_importance.py).
+(tests/integration/test_importance.py).
 """
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
@@ -284,7 +284,7 @@ def fresh_step(optimizer, grads, variables):
     dw0 without the snapshot, update and restore of every weight and slot that the general
     path needs (for ResNet50 with SGD, 200 MB held during the probe).  Dense gradients only;
     call where fresh_step_supported is true.  Tested against the general path
-    (tests/test_importance.py).
+    (tests/integration/test_importance.py).
 
     From `_apply`'s order: decoupled weight decay first, -lr wd w, then the update rule on the
     gradient: SGD's first momentum step is -lr g (nesterov: -lr (1 + momentum) g); Adam's first
@@ -330,7 +330,7 @@ def apply_updates(optimizer, grads, variables):
 def _apply(optimizer, grads, variables):
     # The steps apply_gradients runs inside tf.distribute's merge_call (see apply_updates), all
     # private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
-    # (tests/test_engine.py compares with apply_gradients); check_optimizer refuses other
+    # (tests/integration/test_engine.py compares with apply_gradients); check_optimizer refuses other
     # versions.
     compat.compute_current_learning_rate(optimizer)
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]

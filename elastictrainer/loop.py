@@ -13,7 +13,7 @@ import time
 
 from elastictrainer import runlog
 from elastictrainer.elastic import ElasticRuntime
-from elastictrainer.run_hooks import RunRecorder, StopFlag
+from elastictrainer.run_hooks import RunRecorder, StopFlag, fault_at_step, inject_fault
 from elastictrainer.run_setup import setup_run
 
 
@@ -41,6 +41,7 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
     if elastic:
         rec.summary.plan = vars(elastic.on_train_begin())
     meter = rec.meter
+    fault_step = fault_at_step()
     with StopFlag() as stop, rec.writer.as_default(), meter, rec.outcome_recorded():
         while st.epoch < cfg.num_epochs:
             epoch = st.epoch + 1
@@ -50,6 +51,7 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
                        unit="step", leave=False)
             t_epoch = clock()
             while st.step_in_epoch < steps_per_epoch:
+                inject_fault(st.global_step, fault_step)  # a testing hook; no-op unless set
                 x, y = next(train_iter)
                 if elastic:
                     loss, logits = elastic.train_step(st.global_step, x, y)

@@ -18,6 +18,27 @@ from elastictrainer.common import RunError, one_line, peak_rss_mb
 from elastictrainer.data.folder import first_undecodable
 from elastictrainer.run_setup import get_random_state, set_random_state
 
+# A testing hook, not a setting: see fault_at_step.
+FAULT_AT_STEP_ENV = "ELASTICTRAINER_FAULT_AT_STEP"
+
+
+def fault_at_step():
+    """Testing hook: the global step before which the training process kills itself, or None.
+
+    $ELASTICTRAINER_FAULT_AT_STEP=N makes the loop send itself SIGKILL as it is about to run
+    global step N (counted from 0, so after N steps have run), as a power cut or the kernel's
+    OOM killer would: nothing is flushed or saved.  The resume tests use it to interrupt a run
+    at a known step instead of at a moment.  Unset or empty: no fault.  Read once per run, here.
+    """
+    value = os.environ.get(FAULT_AT_STEP_ENV, "").strip()
+    return int(value) if value else None
+
+
+def inject_fault(global_step, fault_step):
+    """SIGKILL this process when `global_step` is the fault_at_step() step (testing hook)."""
+    if fault_step is not None and global_step == fault_step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 @dataclasses.dataclass
 class LoopState:

@@ -1,101 +1,23 @@
-"""What the tests share: tiny models, batches, image folders and profiled tables, all generated
-offline in seconds.  Test modules import the builders (`from conftest import tiny_model`) and
-request the fixtures by name."""
+"""Fixtures the tests share: profiled tables of tiny models (made once a session), and TFDS
+without its network check.  The builders and other helpers are helpers.py's; they are
+re-exported here, so `from conftest import tiny_model` works as `from helpers import
+tiny_model` does.
+
+The tests are in three levels, each a folder: unit/ (no TensorFlow graph traced, no model
+trained; `pytest tests/unit -q` takes about a minute), integration/ (tiny models built,
+trained and profiled in-process, input pipelines read, checkpoints restored) and e2e/ (the
+README's example, the command-line programs as subprocesses, the smoke figure, a run killed
+and resumed).  `pytest -q` from the repository's root runs all three."""
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
-import os
-
-import numpy as np
 import pytest
-import tensorflow as tf
-import tf_keras as keras
-from PIL import Image
 
+from elastictrainer.data import tfds_data
 from elastictrainer.profiler import run as prun
-
-
-def tiny_model(num_classes=10, size=16):
-    """Deterministic (no dropout, no augmentation) conv/BN/dense model."""
-    inp = keras.Input((size, size, 3))
-    x = keras.layers.Rescaling(1 / 255.0, name="scale")(inp)
-    x = keras.layers.Conv2D(8, 3, padding="same", name="c1")(x)
-    x = keras.layers.BatchNormalization(name="bn1")(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.Conv2D(8, 3, padding="same", name="c2")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    x = keras.layers.Dense(num_classes, name="head")(x)
-    return keras.Model(inp, x)
-
-
-def batch(n=4, size=16, num_classes=10, seed=0):
-    rng = np.random.default_rng(seed)
-    return (tf.constant(rng.uniform(0, 255, (n, size, size, 3)), tf.float32),
-            tf.constant(rng.integers(0, num_classes, n), tf.int32))
-
-
-def load_script(name):
-    """scripts/<name>.py as a module (the scripts are not a package)."""
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "scripts", name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def snapshot(variables):
-    return [v.numpy().copy() for v in variables]
-
-
-def tiny_cnn(num_classes=5):
-    inp = keras.Input((24, 24, 3))
-    x = keras.layers.Rescaling(1 / 255.0)(inp)
-    x = keras.layers.Conv2D(8, 3, name="c1")(x)
-    x = keras.layers.BatchNormalization(name="bn1")(x)
-    x = keras.layers.ReLU(name="r1")(x)
-    x = keras.layers.DepthwiseConv2D(3, name="dw")(x)
-    x = keras.layers.MaxPooling2D(name="pool")(x)
-    x = keras.layers.Conv2D(16, 3, name="c2", activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
-    x = keras.layers.Dense(num_classes, name="fc")(x)
-    return keras.Model(inp, x)
-
-
-def tiny_attention(num_classes=5):
-    inp = keras.Input((16, 16, 3))
-    x = keras.layers.Conv2D(16, 4, strides=4, name="patch")(inp)
-    x = keras.layers.Reshape((16, 16), name="tokens")(x)
-    h = keras.layers.LayerNormalization(name="ln1")(x)
-    h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(h, h)
-    x = keras.layers.Add(name="res1")([x, h])
-    h = keras.layers.LayerNormalization(name="ln2")(x)
-    h = keras.layers.Dense(32, activation="gelu", name="mlp1")(h)
-    h = keras.layers.Dense(16, name="mlp2")(h)
-    x = keras.layers.Add(name="res2")([x, h])
-    x = keras.layers.GlobalAveragePooling1D(name="gap")(x)
-    x = keras.layers.Dense(num_classes, name="head")(x)
-    return keras.Model(inp, x)
-
-
-def tiny_mlp(seed):
-    """Two dense layers on 6 features, seeded."""
-    keras.utils.set_random_seed(seed)
-    inp = keras.Input((6,))
-    x = keras.layers.Dense(5, activation="relu", name="d1")(inp)
-    x = keras.layers.Dense(3, name="d2")(x)
-    return keras.Model(inp, x)
-
-
-def write_image_folder(root, classes=("cat", "dog", "eel"), per_class=5, fmt="png"):
-    """Uniformly coloured images of different sizes; red = class*80 + 7*i identifies each file."""
-    for c, name in enumerate(classes):
-        os.makedirs(root / name, exist_ok=True)
-        for i in range(per_class):
-            size = (10 + 3 * i, 14 + 2 * c)
-            colour = (c * 80 + 7 * i, 20 * i % 256, 200 - 30 * c)
-            Image.new("RGB", size, colour).save(root / name / f"img{i}.{fmt}")
-    return root
+from helpers import (  # noqa: F401  (re-exported)
+    ROOT, batch, load_script, snapshot, tiny_attention, tiny_cnn, tiny_mlp, tiny_model,
+    write_image_folder,
+)
 
 
 @pytest.fixture(scope="session")
@@ -108,3 +30,9 @@ def cnn_table():
 def attn_table():
     model = tiny_attention()
     return model, prun.profile_model(model, "tiny_attn", 16, 4, 5, num_iterations=3, progress=False)
+
+
+@pytest.fixture
+def no_network_check(monkeypatch):
+    """mock_data turns download_and_prepare into a no-op; skip the reachability probe before it."""
+    monkeypatch.setattr(tfds_data, "_download_blocker", lambda builder, **kw: None)

@@ -101,10 +101,11 @@ def fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, measured):
 
 
 def time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,
-                               rounds, bar):
+                               rounds, bar, clock=time.perf_counter):
     """Median step time of each reference selection over the full step's, interleaved, as
     {name: (mask, ratio)}; and the median time compiling a reference selection's step took
-    (its first call beyond its second), in ms: what a run pays for each new selection."""
+    (its first call beyond its second), in ms: what a run pays for each new selection.
+    `clock`: seconds (profile_model's)."""
     from elastictrainer import engine
 
     refs = reference_selections(rank)
@@ -115,9 +116,9 @@ def time_reference_selections(model, optimizer, loss_fn, variables, full_step, r
             model, optimizer, loss_fn, [v for v, m in zip(variables, mask) if m])
         first = []
         for _ in range(2):  # the first call traces and compiles
-            t0 = time.perf_counter()
+            t0 = clock()
             steps[name](x, y)[0].numpy()
-            first.append(time.perf_counter() - t0)
+            first.append(clock() - t0)
         compile_s.append(max(first[0] - first[1], 0.0))
         bar.update(1)
     ratios = {name: [] for name in refs}
@@ -127,9 +128,9 @@ def time_reference_selections(model, optimizer, loss_fn, variables, full_step, r
         for name in names:
             t = []
             for _ in range(2):
-                t0 = time.perf_counter()
+                t0 = clock()
                 steps[name](x, y)[0].numpy()
-                t.append(time.perf_counter() - t0)
+                t.append(clock() - t0)
             times[name] = min(t)
         for name in refs:  # ratios within a round, so load that comes and goes cancels out
             ratios[name].append(times[name] / times["full"])

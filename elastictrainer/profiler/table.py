@@ -4,9 +4,9 @@ No TensorFlow: training, plotting and the figure driver read tables without star
 
 The format is declared once, by the dataclasses below: TimingTable and the records it holds
 (TensorTiming, Calibration, CalibrationReference, UnattributedOp).  A table profiler/run.py
-writes reads back through them unchanged (tests/test_profiler.py holds it to that); load_table
-reads every file through TimingTable.from_dict, which validates it and migrates an older table
-(migrate_table).
+writes reads back through them unchanged (tests/integration/test_profiler.py holds it to
+that); load_table reads every file through TimingTable.from_dict, which validates it and
+migrates an older table (migrate_table).
 load_table still returns a plain dict, the migrated table's to_dict(): the time model, the
 plots and the scripts index tables by key in many places and receive the profiler's own dict
 too, and that dict has every declared key whichever version of the profiler wrote the file.

@@ -1,4 +1,5 @@
-"""The figure scripts: one driver, the paper's protocol as data, and a smoke figure end to end."""
+"""The figure scripts: one driver, the paper's protocol as data, dry runs and the driver's
+one-line errors (the smoke figure itself is e2e/test_figures.py's)."""
 import glob
 import os
 import re
@@ -10,8 +11,7 @@ import pytest
 from elastictrainer import cli, figures
 from elastictrainer.schemes import BASELINES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN = " -m elastictrainer train "
+from helpers import ROOT, TRAIN_COMMAND as TRAIN
 
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "run_figure*.sh")))
 
@@ -82,35 +82,6 @@ def test_bad_figure_name_is_one_line_exit_2():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "fig15" in out.stderr and len(out.stderr.strip().splitlines()) == 1
-
-
-def test_smoke_figure_end_to_end_then_resumes_without_rerunning(tmp_path):
-    """CI's smoke figure: the real script, profiler, trainings and plots on synthetic data."""
-    args = ["--logdir", str(tmp_path / "logs"), "--figdir", str(tmp_path / "figs"),
-            "--profiles", str(tmp_path / "profiles"), "--steps_per_epoch", "6"]
-    # its own Keras home: the smoke runs pretrain smallcnn at 64 px, and a test must not write
-    # the user's ~/.keras cache
-    env = dict(os.environ, SMOKE="1", KERAS_HOME=str(tmp_path / "keras_home"))
-    script = os.path.join(ROOT, "scripts", "run_figure15.sh")
-    out = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
-                         timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert list((tmp_path / "keras_home" / "models").glob("elastictrainer_synthetic_smallcnn_*"))
-    for name in ("fig15.png", "fig15.pdf", "fig15_bars.png", "fig15_bars.pdf", "fig15_bars.md",
-                 "fig15_profile.png", "fig15_profile.pdf"):
-        path = tmp_path / "figs" / name
-        assert path.exists(), name
-        assert path.stat().st_size > (0 if name.endswith(".md") else 1000), name
-    table = (tmp_path / "figs" / "fig15_bars.md").read_text()
-    for label in ("ElasticTrainer", "Full training", "Traditional TL", "BN+Bias"):
-        assert label in table
-    runs = sorted(os.listdir(tmp_path / "logs"))
-    assert len(runs) == 4 and all(r.startswith("smallcnn_synthetic_") for r in runs)
-    # run again: every run is found finished and only the figures are redrawn
-    again = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
-                           timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("not run again") == 4 and TRAIN not in again.stdout
 
 
 def _fake_table(folder, t_fp=4.5, t_full=10.0):

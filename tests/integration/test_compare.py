@@ -3,8 +3,6 @@ finished run read back instead of trained again."""
 import json
 import os
 
-import pytest
-
 import compare as compare_cli
 from elastictrainer import compare, runlog
 
@@ -45,10 +43,3 @@ def test_compare_runs_each_scheme_once_and_tables_them(tmp_path, capsys):
     assert stamps == {t: os.path.getmtime(logdir / f"compare_{t}" / runlog.SUMMARY_FILE)
                       for t in TYPES}
     assert (logdir / f"compare_{compare.COMPARE_FILE}").read_text() == md
-
-
-@pytest.mark.parametrize("epochs,expected", [([], None), ([70.0], 70.0),
-                                             ([10.0, 50.0, 60.0, 70.0], 60.0)])
-def test_last_epochs_accuracy(epochs, expected):
-    summary = {"epochs": [{"test_accuracy": a} for a in epochs]}
-    assert compare.last_epochs_accuracy(summary) == expected

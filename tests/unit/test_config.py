@@ -10,7 +10,7 @@ import pytest
 from elastictrainer import cli, config
 from elastictrainer.config import Config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 FIELDS = dataclasses.fields(Config)
 
 

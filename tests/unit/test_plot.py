@@ -1,16 +1,16 @@
-"""plot.py / plotting.py on fake run directories (real event files) and on one real tiny run."""
+"""plot.py / plotting.py on fake run directories (real event files); a real tiny run is
+integration/test_plot.py's."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from elastictrainer import common
 import tensorflow as tf
 
-import plot
 from elastictrainer import plotting
 from elastictrainer import runlog
+from helpers import assert_figures, plot_cli as cli
 
 SPE = 250  # steps per epoch of the fake runs
 
@@ -99,22 +99,6 @@ def runs(tmp_path_factory):
     return out
 
 
-def assert_figures(base):
-    for ext, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
-        path = base + ext
-        assert os.path.getsize(path) > 1000, path
-        with open(path, "rb") as f:
-            assert f.read(4) == magic
-
-
-def cli(argv, capsys):
-    """Run plot.py as `python plot.py` does: (exit code, stdout, stderr lines)."""
-    with pytest.raises(SystemExit) as e:
-        common.run_cli(plot.main, argv)
-    out, err = capsys.readouterr()
-    return e.value.code, out, [line for line in err.splitlines() if line.strip()]
-
-
 # ----------------------------------------------------------------- pure pieces
 def test_step_to_time_interpolates_between_epoch_ends():
     epochs = [{"epoch": 1, "train_time_s": 100.0}, {"epoch": 2, "train_time_s": 300.0}]
@@ -196,7 +180,7 @@ def test_bars_averages_seeds_and_table_has_speedups(runs, tmp_path, capsys):
 
 
 def test_runs_that_differ_in_a_setting_are_never_averaged(tmp_path, capsys):
-    """Regression: runs mixing optimizers and learning rates were averaged into one bar."""
+    """Runs that mix optimizers or learning rates are separate bars, not one average."""
     root = tmp_path / "runs"
     for seed in (0, 1):
         make_run(root, f"sgd_{seed}", seed=seed, epoch_s=25.0)
@@ -227,7 +211,7 @@ def test_runs_that_differ_in_a_setting_are_never_averaged(tmp_path, capsys):
 
 
 def test_a_directory_of_run_directories_is_searched(runs, tmp_path, capsys):
-    """Regression: `plot.py bars logs/*` failed once logs/smoke (a folder of runs) existed."""
+    """`plot.py bars logs/*` works when one of the paths is a folder of runs (logs/smoke, say)."""
     code, out, err = cli(["bars", runs["root"], "--out", str(tmp_path / "all")], capsys)
     assert code == 0, err
     assert len(open(tmp_path / "all.md").read().splitlines()) > 6
@@ -295,44 +279,6 @@ def test_bad_input_one_line_exit_2(runs, tmp_path, capsys):
         code, _, err = cli(argv + ["--out", str(tmp_path / "x")], capsys)
         assert code == 2 and len(err) == 1 and needle in err[0], (argv, err)
     assert not os.path.exists(tmp_path / "x.png")
-
-
-# ----------------------------------------------------------------- a real run
-def test_plots_a_real_tiny_elastic_run(tmp_path, capsys):
-    import tf_keras as keras
-
-    import main as main_cli
-    from conftest import tiny_model
-    from elastictrainer.profiler import run as prun, table as ptable
-
-    model = tiny_model()  # 8 trainable tensors
-    model.save(str(tmp_path / "tiny.keras"))
-    table = prun.profile_model(model, str(tmp_path / "tiny.keras"), 16, 4, 10, num_iterations=2,
-                             progress=False)
-    ptable.save_table(table, str(tmp_path / "table.json"))
-    from elastictrainer.time_model import TimeModel
-    # a rho above the forward floor that this profile measured: the tiny model's forward pass
-    # is 0.7-0.8 of its step (0.806 once in CI)
-    rho = min(0.99, max(0.8, TimeModel(table).rho_floor + 0.1))
-    assert main_cli.main([
-        "--model_name", str(tmp_path / "tiny.keras"), "--dataset_name", "synthetic",
-        "--input_size", "16", "--weights", "none", "--num_epochs", "2", "--steps_per_epoch", "4",
-        "--interval", "0.5", "--rho", f"{rho:.3f}", "--learning_rate", "0.01",
-        "--train_type", "elastic_training", "--timing_table", str(tmp_path / "table.json"),
-        "--logdir", str(tmp_path / "logs"), "--run_name", "et", "--quiet"]) == 0
-    run = str(tmp_path / "logs" / "et")
-    for argv, base in ((["curves", run], "c"), (["selection", run], "s")):
-        code, _, err = cli(argv + ["--out", str(tmp_path / "figs" / base)], capsys)
-        assert code == 0, err
-        assert_figures(str(tmp_path / "figs" / base))
-    sel = plotting.selection_matrix(plotting.Run(run))
-    # every half epoch (2 steps) a probe step, then the selection trains from the next step
-    np.testing.assert_allclose(sel.epochs, np.array([1, 3, 5, 7]) / 4)
-    assert sel.matrix.shape == (8, 4)
-    c = plotting.run_curves(plotting.Run(run))
-    summary = runlog.read_summary(run)
-    assert sorted(c["accuracy"]) == [4, 8]
-    assert c["accuracy"][8][0] == pytest.approx(summary["train_time_s"])
 
 
 def test_plotting_reads_events_without_starting_tensorflow(runs, tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 PACKAGE = os.path.join(ROOT, "elastictrainer")
 
 
@@ -155,7 +155,7 @@ def test_console_command_and_bad_subcommand():
 
 
 def _script_parser(name):
-    from conftest import load_script
+    from helpers import load_script
     return load_script(name).build_parser()
 
 

@@ -1,6 +1,6 @@
 """Tests for elastictrainer.energy on fake sysfs trees (no real sensor needed)."""
 import sys
-import time
+import threading
 import types
 
 import pytest
@@ -206,21 +206,69 @@ def test_nvml_combined_with_rapl(tmp_path, monkeypatch):
     assert m.stop() == pytest.approx(300.0)
 
 
+class Ticks:
+    """Stands in for the meter's stop event: the sampling thread's wait between samples returns
+    when the test ticks (one sample each) or stops the meter, never on its own."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._ticks = self.waits = 0
+        self._set = False
+
+    def wait(self, timeout=None):
+        with self._cond:
+            self.waits += 1
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._ticks or self._set)
+            if self._set:
+                return True
+            self._ticks -= 1
+            return False
+
+    def tick(self):
+        with self._cond:
+            self._ticks += 1
+            self._cond.notify_all()
+
+    def until_waits(self, n):
+        """Block until the thread has waited n times (a hang guard, not a measurement)."""
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.waits >= n, timeout=HANG_GUARD_S)
+
+    def set(self):
+        with self._cond:
+            self._set = True
+            self._cond.notify_all()
+
+    def clear(self):
+        with self._cond:
+            self._set = False
+
+    def is_set(self):
+        return self._set
+
+
+HANG_GUARD_S = 600  # only a broken meter ever waits this long
+
+
 def test_background_thread_samples_and_stops(tmp_path):
     tx2_tree(tmp_path)
-    m = energy.detect(root=str(tmp_path), interval_s=0.005)
+    clock = Clock()
+    m = energy.detect(root=str(tmp_path), clock=clock)
+    m._stop = ticks = Ticks()
     m.start()
     thread = m._thread
     assert thread is not None and thread.daemon and thread.is_alive()
-    deadline = time.monotonic() + 10
-    while m.n_samples < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    for k in range(1, 4):  # one second, then one sample, three times
+        clock.t += 1
+        ticks.tick()
+        ticks.until_waits(k + 1)
     assert m.n_samples >= 3
     m.stop()
     assert not thread.is_alive() and m._thread is None
     assert m.joules > 0 and m.last_error is None
     taken = m.n_samples
-    time.sleep(0.03)
+    ticks.tick()
     assert m.n_samples == taken  # nothing samples after stop()
 
 

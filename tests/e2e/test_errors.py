@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import tiny_model, write_image_folder
+from helpers import ROOT, tiny_model, write_image_folder
 from elastictrainer import runlog
-from elastictrainer.profiler import run as prun, table as ptable
+from elastictrainer.profiler import run as prun
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main_py(*args, cwd=None):
@@ -103,21 +102,3 @@ def test_a_timing_table_with_values_out_of_range(tmp_path, tiny_table, edit, nee
                 "--input_size", "16", "--weights", "none", "--num_epochs", "1", "--quiet",
                 "--timing_table", str(path), "--logdir", str(tmp_path / "logs"))
     assert_one_line(r, 2, needle)
-
-
-def test_an_interrupted_run_says_so_in_its_last_line(tmp_path):
-    from elastictrainer import config, loop
-
-    lines = []
-
-    def log(msg):
-        lines.append(msg)
-        if msg.startswith("epoch 1:"):
-            os.kill(os.getpid(), 2)  # SIGINT, as Ctrl-C
-
-    cfg = config.Config(model_name="smallcnn", dataset_name="synthetic", input_size=16,
-                        batch_size=8, weights="none", num_epochs=3, steps_per_epoch=3,
-                        train_type="full_training", logdir=str(tmp_path), run_name="r",
-                        progress=False)
-    assert loop.run(cfg, log=log)["status"] == "interrupted"
-    assert "interrupted after 1 of 3 epochs" in lines[-1]

@@ -1,15 +1,14 @@
-"""models/: built-in builders, weights handling (imagenet offline, PATH, user models), ViT .npz loader."""
+"""models/: built-in builders, weights handling (the ImageNet cache, PATH, user models), ViT .npz
+loader."""
 from elastictrainer.common import UserError
 
 import os
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer.models import MODEL_NAMES
 from elastictrainer.models.build import build_model, load_weights as load_weights_file, replace_head
 from elastictrainer.models.vit import MultiHeadDotProductAttention, build_vit, load_vit_npz, npz_table
 
@@ -50,23 +49,6 @@ def test_builtin_models_build_and_run(name, size, count):
         backbone = {"resnet50": "resnet50", "vgg16": "vgg16", "mobilenetv2": f"mobilenetv2_1.00_{size}",
                     "smallcnn": "smallcnn"}[name]
         assert names[4] == backbone and isinstance(model.layers[4], keras.Model)
-
-
-def test_model_names_and_unknown_name():
-    assert MODEL_NAMES == ("resnet50", "vgg16", "mobilenetv2", "vit", "smallcnn")
-    with pytest.raises(UserError) as err:
-        build_model("resnet18")
-    for name in MODEL_NAMES:
-        assert name in str(err.value)
-
-
-def test_bad_sizes_are_user_errors():
-    with pytest.raises(UserError):
-        build_model("vgg16", input_size=16, num_classes=3)
-    with pytest.raises(UserError):
-        build_model("vit", input_size=40, num_classes=3)  # not a multiple of 16
-    with pytest.raises(UserError):
-        build_model("vgg16", input_size=32, num_classes=0)
 
 
 def test_smallcnn_has_no_pretrained_weights_but_loads_a_path(tmp_path):
@@ -136,24 +118,6 @@ def test_attention_matches_keras_multi_head_attention():
 # ------------------------------------------------------------------------------------------------
 # weights
 # ------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("name", ["resnet50", "vgg16", "mobilenetv2", "vit"])
-def test_imagenet_offline_is_one_line_user_error(name, tmp_path, monkeypatch):
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "kh"))
-    expected = {
-        "resnet50": "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5",
-        "vgg16": "vgg16_weights_tf_dim_ordering_tf_kernels_notop.h5",
-        "mobilenetv2": "mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_224_no_top.h5",
-        "vit": "ViT-B_16_imagenet21k+imagenet2012.npz",
-    }[name]
-    start = time.time()
-    with pytest.raises(UserError) as err:
-        build_model(name, input_size=32, num_classes=3, weights="imagenet")
-    msg = str(err.value)
-    assert os.path.join(str(tmp_path / "kh"), "models", expected) in msg
-    assert "--weights none" in msg and "\n" not in msg
-    assert time.time() - start < 20  # no network: must fail fast, before building the model
-
 
 def test_imagenet_uses_cached_file(tmp_path, monkeypatch):
     """A file already in the keras cache is loaded (mobilenetv2's files carry no hash)."""

@@ -5,7 +5,7 @@ import sys
 
 import tf_keras as keras
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 
 
 def test_bench_speedup_smoke(tmp_path):
@@ -16,7 +16,7 @@ def test_bench_speedup_smoke(tmp_path):
     x = keras.layers.Dense(4, name="head")(x)
     keras.Model(inp, x).save(str(tmp_path / "m.keras"))
     out = tmp_path / "b.json"
-    # rhos above the tiny model's forward floor, which reached 0.73 on a busy machine
+    # rhos above the tiny model's forward floor, which can reach 0.73 on a busy machine
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_speedup.py"),
                         "--model_name", str(tmp_path / "m.keras"), "--rhos", "0.85,0.95",
                         "--repeats", "2", "--steps", "2", "--random_selections", "3",

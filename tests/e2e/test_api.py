@@ -3,10 +3,9 @@ import json
 import os
 import re
 
-from conftest import write_image_folder
+from helpers import ROOT, write_image_folder
 from elastictrainer import runlog
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def readme_example():
@@ -33,20 +32,3 @@ def test_readme_api_example_runs(tmp_path, monkeypatch, capsys):
     assert os.path.exists(tmp_path / "profiles" / "my_model_i64_b8_c3_adam.json")
     printed = capsys.readouterr().out.strip().splitlines()[-1].split()
     assert float(printed[0]) == summary["best_test_accuracy"]
-
-
-def test_api_refuses_what_it_cannot_train(tmp_path):
-    import pytest
-    import tensorflow as tf
-
-    import elastictrainer
-    from conftest import tiny_model
-    from elastictrainer.common import UserError
-    cfg = elastictrainer.Config(logdir=str(tmp_path), num_epochs=1)
-    ds = tf.data.Dataset.from_tensor_slices((tf.zeros((8, 16, 16, 3)), tf.zeros(8, tf.int32)))
-    with pytest.raises(UserError, match="tf.data.Dataset"):
-        elastictrainer.run(cfg, model=tiny_model(), data=(ds.batch(4), [1, 2]))
-    with pytest.raises(UserError, match="needs model"):
-        elastictrainer.run(cfg, data=(ds.batch(4), ds.batch(4)))
-    with pytest.raises(UserError, match="length is unknown"):
-        elastictrainer.run(cfg, model=tiny_model(), data=(ds.batch(4).repeat(), ds.batch(4)))

@@ -12,10 +12,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import batch, tiny_model
+from helpers import ROOT, batch, tiny_model
 from elastictrainer import compat, engine
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "elastictrainer")
 
 

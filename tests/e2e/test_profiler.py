@@ -1,0 +1,24 @@
+"""profiler.py end to end: a user's model file profiled in a subprocess, its table in the
+declared format, its figure and its trace kept."""
+import json
+import os
+
+from elastictrainer.profiler import table as ptable
+from helpers import run_profiler_cli as _run, tiny_cnn
+
+
+def test_cli_profiles_a_user_model_file(tmp_path):
+    path = str(tmp_path / "mine.keras")
+    tiny_cnn(num_classes=3).save(path)
+    out = str(tmp_path / "table.json")
+    r = _run(["--model_name", path, "--batch_size", "2", "--num_iterations", "2", "--output", out,
+              "--figure", str(tmp_path / "fig.png"), "--quiet"], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    table = json.load(open(out))
+    assert table["input_size"] == 24 and table["num_classes"] == 3
+    for key in ptable.REQUIRED_KEYS:
+        assert key in table
+    # the file the profiler wrote is exactly what the declared format reads and writes back
+    assert ptable.TimingTable.from_dict(table, out).to_dict() == table
+    assert os.path.exists(tmp_path / "fig.png")
+    assert os.path.isdir(tmp_path / "traces" / "table")  # the real trace is kept

@@ -1,0 +1,130 @@
+"""Resuming a run (checkpoint.py): a run killed with SIGKILL and started again ends exactly as
+the same run never interrupted; other settings and broken checkpoints are refused in one line."""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from elastictrainer import runlog
+from elastictrainer.run_hooks import FAULT_AT_STEP_ENV
+
+from helpers import ROOT
+
+
+def _cmd(tmp, name, *extra):
+    # smallcnn: augmentation and dropout draw random numbers, which must continue as well
+    return [sys.executable, os.path.join(ROOT, "main.py"), "--model_name", "smallcnn",
+            "--weights", "none", "--dataset_name", "synthetic", "--input_size", "16",
+            "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
+            "--num_epochs", "4", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.7",
+            "--rho_feedback", "false", "--seed", "3", "--timing_table", str(tmp / "t.json"),
+            "--logdir", str(tmp / "logs"), "--run_name", name, "--quiet"] + list(extra)
+
+
+def _run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def _summary(tmp, name):
+    return json.load(open(tmp / "logs" / name / runlog.SUMMARY_FILE))
+
+
+def _epochs_done(tmp, name):
+    try:
+        return len(_summary(tmp, name)["epochs"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+# The kill comes as the killed run is about to run this global step (counted from 0): two epochs
+# of 5 steps are checkpointed, and epoch 3's selection and first two steps are done, then lost.
+KILL_AT_STEP = 12
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An uninterrupted run, and the same run killed (SIGKILL) during epoch 3, then resumed."""
+    tmp = tmp_path_factory.mktemp("resume")
+    r = _run(_cmd(tmp, "whole"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    killed = subprocess.run(_cmd(tmp, "killed"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=900,
+                            env=dict(os.environ, **{FAULT_AT_STEP_ENV: str(KILL_AT_STEP)}))
+    assert killed.returncode == -signal.SIGKILL
+    assert 2 <= _epochs_done(tmp, "killed") < 4
+    shutil.copytree(tmp / "logs" / "killed", tmp / "killed_copy")  # before the resume
+    resumed = _run(_cmd(tmp, "killed"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    return tmp, resumed
+
+
+def test_a_killed_run_resumes_and_ends_as_the_uninterrupted_one(runs):
+    tmp, resumed = runs
+    assert "resuming" in resumed.stdout
+    whole, again = _summary(tmp, "whole"), _summary(tmp, "killed")
+    assert again["status"] == "finished" and len(again["epochs"]) == 4
+    keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
+    assert [[e[k] for k in keys] for e in whole["epochs"]] == \
+        [[e[k] for k in keys] for e in again["epochs"]]
+    assert [s["mask"] for s in whole["selections"]] == [s["mask"] for s in again["selections"]]
+    assert [s["step"] for s in whole["selections"]] == [s["step"] for s in again["selections"]]
+    # train_time_s counts training only: it grows epoch by epoch across the restart
+    times = [e["train_time_s"] for e in again["epochs"]]
+    assert times == sorted(times) and again["train_time_s"] == times[-1]
+
+
+def test_tensorboard_events_continue_without_repeated_steps(runs):
+    from tensorboard.backend.event_processing import event_accumulator
+    tmp, _ = runs
+    steps = {}
+    for name in ("whole", "killed"):
+        acc = event_accumulator.EventAccumulator(str(tmp / "logs" / name),
+                                                 size_guidance={"tensors": 0})
+        acc.Reload()
+        steps[name] = {tag: [e.step for e in acc.Tensors(tag)]
+                       for tag in (runlog.TEST_ACCURACY, runlog.NUM_SELECTED,
+                                   runlog.PREDICTED_RATIO)}
+    assert steps["killed"] == steps["whole"]
+    assert steps["whole"][runlog.TEST_ACCURACY] == [5, 10, 15, 20]
+
+
+def test_other_settings_are_refused_in_one_line(runs):
+    tmp, _ = runs
+    shutil.copytree(tmp / "killed_copy", tmp / "logs" / "other")
+    r = _run(_cmd(tmp, "other", "--rho", "0.8"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--rho 0.7, not 0.8" in r.stderr
+
+
+def test_a_truncated_checkpoint_is_refused_in_one_line(runs):
+    tmp, _ = runs
+    shutil.copytree(tmp / "killed_copy", tmp / "logs" / "broken")
+    import tensorflow as tf
+
+    # the checkpoint a resume reads (the index's), not the newest file: a kill while saving
+    # leaves a newer data file that the index does not name yet
+    latest = tf.train.latest_checkpoint(str(tmp / "logs" / "broken" / "checkpoints"))
+    data = glob.glob(latest + ".data-*")[0]
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    r = _run(_cmd(tmp, "broken"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "unreadable" in r.stderr
+    assert "--resume false" in r.stderr
+
+
+def test_a_finished_run_is_not_run_again_and_resume_false_starts_over(runs):
+    tmp, _ = runs
+    r = _run(_cmd(tmp, "whole"))
+    assert r.returncode == 2 and "already holds a finished run" in r.stderr
+    shutil.copytree(tmp / "killed_copy", tmp / "logs" / "over")
+    r = _run(_cmd(tmp, "over", "--resume", "false"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resuming" not in r.stdout and "starting" in r.stdout
+    assert [e["test_loss"] for e in _summary(tmp, "over")["epochs"]] == \
+        [e["test_loss"] for e in _summary(tmp, "whole")["epochs"]]

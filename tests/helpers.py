@@ -1,0 +1,152 @@
+"""What the tests share besides fixtures: the repository's root, tiny models, batches and image
+folders, all generated offline in seconds.  Tests at every level import them from here
+(`from helpers import tiny_model`); fixtures are conftest.py's."""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import os
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_model(num_classes=10, size=16):
+    """Deterministic (no dropout, no augmentation) conv/BN/dense model."""
+    inp = keras.Input((size, size, 3))
+    x = keras.layers.Rescaling(1 / 255.0, name="scale")(inp)
+    x = keras.layers.Conv2D(8, 3, padding="same", name="c1")(x)
+    x = keras.layers.BatchNormalization(name="bn1")(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(8, 3, padding="same", name="c2")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(num_classes, name="head")(x)
+    return keras.Model(inp, x)
+
+
+def batch(n=4, size=16, num_classes=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return (tf.constant(rng.uniform(0, 255, (n, size, size, 3)), tf.float32),
+            tf.constant(rng.integers(0, num_classes, n), tf.int32))
+
+
+def load_script(name):
+    """scripts/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def snapshot(variables):
+    return [v.numpy().copy() for v in variables]
+
+
+def tiny_cnn(num_classes=5):
+    inp = keras.Input((24, 24, 3))
+    x = keras.layers.Rescaling(1 / 255.0)(inp)
+    x = keras.layers.Conv2D(8, 3, name="c1")(x)
+    x = keras.layers.BatchNormalization(name="bn1")(x)
+    x = keras.layers.ReLU(name="r1")(x)
+    x = keras.layers.DepthwiseConv2D(3, name="dw")(x)
+    x = keras.layers.MaxPooling2D(name="pool")(x)
+    x = keras.layers.Conv2D(16, 3, name="c2", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    x = keras.layers.Dense(num_classes, name="fc")(x)
+    return keras.Model(inp, x)
+
+
+def tiny_attention(num_classes=5):
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(16, 4, strides=4, name="patch")(inp)
+    x = keras.layers.Reshape((16, 16), name="tokens")(x)
+    h = keras.layers.LayerNormalization(name="ln1")(x)
+    h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(h, h)
+    x = keras.layers.Add(name="res1")([x, h])
+    h = keras.layers.LayerNormalization(name="ln2")(x)
+    h = keras.layers.Dense(32, activation="gelu", name="mlp1")(h)
+    h = keras.layers.Dense(16, name="mlp2")(h)
+    x = keras.layers.Add(name="res2")([x, h])
+    x = keras.layers.GlobalAveragePooling1D(name="gap")(x)
+    x = keras.layers.Dense(num_classes, name="head")(x)
+    return keras.Model(inp, x)
+
+
+def tiny_mlp(seed):
+    """Two dense layers on 6 features, seeded."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((6,))
+    x = keras.layers.Dense(5, activation="relu", name="d1")(inp)
+    x = keras.layers.Dense(3, name="d2")(x)
+    return keras.Model(inp, x)
+
+
+def write_image_folder(root, classes=("cat", "dog", "eel"), per_class=5, fmt="png"):
+    """Uniformly coloured images of different sizes; red = class*80 + 7*i identifies each file."""
+    for c, name in enumerate(classes):
+        os.makedirs(root / name, exist_ok=True)
+        for i in range(per_class):
+            size = (10 + 3 * i, 14 + 2 * c)
+            colour = (c * 80 + 7 * i, 20 * i % 256, 200 - 30 * c)
+            Image.new("RGB", size, colour).save(root / name / f"img{i}.{fmt}")
+    return root
+
+
+# ------------------------------------------------------------------ datasets
+TFDS_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120}
+
+
+# ------------------------------------------------------------------ profiler.py
+def run_profiler_cli(args, cwd):
+    """profiler.py with `args` in a subprocess: its CompletedProcess, output captured."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, os.path.join(ROOT, "profiler.py")] + args, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+# ------------------------------------------------------------------ plot.py
+def assert_figures(base):
+    for ext, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
+        path = base + ext
+        assert os.path.getsize(path) > 1000, path
+        with open(path, "rb") as f:
+            assert f.read(4) == magic
+
+
+def plot_cli(argv, capsys):
+    """Run plot.py as `python plot.py` does: (exit code, stdout, stderr lines)."""
+    import pytest
+
+    import plot
+    from elastictrainer import common
+
+    with pytest.raises(SystemExit) as e:
+        common.run_cli(plot.main, argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, [line for line in err.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------ figures
+# what a figure driver's command line for one training run holds
+TRAIN_COMMAND = " -m elastictrainer train "
+
+
+# ------------------------------------------------------------------ scripts/bench_*.py
+def bench_fixed_selection_script():
+    return load_script("bench_fixed_selection")
+
+
+def bench_runtime_summary(train_time_s, acc, steps_per_epoch=10, epochs=2, **elastic):
+    """A run's summary.json as far as scripts/bench_runtime.py reads it."""
+    s = {"steps_per_epoch": steps_per_epoch, "epochs": [{}] * epochs,
+         "train_time_s": train_time_s, "best_test_accuracy": acc}
+    if elastic:
+        s.update({"num_tensors": 20, "plan": {"forward_floor": 0.2, "affordable_tensors": 9},
+                  "corrections": [], **elastic})
+    return s

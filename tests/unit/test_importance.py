@@ -1,0 +1,9 @@
+"""Tensor importance (importance.py): each elastic scheme names its estimate, and both are
+registered."""
+from elastictrainer import importance, schemes
+
+
+def test_schemes_name_both_estimates():
+    assert schemes.SCHEMES["elastic_training"].importance == "taylor"
+    assert schemes.SCHEMES["elastic_training_taylor_paper"].importance == "taylor_paper"
+    assert {"taylor", "taylor_paper"} <= set(importance.IMPORTANCE)

@@ -1,0 +1,171 @@
+"""The profiler without profiling: a trace file's op times read, the calibration's fits on
+known numbers, and profiler.py's one-line errors."""
+import numpy as np
+import pytest
+
+from elastictrainer import time_model
+from elastictrainer.profiler import calibration, trace
+from helpers import run_profiler_cli as _run
+
+
+# ----------------------------------------------------------------- xplane reading
+def _xspace(tmp_path):
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    space = xplane_pb2.XSpace()
+    host = space.planes.add(name="/host:CPU")
+    host.stat_metadata[1].id = 1
+    host.stat_metadata[1].name = "tf_op"
+    line = host.lines.add(name="tf_Compute/1")
+    for mid, name in ((1, "gradient_tape/a/MatMul:_MklMatMul"), (2, "step"),
+                      (3, "fn:StatefulPartitionedCall"), (4, "gpu_op:MatMul")):
+        host.event_metadata[mid].id = mid
+        host.event_metadata[mid].name = name
+    for mid, dur in ((1, 2_000_000_000), (1, 1_000_000_000), (2, 9e9), (3, 9e9), (4, 5e8)):
+        line.events.add(metadata_id=mid, duration_ps=int(dur))
+    gpu = space.planes.add(name="/device:GPU:0")
+    gpu.stat_metadata[7].id = 7
+    gpu.stat_metadata[7].name = "tf_op"
+    gline = gpu.lines.add(name="Stream #1")
+    gpu.event_metadata[1].id = 1
+    gpu.event_metadata[1].name = "volta_sgemm"
+    ev = gline.events.add(metadata_id=1, duration_ps=4_000_000_000)
+    ev.stats.add(metadata_id=7, str_value="gpu_op:MatMul")
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    return str(path)
+
+
+def test_read_op_times_host_and_device(tmp_path):
+    times, kinds = trace.read_op_times(_xspace(tmp_path))
+    assert times["gradient_tape/a/MatMul"] == pytest.approx(3.0)
+    assert kinds["gradient_tape/a/MatMul"] == "_MklMatMul"
+    assert "step" not in times and "fn" not in times  # not ops / call wrappers
+    assert times["gpu_op"] == pytest.approx(4.0)  # device kernel time replaces the launch
+
+
+# ----------------------------------------------------------------- the CLI
+@pytest.mark.parametrize("args,needle", [
+    (["--model_name", "resnet51"], "resnet50"),
+    (["--batch_size", "0"], "batch_size"),
+    (["--batch_size", "four"], "invalid int"),
+])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    r = _run(args, cwd=str(tmp_path))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+# ------------------------------------------------------------------------------ calibration
+def _naive_constrained_fit(t_dw, t_dy, rank, t_fp, t_full, measured):
+    """Brute force over a fine grid of a (b follows from the full-step constraint)."""
+    dw_all, dy_all = sum(t_dw), sum(t_dy)
+    budget = t_full - t_fp
+    best = None
+    for a in np.linspace(0, budget / dw_all, 20001):
+        b = (budget - a * dw_all) / dy_all
+        err = 0.0
+        for mask, ratio in measured.values():
+            deepest = max(r for r, m in zip(rank, mask) if m)
+            dw = sum(t for t, m in zip(t_dw, mask) if m)
+            dy = sum(t for t, r in zip(t_dy, rank) if r <= deepest)
+            err += ((t_fp + a * dw + b * dy) / t_full - ratio) ** 2
+        if best is None or err < best[0]:
+            best = (err, a, b)
+    return best[1], best[2]
+
+
+def test_calibration_recovers_known_overlap_and_matches_naive_fit():
+    rng = np.random.default_rng(1)
+    n = 30
+    t_dw, t_dy = rng.uniform(0.5, 3, n), rng.uniform(0.2, 2, n)
+    rank = rng.permutation(n)
+    t_fp = 20.0
+    a_true = 0.4  # weight-gradient ops mostly hidden behind the error-gradient chain
+    b_true = (60.0 - a_true * t_dw.sum()) / t_dy.sum()
+    t_full = t_fp + 60.0
+    refs = calibration.reference_selections(rank)
+    assert set(refs) == {"output_only", "dy_to_input", "dy_to_half", "all_to_half"}
+    assert refs["output_only"][np.argmin(rank)] and refs["output_only"].sum() == 1
+    assert refs["dy_to_input"][np.argmax(rank)] and refs["dy_to_input"].sum() == 1
+
+    def true_ratio(mask):
+        dw, dy = time_model.selection_sums(t_dw, t_dy, rank, mask)
+        return (t_fp + a_true * dw + b_true * dy) / t_full
+
+    exact = {k: (m, true_ratio(m)) for k, m in refs.items()}
+    a, b = calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, exact)
+    assert (a, b) == pytest.approx((a_true, b_true), rel=1e-9)
+    noisy = {k: (m, r * rng.uniform(0.95, 1.05)) for k, (m, r) in exact.items()}
+    a, b = calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full, noisy)
+    na, nb = _naive_constrained_fit(t_dw, t_dy, rank, t_fp, t_full, noisy)
+    grid = (t_full - t_fp) / t_dw.sum() / 20000  # the naive fit's resolution
+    assert a == pytest.approx(na, abs=2 * grid) and b == pytest.approx(nb, rel=1e-3)
+    # training everything still predicts the full step exactly
+    assert t_fp + a * t_dw.sum() + b * t_dy.sum() == pytest.approx(t_full)
+
+
+def test_fixed_cost_fit_recovers_an_offset_and_falls_back_without_one():
+    """fit_fixed_cost finds the per-step cost that partial steps pay beyond their ops (an
+    offset of every partial selection's ratio), keeps the full step exact, and gives
+    fit_calibration's scales with c = 0 when the measurements show no such cost."""
+    rng = np.random.default_rng(2)
+    n = 30
+    t_dw, t_dy = rng.uniform(0.5, 3, n), rng.uniform(0.2, 2, n)
+    rank = rng.permutation(n)
+    t_fp, t_full, c_true, a_true = 20.0, 80.0, 6.0, 0.4
+    refs = calibration.reference_selections(rank)
+
+    def measured_with(c):
+        """Each reference's ratio for a fixed cost c, with the t_dy scale that keeps the full
+        step exact; and that scale."""
+        b = (t_full - t_fp - c - a_true * t_dw.sum()) / t_dy.sum()
+        ratios = {}
+        for k, m in refs.items():
+            dw, dy = time_model.selection_sums(t_dw, t_dy, rank, m)
+            ratios[k] = (m, (t_fp + c + a_true * dw + b * dy) / t_full)
+        return ratios, b
+
+    with_cost, b_true = measured_with(c_true)
+    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, with_cost)
+    assert (a, b, c) == pytest.approx((a_true, b_true, c_true), rel=1e-9)
+    assert t_fp + c + a * t_dw.sum() + b * t_dy.sum() == pytest.approx(t_full)
+    # the same ratios without the offset: no fixed cost, the two-scale fit exactly
+    exact, _ = measured_with(0.0)
+    a, b, c = calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, exact)
+    assert c == 0.0 and (a, b) == calibration.fit_calibration(t_dw, t_dy, rank, t_fp, t_full,
+                                                               exact)
+    # partial steps cheaper than the ops say (the forward pass timed alone costs more than it
+    # does in a step): a negative offset, recovered as long as it leaves the forward pass at
+    # least MIN_FORWARD_SHARE of its timed cost; beyond that, c = 0
+    cheaper, b_neg = measured_with(-6.0)
+    assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, cheaper) == pytest.approx(
+        (a_true, b_neg, -6.0), rel=1e-9)
+    too_cheap, _ = measured_with(-(1 - calibration.MIN_FORWARD_SHARE) * t_fp - 1.0)
+    assert calibration.fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, too_cheap)[2] == 0.0
+    # the time model adds it to the forward pass
+    table = {"tensors": [{"rank": int(r), "t_dw_ms": float(w), "t_dy_ms": float(y)}
+                         for r, w, y in zip(rank, t_dw, t_dy)],
+             "t_fp_ms": t_fp, "t_full_ms": t_full,
+             "calibration": {"dw_scale": a_true, "dy_scale": b_true, "fixed_ms": c_true}}
+    tm = time_model.TimeModel(table)
+    for m, r in with_cost.values():
+        assert tm.predicted_ratio(m) == pytest.approx(r)
+    assert tm.predicted_ratio(np.ones(n, bool)) == pytest.approx(1.0)
+
+
+def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
+    t_dw, t_dy, rank = np.ones(4), np.ones(4), np.arange(4)
+    # a measured ratio far above anything reachable pushes a below zero: clipped
+    mask = np.array([0, 0, 0, 1], bool)
+    a, b = calibration.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {"x": (mask, 5.0)})
+    assert a == 0.0 and b == pytest.approx(8.0 / 4)
+    assert calibration.fit_calibration(t_dw, t_dy, rank, 2.0, 10.0, {}) == (1.0, 1.0)
+    assert calibration.fit_calibration(t_dw, np.zeros(4), rank, 2.0, 10.0, {"x": (mask, 0.5)}) == (2.0, 2.0)
+    # a at its upper bound: b must be exactly 0, not the -9e-16 that rounding leaves (load_table
+    # refuses a negative scale; TF 2.16's timings reach this case)
+    t_fp, t_dw3 = 2.8000000000000016, np.full(3, 0.1)
+    a, b = calibration.fit_calibration(t_dw3, np.ones(3), np.arange(3), t_fp, 10.0,
+                                       {"x": (np.array([1, 0, 1], bool), 0.5)})
+    assert a == (10.0 - t_fp) / t_dw3.sum() and b == 0.0

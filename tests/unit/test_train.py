@@ -1,0 +1,112 @@
+"""Training's pieces that need no training: tensor roles, the time model on a made-up table,
+the settings refused in one line (also by main.py, in a subprocess), the registered schemes,
+and the filter that drops TensorFlow's retracing warning."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorflow as tf
+
+from elastictrainer import config, schemes, time_model
+from elastictrainer.common import UserError
+from elastictrainer.roles import tensor_roles
+from helpers import ROOT, tiny_model
+
+
+# ----------------------------------------------------------------- roles and schemes
+def test_tensor_roles_are_rules_over_layers():
+    model = tiny_model()
+    roles = dict(zip([v.name for v in model.trainable_weights], tensor_roles(model)))
+    assert roles == {"c1/kernel:0": "kernel", "c1/bias:0": "bias", "bn1/gamma:0": "norm",
+                     "bn1/beta:0": "norm", "c2/kernel:0": "kernel", "c2/bias:0": "bias",
+                     "head/kernel:0": "head", "head/bias:0": "head"}
+
+
+def test_unknown_scheme_lists_valid_names():
+    with pytest.raises(UserError) as e:
+        config.Config(train_type="elastic").validate()
+    for name in schemes.SCHEMES:
+        assert name in str(e.value)
+
+
+# ----------------------------------------------------------------- time model
+def fake_table(model, t_fp=10.0, t_full=30.0):
+    n = len(model.trainable_weights)
+    return {"t_fp_ms": t_fp, "t_full_ms": t_full, "tensors": [
+        {"name": v.name, "t_dw_ms": 1.0 + (n - 1 - k), "t_dy_ms": 0.5, "estimated": False,
+         "rank": n - 1 - k}
+        for k, v in enumerate(model.trainable_weights)]}
+
+
+def test_time_model_predicts_full_step_and_selection_fits_rho():
+    model = tiny_model()
+    tm = time_model.TimeModel(fake_table(model))
+    n = len(model.trainable_weights)
+    assert tm.predicted_ratio(np.ones(n, bool)) == pytest.approx(1.0)
+    assert tm.predicted_ratio(np.zeros(n, bool)) == pytest.approx(tm.rho_floor)
+    rng = np.random.default_rng(0)
+    for rho in (0.4, 0.5, 0.7, 0.9):
+        imp = rng.uniform(0.1, 1.0, n)
+        mask = tm.select(imp, rho)
+        assert tm.predicted_ratio(mask) <= rho + 1e-9
+        assert mask.any()
+    # training only the output-most tensor costs its t_dw plus the first t_dy
+    head_bias = n - 1
+    mask = np.zeros(n, bool)
+    mask[head_bias] = True
+    scale = 20.0 / sum(1.0 + k + 0.5 for k in range(n))
+    assert tm.cost_ms(mask) == pytest.approx(scale * (1.0 + 0.5))
+    # the deepest tensor pays every t_dy above it
+    mask = np.zeros(n, bool)
+    mask[0] = True
+    assert tm.cost_ms(mask) == pytest.approx(scale * (1.0 + (n - 1) + 0.5 * n))
+
+
+def test_rho_validation():
+    for rho in (0.0, -0.5, 1.5):
+        with pytest.raises(UserError, match="rho"):
+            config.Config(rho=rho).validate()
+    with pytest.raises(UserError, match="interval"):
+        config.Config(interval=0).validate()
+    with pytest.raises(UserError, match="num_epochs"):
+        config.Config(num_epochs=-1).validate()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--rho", "1.5"], "rho"),
+    (["--train_type", "elastic"], "full_training"),
+    (["--num_epochs", "-1"], "num_epochs"),
+    (["--save_txt", "maybe"], "save_txt"),
+    (["--dataset_name", "imagenet"], "synthetic"),
+    (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "synthetic dataset only"),
+    (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, args, needle):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--weights", "none",
+                        "--quiet"] + args, cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_help_lists_every_registered_scheme():
+    assert set(tuple(schemes.SCHEMES)) == set(schemes.SCHEMES)
+
+
+def test_retracing_warning_is_dropped_and_nothing_else():
+    import logging
+
+    from elastictrainer.tf_setup import DropRetracingWarning
+
+    filt = DropRetracingWarning()
+    record = logging.LogRecord("tensorflow", logging.WARNING, __file__, 1,
+                               "5 out of the last 5 calls to <function f> triggered "
+                               "tf.function retracing. Tracing is expensive", None, None)
+    other = logging.LogRecord("tensorflow", logging.WARNING, __file__, 1, "something else",
+                              None, None)
+    assert not filt.filter(record) and filt.filter(other)
+    assert any(isinstance(f, DropRetracingWarning) for f in tf.get_logger().filters)
