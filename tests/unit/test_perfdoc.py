@@ -8,7 +8,7 @@ from elastictrainer import perfdoc
 def test_every_block_of_the_performance_doc_is_its_benchmarks_file():
     with open(perfdoc.DOC, encoding="utf-8") as f:
         found = perfdoc.blocks(f.read())
-    assert {"bench_runtime", "bench_fixed_selection", "memory"} <= set(found)
+    assert {"bench_runtime", "memory"} <= set(found)
     for name, body in found.items():
         path = perfdoc.table_file(name)
         assert os.path.exists(path), f"{name}: no {path}"
