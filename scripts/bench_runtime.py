@@ -164,8 +164,9 @@ def derive(full, elastic, rho):
 
 
 def profile_record(path):
-    """What the profiler measured for a cell's model (its timing table), or None."""
-    if not os.path.exists(path):
+    """What the profiler measured for a cell's model (the timing table its elastic run used,
+    as summary.json names it), or None."""
+    if not path or not os.path.exists(path):
         return None
     with open(path) as f:
         t = json.load(f)
@@ -214,13 +215,10 @@ def run_cell(name, settings, args, log):
             raise RuntimeError(f"{name} {train_type} ended {summaries[train_type]['status']}: "
                                f"{summaries[train_type].get('error')}")
     full, elastic = summaries["full_training"], summaries["elastic_training"]
-    table_path = base.get("timing_table") or default_table_path(
-        base["model_name"], base["input_size"], base["batch_size"], base["num_classes"],
-        optimizer=base["optimizer"])
     return {"settings": dict(base), "date": started, "machine": machine_info(),
             "load_average": {"before": load_before, "after": load_average()},
             "results": derive(full, elastic, args.rho),
-            "profile": profile_record(table_path),
+            "profile": profile_record(elastic["timing_table"]),
             "summaries": {"full": full, "elastic": elastic}}
 
 
