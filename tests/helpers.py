@@ -11,6 +11,13 @@ import tf_keras as keras
 from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "elastictrainer")
+
+
+def package_files():
+    """Paths of every .py file of the package, for the tests that read its source."""
+    return sorted(os.path.join(folder, f) for folder, _, files in os.walk(PACKAGE)
+                  for f in files if f.endswith(".py"))
 
 
 def tiny_model(num_classes=10, size=16):

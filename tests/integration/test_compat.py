@@ -12,10 +12,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from helpers import ROOT, batch, tiny_model
+from helpers import ROOT, batch, package_files, tiny_model
 from elastictrainer import compat, engine
 
-PACKAGE = os.path.join(ROOT, "elastictrainer")
 
 
 def _sgd():
@@ -338,12 +337,9 @@ def private_uses(tree, defined, allowed=OWN_PRIVATE_ATTRIBUTES):
 
 def _package_sources():
     sources = {}
-    for folder, _, files in os.walk(PACKAGE):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                with open(path) as fh:
-                    sources[os.path.relpath(path, ROOT)] = ast.parse(fh.read())
+    for path in package_files():
+        with open(path) as fh:
+            sources[os.path.relpath(path, ROOT)] = ast.parse(fh.read())
     return sources
 
 

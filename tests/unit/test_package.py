@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT
-PACKAGE = os.path.join(ROOT, "elastictrainer")
+from helpers import ROOT, package_files
 
 
 def _no_tensorflow(code):
@@ -59,12 +58,7 @@ def _module_name(path):
 
 def import_graph():
     """{module: set of elastictrainer modules it imports}, function-level imports included."""
-    modules = {}
-    for folder, _, files in os.walk(PACKAGE):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                modules[_module_name(path)] = path
+    modules = {_module_name(path): path for path in package_files()}
     graph = {}
     for name, path in modules.items():
         deps = set()
