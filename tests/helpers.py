@@ -53,6 +53,21 @@ def snapshot(variables):
     return [v.numpy().copy() for v in variables]
 
 
+def paper_taylor_by_hand(model, grads, step):
+    """The paper's eq. 6 by hand, the naive reference: I_k = -sum g(w + dw) * dw, with
+    g0 = grads() at w, dw = step(g0), and g1 = grads() at w + dw; every weight (and a
+    normalisation layer's moving statistics) is put back afterwards."""
+    w0, bn0 = snapshot(model.trainable_weights), snapshot(model.non_trainable_weights)
+    dw = step(grads())
+    for v, w, d in zip(model.trainable_weights, w0, dw):
+        v.assign(w + d)
+    g1 = grads()
+    naive = np.array([-np.sum(a.astype(np.float64) * d) for a, d in zip(g1, dw)])
+    for v, w in zip(model.trainable_weights + model.non_trainable_weights, w0 + bn0):
+        v.assign(w)
+    return naive
+
+
 def tiny_cnn(num_classes=5):
     inp = keras.Input((24, 24, 3))
     x = keras.layers.Rescaling(1 / 255.0)(inp)

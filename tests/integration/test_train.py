@@ -19,7 +19,7 @@ from elastictrainer import cli, config, importance, loop, schemes, trainer
 from elastictrainer.roles import tensor_roles
 from elastictrainer.common import RunError
 
-from helpers import batch, snapshot, tiny_model  # noqa: E402
+from helpers import batch, paper_taylor_by_hand, snapshot, tiny_model  # noqa: E402
 
 
 # ----------------------------------------------------------------- roles and schemes
@@ -105,18 +105,7 @@ def test_taylor_importance_matches_a_naive_computation():
             loss = loss_fn(y, model(x, training=True))
         return [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
 
-    w0 = snapshot(model.trainable_weights)
-    bn0 = snapshot(model.non_trainable_weights)
-    g0 = grads()
-    dw = [-0.05 * g for g in g0]
-    for v, w, d in zip(model.trainable_weights, w0, dw):
-        v.assign(w + d)
-    g1 = grads()
-    naive = np.array([-np.sum(a.astype(np.float64) * d) for a, d in zip(g1, dw)])
-    for v, w in zip(model.trainable_weights, w0):
-        v.assign(w)
-    for v, w in zip(model.non_trainable_weights, bn0):
-        v.assign(w)
+    naive = paper_taylor_by_hand(model, grads, lambda g0: [-0.05 * g for g in g0])
     fast = importance.taylor_paper_importance(tr, [(x, y)])
     np.testing.assert_allclose(fast, naive, rtol=2e-2, atol=1e-9)
     assert fast[-1] > 0  # the head's update lowers the loss
