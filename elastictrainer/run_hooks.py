@@ -16,6 +16,7 @@ from elastictrainer import energy, runlog
 from elastictrainer.checkpoint import RunCheckpoint
 from elastictrainer.common import RunError, one_line, peak_rss_mb
 from elastictrainer.data.folder import first_undecodable
+from elastictrainer.elastic import SHORT_RUN
 from elastictrainer.run_setup import get_random_state, set_random_state
 
 # A testing hook, not a setting: see fault_at_step.
@@ -248,7 +249,10 @@ class RunRecorder:
             np.savetxt(os.path.join(self.out, f"{cfg.run_name}.txt"), [hours, best])
         spent = (f", energy {self.meter.joules:.0f} J ({self.meter.source})"
                  if self.meter.joules is not None else "")
-        if elastic_result:
+        if elastic_result and all(r["reason"] == SHORT_RUN for r in summary.selections):
+            spent += ("; every tensor trained, as in full training: the run was too short to "
+                      "pay for compiling a selection's step (--economy false to select anyway)")
+        elif elastic_result:
             measured, wall = summary.measured_ratio, summary.wall_ratio
             spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
                       f"{'n/a' if measured is None else f'{measured:.3f}'}"

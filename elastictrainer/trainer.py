@@ -121,8 +121,8 @@ class Trainer:
         # every tensor's gradient, no update: the importance probes that need their own
         # backward passes (importance.py), and the profiler
         self.grads_fn = engine.make_gradient_step(model, self.loss_fn, self.variables)
-        # an elastic scheme's probe and timed full steps (every gradient, no update) and its
-        # full training step, in one compiled function (elastic/tf_side.py); built on first use
+        # an elastic scheme's probe and timed full steps (every gradient, no update;
+        # elastic/tf_side.py), built on first use
         self._probe = None
         self._importance = scheme.importance
         self._penalty = penalty
@@ -143,9 +143,9 @@ class Trainer:
         """Whether a probe step with `want_terms` runs without compiling anything."""
         return self._probe is not None and self._probe.traced(want_terms)
 
-    def probe_step(self, x, y, want_terms, train=False):
-        """Every tensor's gradient, the importance terms when `want_terms`, the update only when
-        `train` (engine.make_probe_step): (loss, logits, terms)."""
+    def probe_step(self, x, y, want_terms):
+        """Every tensor's gradient and the importance terms when `want_terms`, no update
+        (engine.make_probe_step): (loss, logits, terms)."""
         if self._probe is None:
             from elastictrainer.importance import in_step_terms
 
@@ -154,7 +154,7 @@ class Trainer:
             self.in_step_importance = terms is not None
             self._probe = engine.make_probe_step(self.model, self.optimizer, self.loss_fn,
                                                  self.variables, terms, self._penalty)
-        return self._probe(x, y, want_terms, train)
+        return self._probe(x, y, want_terms)
 
     @property
     def in_step(self):

@@ -4,7 +4,8 @@
   re-select, importance in and the exact selection under rho out (eq. 3), the closed loop that
   measures each selection's step ratio and corrects the time model (rho_control.py).
 - economy.py, what a run may spend on re-selecting (--economy): a run too short to pay for
-  a compile trains every tensor, later switches keep the overhead within 10% of training.
+  a compile is full training from its first step; later probes, measurements and switches
+  keep the overhead within 10% of training and the run faster than full training.
 - accounting.py, where each second goes: the re-selection overhead and its parts, and the
   wall clock against full training's (wall_ratio).
 - state.py, its records and state as typed objects (summary.json's selections, checkpoints).
@@ -18,4 +19,4 @@ from elastictrainer.elastic.rho_control import RhoController, prefer_measured  #
 from elastictrainer.elastic.accounting import wall_ratio  # noqa: F401
 from elastictrainer.elastic.runtime import ElasticRuntime  # noqa: F401
 from elastictrainer.elastic.state import (  # noqa: F401
-    OVERHEAD_PARTS, STATE_VERSION, Correction, ElasticState, Plan, SelectionRecord)
+    OVERHEAD_PARTS, SHORT_RUN, STATE_VERSION, Correction, ElasticState, Plan, SelectionRecord)

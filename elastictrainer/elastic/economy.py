@@ -1,13 +1,22 @@
 """What an elastic run may spend on re-selecting (--economy): the rules that keep the
-runtime's overhead in proportion to the run.
+runtime's overhead in proportion to the run, and a short run no slower than full training.
 
-Runs too short to pay for a selection's compile.  Switching from the full step to a selection
-costs one compile (the profiler's compile_ms, timed on its calibration's reference selections;
-else estimated from the full step's own first call).  A switch whose predicted saving over the steps left is under PAYOFF times that cost would make
-the run slower than full training: the runtime keeps training every tensor then, and says so.
-Later switches (re-selections, corrections) to a selection not compiled yet are made only while
-the run's re-selection overhead, that compile and the full steps that measure it included,
-stays within OVERHEAD_SHARE of the run's training time.
+An elastic run's batches cost what full training's cost, except its selections' steps, which
+save (1 - ratio) of a full step each: probes and timed full steps compute every gradient and
+train nothing, about a full step.  Against that saving it pays for compiling each selection's
+step (the profiler's compile_ms, timed on its calibration's reference selections; else estimated
+from the full step's own first call).
+
+- At the start: a run whose steps, all at rho, would save less than PAYOFF times a compile
+  trains every tensor from its first step with full training's own step, and never probes: it
+  is full training, neither slower nor heavier in memory.  Once probed, the selection is the
+  cheaper way on (its graph is part of the full step's, so it compiles faster than the full
+  step would).
+- Later spending is held to a budget: a re-selection's probes, the full steps that measure a
+  selection (and re-check it), and a switch to a selection not compiled yet happen only while
+  the run's re-selection overhead, that spending included, stays within PLANNED_SHARE of its
+  training time.  What the budget leaves out is skipped: the selection is kept, or trained
+  on the time model's word without measuring it, and the run says so once.
 """
 import statistics
 
@@ -36,23 +45,46 @@ class Economy:
         if getattr(self, "_said_short", False) or not self.economy:
             return
         self._said_short = True
-        step_s = self.ctl.model.t_full / 1e3
-        saving = self.total_steps * (1 - self.rho) * step_s
-        if compile_s * 1 / OVERHEAD_SHARE > saving:
+        saving = self._best_saving_s(0)
+        if saving < PAYOFF * compile_s:
+            return  # _settles_at_start says what happens instead
+        if compile_s / OVERHEAD_SHARE > saving:
             self.log(f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
                      f"{self.rho:g}, and compiling a selection's step costs about "
-                     f"{compile_s:.1f} s; re-selections and corrections switch only to steps "
-                     f"that pay for their compile"
-                     + (", and all tensors train if none does" if saving < PAYOFF * compile_s
-                        else ""))
+                     f"{compile_s:.1f} s; re-selections, measurements and corrections are held "
+                     f"to {OVERHEAD_SHARE:.0%} of training")
+
+    def _best_saving_s(self, global_step):
+        """What the steps left save at best: all but one re-selection's probes train a
+        selection at rho."""
+        steps = max(self._steps_left(global_step) - self.probe_batches, 0)
+        return steps * (1 - self.rho) * self._t_full_s()
+
+    def _settles_at_start(self):
+        """Whether the run, at its start, cannot pay for one selection's compile (module
+        doc): it then trains every tensor throughout and never probes."""
+        compile_s = self._compile_estimate(self.rho)
+        if compile_s is None:
+            return False
+        saving = self._best_saving_s(0)
+        if saving >= PAYOFF * compile_s:
+            return False
+        self.log(f"elastic: the {self.total_steps} steps would save about {saving:.2f} s at rho "
+                 f"{self.rho:g}, not {PAYOFF:g}x the {compile_s:.2f} s that compiling a "
+                 f"selection's step costs: training all tensors with full training's step, "
+                 f"no re-selection (--economy false to select anyway)")
+        return True
 
     def _pays_off(self, mask, global_step):
-        """Whether leaving full steps for `mask` saves more than its compile costs."""
+        """Whether leaving full steps for `mask` saves more than its compile costs.  After a
+        probe, the full step is one more compile too unless it exists already, and a larger one
+        than a selection's: the selection pays then."""
+        if (self._compile_estimate(1.0) is None or mask.all()
+                or not self.is_compiled(tuple(range(self.n)))
+                or self.is_compiled(tuple(int(k) for k in np.nonzero(mask)[0]))):
+            return True
         ratio = self.ctl.model.predicted_ratio(mask)
         compile_s = self._compile_estimate(ratio)
-        if compile_s is None or mask.all() or self.is_compiled(
-                tuple(int(k) for k in np.nonzero(mask)[0])):
-            return True
         saving = self._steps_left(global_step) * (1 - ratio) * self._t_full_s()
         if saving >= PAYOFF * compile_s:
             return True
@@ -64,30 +96,75 @@ class Economy:
                      f"training would (--economy false to select anyway)")
         return False
 
+    def _affordable(self, extra_s, global_step, step_ratio=None):
+        """Whether spending `extra_s` more on re-selecting fits both budgets: the run's
+        overhead within PLANNED_SHARE of its training time, taken as its steps at the lowest
+        step ratio in sight (rho, the current selection's, `step_ratio`: loop work would only
+        add to it); and within 1 / PAYOFF of what the run saves at best, so that it stays
+        faster than full training.  A short run whose first compile alone takes the share
+        spends nothing more: no later probe, measurement or compile."""
+        if not self.economy:
+            return True
+        spent = self._spent_s() + extra_s
+        share = PLANNED_SHARE * self.total_steps * self._lowest_step_s(step_ratio)
+        return spent <= share and spent <= self._best_saving_s(0) / PAYOFF
+
+    def _lowest_step_s(self, step_ratio=None):
+        """A selection's step in seconds at the lowest step ratio in sight (_affordable)."""
+        s = self.s
+        ratios = [self.rho] + ([step_ratio] if step_ratio is not None else [])
+        if s.records:
+            ratios.append(s.records[-1]["measured_ratio"] or s.records[-1]["predicted_ratio"])
+        return min(ratios) * self._t_full_s()
+
+    def _grad_s(self):
+        """A probe or timed full step (every gradient, no update), in seconds."""
+        return self._t_full_s() / self.ctl.base.full_over_grads
+
+    def _probes_affordable(self, global_step):
+        """Whether this re-selection's probes fit the budget (a skipped one keeps the selection
+        until the next)."""
+        if self.s.selection is None:
+            return True  # the first selection: the plan decided the run selects
+        ok = self._affordable(self.probe_batches * self._grad_s(), global_step)
+        if not ok and not getattr(self, "_said_probes", False):
+            self._said_probes = True
+            self.log(f"elastic: re-selections from step {global_step} on are skipped: their "
+                     f"probes would take the re-selection overhead past {OVERHEAD_SHARE:.0%} of "
+                     f"training (the selection is kept)")
+        return ok
+
+    def _measure_affordable(self, global_step, mask):
+        """Whether measuring `mask`'s step (FULL_STEPS timed full steps per round) fits the
+        budget, its compile included if not compiled yet."""
+        selection = tuple(int(k) for k in np.nonzero(mask)[0])
+        extra = FULL_STEPS * self._grad_s()
+        if not self.is_compiled(selection):
+            extra += self._compile_estimate(self.ctl.model.predicted_ratio(mask)) or 0.0
+        ok = self._affordable(extra, global_step, self.ctl.model.predicted_ratio(mask))
+        if not ok and not getattr(self, "_said_measure", False):
+            self._said_measure = True
+            self.log(f"elastic: selections from step {global_step} on train on the time model's "
+                     f"word, unmeasured: timing full steps beside them would take the "
+                     f"re-selection overhead past {OVERHEAD_SHARE:.0%} of training")
+        return ok
+
     def _worth_compiling(self, selection, global_step):
         """Whether a later switch (a re-selection or a correction) to `selection` may compile
         its step: the overhead so far, this compile, the full steps that will measure it and
-        the probes of the re-selections still to come must stay within PLANNED_SHARE of the
-        run's training time, taken as its steps at the lowest step ratio in sight (rho, the
-        current selection's, the new one's: loop work would only add to it); and the compile
-        within that share of the time the steps left will take."""
+        the probes of the re-selections still to come must fit the budget (_affordable); and
+        the compile within OVERHEAD_SHARE of the time the steps left will take."""
         compile_s = self._compile_estimate(self.rho)
         if compile_s is None or self.is_compiled(tuple(selection)):
             return True
-        s, base = self.s, self.ctl.base
-        t_full = self._t_full_s()
-        grad_s = t_full / base.full_over_grads
         mask = np.zeros(self.n, bool)
         mask[list(selection)] = True
-        ratios = [self.rho, self.ctl.model.predicted_ratio(mask)]
-        if s.records:
-            ratios.append(s.records[-1]["measured_ratio"] or s.records[-1]["predicted_ratio"])
-        step_s = min(ratios) * t_full
+        ratio = self.ctl.model.predicted_ratio(mask)
         left = self._steps_left(global_step)
-        probes_s = left / max(self.every, 1) * self.probe_batches * grad_s
-        projected = self._spent_s() + compile_s + FULL_STEPS * grad_s + probes_s
-        return (projected <= PLANNED_SHARE * self.total_steps * step_s
-                and compile_s <= OVERHEAD_SHARE * left * step_s)
+        probes_s = left / max(self.every, 1) * self.probe_batches * self._grad_s()
+        return (self._affordable(compile_s + FULL_STEPS * self._grad_s() + probes_s,
+                                 global_step, ratio)
+                and compile_s <= OVERHEAD_SHARE * left * self._lowest_step_s(ratio))
 
     def _t_full_s(self):
         """A full step in seconds: measured in this run (feedback on), else the table's."""
@@ -102,11 +179,19 @@ class Economy:
         depends on this run's timing."""
         s = self.s
         if self.ctl.feedback:
-            return self.overhead_s
+            return self.overhead_s + self._pending_compile_s()
         compiles = len({tuple(r["mask"]) for r in s.records if not all(r["mask"])})
         grad_s = self.ctl.base.t_full / 1e3 / self.ctl.base.full_over_grads
         return (compiles * (self._compile_estimate(self.rho) or 0.0)
                 + (len(s.full_times) + s.probes_run) * grad_s)
+
+    def _pending_compile_s(self):
+        """The open selection's compile, paid by its first step and booked when it closes."""
+        s = self.s
+        if not (s.record_open and s.times and s.first_compiled and s.first_step_s is not None
+                and not all(s.mask)):
+            return 0.0
+        return max(s.first_step_s - statistics.median(s.times), 0.0)
 
     def _compile_estimate(self, ratio):
         """Seconds a new selection's step of predicted step ratio `ratio` takes to compile: the

@@ -35,7 +35,8 @@ from elastictrainer.elastic.accounting import Accounting
 from elastictrainer.elastic.economy import OVERHEAD_SHARE, Economy
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
-from elastictrainer.elastic.state import Correction, ElasticState, Plan, SelectionRecord
+from elastictrainer.elastic.state import (SHORT_RUN, Correction, ElasticState, Plan,
+                                          SelectionRecord)
 from elastictrainer.importance import normalize
 
 # rho within this of the forward floor: warned at the start (few tensors fit, accuracy drops)
@@ -92,7 +93,16 @@ class ElasticRuntime(Economy, Accounting):
                      f"training little more than the head")
         if self.compile_ms is not None:
             self._say_if_short(self.compile_ms / 1e3)
+        if (self.economy and self.s.selection is None and not self.s.records
+                and self._settles_at_start()):
+            self._settle()
         return plan
+
+    def _settle(self):
+        """Train every tensor for the whole run, with no re-selection (a run too short to pay
+        for a selection, economy.py)."""
+        self.s.settled = True
+        self._open(0, np.ones(self.n, bool), None, SHORT_RUN)
 
     # ------------------------------------------------------------------ what to run
     @property
@@ -111,7 +121,15 @@ class ElasticRuntime(Economy, Accounting):
         return self.s.corrections
 
     def reselect_due(self, global_step):
-        return global_step >= self.s.next_reselect and not self.s.probing
+        """Whether a re-selection starts at `global_step`.  One the overhead budget cannot pay
+        for is skipped here (economy.py): the selection is kept until the next."""
+        s = self.s
+        if s.settled or s.probing or global_step < s.next_reselect:
+            return False
+        if not self._probes_affordable(global_step):
+            s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
+            return False
+        return True
 
     def begin_reselection(self, global_step, probes=None):
         """Open a re-selection at `global_step`: `probes` probe steps follow (in-step
@@ -203,8 +221,9 @@ class ElasticRuntime(Economy, Accounting):
         if not s.measuring:
             # a selection trains for --interval epochs, an hour or more on a small device: its
             # ratio is measured again now and then, in case the load or the device changed
-            if len(s.times) - s.win_t >= RECHECK_STEPS and self._steps_left(global_step) > \
-                    2 * MEASURE_STEPS:
+            if (len(s.times) - s.win_t >= RECHECK_STEPS
+                    and self._steps_left(global_step) > 2 * MEASURE_STEPS
+                    and self._affordable(FULL_STEPS * self._grad_s(), global_step)):
                 s.win_t, s.win_f = len(s.times), len(s.full_times)
                 s.rounds, s.measuring = 1, True
                 s.windows.append([0.0, None])
@@ -300,7 +319,7 @@ class ElasticRuntime(Economy, Accounting):
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
         if s.selection is None or len(s.selection) == self.n:
             if not self._pays_off(mask, global_step):
-                mask, reason = np.ones(self.n, bool), "short run: all tensors"
+                mask, reason = np.ones(self.n, bool), SHORT_RUN
         elif selection != tuple(s.selection) and not self._worth_compiling(selection,
                                                                            global_step):
             mask, reason = np.asarray(s.mask, bool), "interval (kept: overhead budget)"
@@ -320,12 +339,13 @@ class ElasticRuntime(Economy, Accounting):
         model = self.ctl.model
         mask = np.asarray(mask, bool)
         ratio = model.predicted_ratio(mask)
-        importance = np.asarray(s.importance, float)
+        importance = None if s.importance is None else np.asarray(s.importance, float)
         record = SelectionRecord(
             step=int(global_step), epoch=global_step / self.steps_per_epoch, reason=reason,
             mask=[int(b) for b in mask], predicted_ratio=ratio,
-            limited_by=model.limited_by(mask, importance, self.rho, resolution=self.resolution),
-            solve_ms=0.0, importance=[float(v) for v in importance],
+            limited_by="budget" if importance is None else model.limited_by(
+                mask, importance, self.rho, resolution=self.resolution),
+            solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
             measured_before=measured_before, importance_ms=importance_ms,
             full_step_ms=self._full_ms())
         everything = bool(mask.all())
@@ -339,7 +359,8 @@ class ElasticRuntime(Economy, Accounting):
         s.mask = [bool(b) for b in mask]
         s.times, s.first_step_s = [], None
         s.rounds, s.win_t, s.win_f = 1, 0, len(s.full_times)
-        s.measuring = known_ratio is None and not everything
+        s.measuring = (known_ratio is None and not everything
+                       and self._measure_affordable(global_step, mask))
         s.windows, s.first_window = [[0.0, 1.0 if everything else known_ratio]], 0
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)

@@ -6,6 +6,9 @@ from typing import List, Optional
 
 # what re-selecting spends its time on (summary.json reselection_overhead_parts_s)
 OVERHEAD_PARTS = ("importance", "timing full steps", "compiling", "solving")
+# A selection record's reason when the run trains every tensor because it is too short to pay
+# for a selection's compile (economy.py); summary.json readers and the closing line test it.
+SHORT_RUN = "short run: all tensors"
 # Version of ElasticState's layout in checkpoints (from_dict migrates older ones).
 STATE_VERSION = 2
 
@@ -51,6 +54,7 @@ class Correction:
 class ElasticState:
     """Everything the runtime knows; a checkpoint keeps it (to_dict / from_dict)."""
     next_reselect: float = 0
+    settled: bool = False               # every tensor trains to the end, no re-selection
     probing: int = 0                    # probe steps still to run in this re-selection
     probe_terms: Optional[List[float]] = None
     probes_run: int = 0                 # probe steps so far

@@ -33,8 +33,7 @@ class ElasticHooks:
         self.probe_iter = probe_iter
         self.probe_batches = int(probe_batches)
         self.clock = runtime.clock
-        self.all = tuple(range(len(trainer.variables)))
-        runtime.is_compiled = lambda sel: tuple(sel) == self.all or tuple(sel) in trainer.steps
+        runtime.is_compiled = lambda sel: tuple(sel) in trainer.steps
         self._kind = None
         self._compiled = False
 
@@ -60,13 +59,11 @@ class ElasticHooks:
                                     self.clock() - t0)
         kind = rt.step_kind()
         self._kind = kind
-        if kind in ("probe", "full") or rt.selection == self.all:
-            # probes and timed full steps train nothing; a selection of every tensor trains
-            # through the same compiled function (no second compile)
-            want, train = kind == "probe", kind == "selection"
+        if kind in ("probe", "full"):  # every gradient, no update: they train nothing
+            want = kind == "probe"
             self._compiled = not tr.probe_traced(want)
-            return lambda x, y: tr.probe_step(x, y, want, train)
-        selection = rt.selection
+            return lambda x, y: tr.probe_step(x, y, want)
+        selection = tuple(rt.selection)
         self._compiled = selection not in tr.steps
         return tr.step_for(selection)
 

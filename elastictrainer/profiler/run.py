@@ -55,13 +55,12 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     capture = {}
     step = engine.make_train_step(model, opt, loss_fn, variables, capture=capture)
     forward = engine.make_forward_step(model, loss_fn)
-    # A run times its full steps on its probe function without the update (engine.make_probe_step,
-    # train false) and scales them by t_full / t_grads; timing t_grads on that same function keeps
-    # the scale exact (a plain gradient function runs a few percent faster than it).
+    # A run times its full steps on its probe function (engine.make_probe_step: no update) and
+    # scales them by t_full / t_grads; timing t_grads on that same function keeps the scale exact.
     probe = engine.make_probe_step(model, opt, loss_fn, variables)
 
     def gradients(x, y):
-        return probe(x, y, want_terms=False, train=False)
+        return probe(x, y, want_terms=False)
 
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)

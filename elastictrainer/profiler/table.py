@@ -224,7 +224,8 @@ class TimingTable(_Record):
     unattributed: list[UnattributedOp]   # the largest ops not attributed, largest first
     num_iterations: int | None     # steps timed and traced
     timing_note: str | None        # why a timed value was replaced (a busy machine), if one was
-    compile_ms: float | None       # compiling a selection's step (None: not timed)
+    compile_ms: float | None       # compiling a selection's step, the longest of the
+                                   # references' (None: not timed)
     calibration: Calibration | None     # None: uncalibrated, one uniform scale
     tensors: list[TensorTiming]
     created: str | None            # ISO time of profiling

@@ -295,9 +295,9 @@ def test_t_grads_is_timed_on_the_runs_probe_function(monkeypatch):
         fn = real(*args, **kwargs)
         made.append(fn)
 
-        def wrapped(x, y, want_terms=False, train=False):
-            calls.append((bool(want_terms), bool(train)))
-            return fn(x, y, want_terms, train)
+        def wrapped(x, y, want_terms=False):
+            calls.append(bool(want_terms))
+            return fn(x, y, want_terms)
         return wrapped
 
     monkeypatch.setattr(engine, "make_probe_step", spy)
@@ -306,7 +306,7 @@ def test_t_grads_is_timed_on_the_runs_probe_function(monkeypatch):
     table = prun.profile_model(model, "tiny_cnn", 24, 4, 5, num_iterations=2, warmup=1,
                                progress=False, calibrate=False)
     assert len(made) == 1 and len(calls) == 1 + 2  # warm-up, then each timed iteration
-    assert set(calls) == {(False, False)}
+    assert set(calls) == {False}
     assert table["t_grads_ms"] > 0
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
 

@@ -341,11 +341,11 @@ def _fake_device(monkeypatch, truth, slow=None, every=None, timed_full=None):
             return step(x, y)
         return timed
 
-    def probe_step(self, x, y, want_terms, train=False):
+    def probe_step(self, x, y, want_terms):
         factor = timed_full(steps[0]) if timed_full else 1.0
         # without its update (a probe or timed full step) the step is cheaper, as the table says
-        advance(truth.t_full if train else truth.t_full / truth.full_over_grads, factor)
-        return real_probe(self, x, y, want_terms, train)
+        advance(truth.t_full / truth.full_over_grads, factor)
+        return real_probe(self, x, y, want_terms)
 
     monkeypatch.setattr(trainer_mod.Trainer, "step_for", step_for)
     monkeypatch.setattr(trainer_mod.Trainer, "probe_step", probe_step)
@@ -587,8 +587,7 @@ def test_num_train_and_num_test_size_the_synthetic_dataset(workdir):
 def test_a_probe_step_trains_nothing_and_gives_the_taylor_importance():
     """The elastic runtime's probe (and timed full) step computes every tensor's gradient and
     returns the Taylor terms that the separate probe (importance.taylor_importance) computes,
-    but changes no weight and no optimizer state: an elastic run trains its selections only.
-    With train=True the same compiled step is full training's step."""
+    but changes no weight and no optimizer state: an elastic run trains its selections only."""
     from elastictrainer import importance
     from elastictrainer.engine import make_optimizer
     x, y = batch()
@@ -610,13 +609,3 @@ def test_a_probe_step_trains_nothing_and_gives_the_taylor_importance():
     assert not np.any(none.numpy())  # not asked: not computed
     for a, b in zip(before, snapshot(model.trainable_weights + opt.variables)):
         np.testing.assert_array_equal(a, b)
-    for _ in range(2):
-        tr.probe_step(x, y, False, train=True)
-    trained = snapshot(model.weights + opt.variables)
-    model, opt, tr = fresh()
-    tr.probe_step(x, y, True)
-    tr.probe_step(x, y, False)  # the same moving statistics as above
-    for _ in range(2):
-        tr.step_for(tuple(range(len(tr.variables))))(x, y)
-    for a, b in zip(trained, snapshot(model.weights + opt.variables)):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

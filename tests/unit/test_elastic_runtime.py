@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from elastictrainer.elastic import ElasticRuntime, ElasticState, STATE_VERSION
+from elastictrainer.elastic import SHORT_RUN, ElasticRuntime, ElasticState, STATE_VERSION
 from elastictrainer.elastic import runtime as runtime_mod
 from elastictrainer.time_model import TimeModel
 
@@ -43,14 +43,16 @@ class Device:
 
     def step_seconds(self, selection, step, train=True):
         """A step of `selection`; train false: every gradient without the update (a probe's or
-        a timed full step's), which the table's full_over_grads says is cheaper."""
+        a timed full step's: a function of its own), which the table's full_over_grads says
+        is cheaper."""
         mask = np.zeros(len(self.truth.t_dw), bool)
         mask[list(selection)] = True
         seconds = (self.truth.t_fp + self.truth.cost_ms(mask)) / 1e3 * self.factor(step)
         if not train:
             seconds /= self.truth.full_over_grads
-        first = tuple(selection) not in self.compiled
-        self.compiled.add(tuple(selection))
+        key = tuple(selection) if train else "gradients"
+        first = key not in self.compiled
+        self.compiled.add(key)
         return seconds + (self.compile_s if first else 0.0), first
 
 
@@ -186,31 +188,84 @@ def test_feedback_off_measures_but_never_corrects():
     assert rt.s.records[0]["measured_ratio"] > 0.6 * 1.05
 
 
-def test_a_run_too_short_to_pay_for_a_compile_trains_every_tensor():
-    """With a compile worth more than the steps left could save, the runtime keeps the full
-    step (the run is then as fast as full training, not slower), and says so; a long run with
-    the same compile selects."""
+def test_a_run_too_short_to_pay_for_a_compile_is_full_training():
+    """With a compile (the table's) worth more than the whole run could save, the runtime
+    trains every tensor from the first step with full training's step and never probes: the
+    run is full training, and says so; a long run with the same compile selects."""
     model = TimeModel(table())
     said = []
     short = Device(model, compile_s=3.0)
-    rt = make(model, short, total=50, steps_per_epoch=50, interval=1)
+    rt = make(model, short, total=50, steps_per_epoch=50, interval=1, compile_ms=3000.0)
     rt.log = said.append
     rt.plan()
-    drive(rt, short, 50, IMPORTANCE)
-    assert rt.s.records[0]["reason"] == "short run: all tensors"
-    assert all(rt.s.records[0]["mask"])
+    kinds = drive(rt, short, 50, IMPORTANCE)
+    assert set(kinds) == {"selection"} and rt.selection == tuple(range(N))
+    assert [r["reason"] for r in rt.s.records] == [SHORT_RUN]
     assert any("training all tensors" in line for line in said)
+    assert short.compiled == {tuple(range(N))}  # full training's step, and nothing else
+    assert short.now == pytest.approx(full_training_seconds(short, 50), rel=1e-12)
     assert rt.finish(short.now)["wall_ratio"] == pytest.approx(1.0, rel=1e-9)
 
     long = Device(model, compile_s=1.0)
-    rt = make(model, long, total=20000, steps_per_epoch=5000, interval=4)
+    rt = make(model, long, total=20000, steps_per_epoch=5000, interval=4, compile_ms=1000.0)
+    rt.plan()
     drive(rt, long, 300, IMPORTANCE)
     assert not all(rt.s.records[0]["mask"])
     # without the economy, the short run selects anyway
-    device = Device(model, compile_s=1.0)
-    rt = make(model, device, total=50, steps_per_epoch=50, interval=1, economy=False)
+    device = Device(model, compile_s=3.0)
+    rt = make(model, device, total=50, steps_per_epoch=50, interval=1, economy=False,
+              compile_ms=3000.0)
+    rt.plan()
     drive(rt, device, 50, IMPORTANCE)
     assert not all(rt.s.records[0]["mask"])
+
+
+@pytest.mark.parametrize("compile_steps", [2, 10, 40])
+@pytest.mark.parametrize("feedback", [True, False])
+def test_an_elastic_run_is_never_slower_than_full_training_however_short(compile_steps,
+                                                                         feedback):
+    """Runs from 4 to 2000 steps, re-selecting every 10 steps, with a compile (the table's)
+    of 2 to 40 full steps, each function's first call paying it: every run takes at most
+    full training's time on the same device, and the longer ones well under it."""
+    model = TimeModel(table())
+    compile_s = compile_steps * model.t_full / 1e3
+    ratios = {}
+    for total in (4, 10, 30, 60, 100, 200, 500, 2000):
+        device = Device(model, compile_s=compile_s, loop_s=1e-3)
+        rt = make(model, device, rho=0.5, total=total, steps_per_epoch=10, interval=1,
+                  feedback=feedback, compile_ms=1e3 * compile_s)
+        rt.plan()
+        drive(rt, device, total, _shifting_importance)
+        ratios[total] = device.now / full_training_seconds(device, total)
+    assert all(r <= 1 + 1e-9 for r in ratios.values()), ratios
+    assert ratios[2000] < 0.65, ratios
+
+
+def test_a_short_run_spends_less_on_reselecting_and_says_so():
+    """A run whose one compile pays but fills its overhead share probes once, trains its
+    selection on the time model's word (no full steps to measure it) and skips the later
+    re-selections, saying both; a long run with the same compile measures and re-selects."""
+    model = TimeModel(table())
+    compile_s = 10 * model.t_full / 1e3
+    said = []
+    device = Device(model, compile_s=compile_s)
+    rt = make(model, device, rho=0.5, total=80, steps_per_epoch=10, interval=1,
+              compile_ms=1e3 * compile_s)
+    rt.log = said.append
+    rt.plan()
+    kinds = drive(rt, device, 80, _shifting_importance)
+    assert kinds.count("probe") == 1 and "full" not in kinds
+    assert len(rt.records) == 1 and rt.records[0]["measured_ratio"] is None
+    assert any("unmeasured" in line for line in said)
+    assert any("re-selections from step 10 on are skipped" in line for line in said)
+    assert device.now < 0.75 * full_training_seconds(device, 80)
+
+    device = Device(model, compile_s=compile_s)
+    rt = make(model, device, rho=0.5, total=5000, steps_per_epoch=100, interval=1,
+              compile_ms=1e3 * compile_s)
+    kinds = drive(rt, device, 500, _shifting_importance)
+    assert kinds.count("probe") == 5 and kinds.count("full") >= runtime_mod.FULL_STEPS
+    assert rt.records[0]["measured_ratio"] is not None
 
 
 def _shifting_importance(k):
@@ -247,8 +302,8 @@ def test_reselections_keep_the_overhead_within_its_share_of_training(feedback):
 
 def test_the_tables_compile_time_decides_at_the_start_even_without_feedback():
     """A compile time the profiler measured (the table's compile_ms) is known before the first
-    step: the plan says at the start that the run is short, and with --rho_feedback false (no
-    decision may depend on this run's timing) the short run still keeps the full step."""
+    step: the plan says at the start that the run trains every tensor, and with
+    --rho_feedback false (no decision may depend on this run's timing) too."""
     model = TimeModel(table())
     said = []
     device = Device(model, compile_s=3.0)
@@ -256,14 +311,29 @@ def test_the_tables_compile_time_decides_at_the_start_even_without_feedback():
               compile_ms=3000.0)
     rt.log = said.append
     rt.plan()
-    assert any(line.startswith("short run: 50 steps") for line in said)
-    drive(rt, device, 50, IMPORTANCE)
-    assert all(rt.s.records[0]["mask"]) and rt.s.records[0]["reason"] == "short run: all tensors"
+    assert any(line.startswith("elastic: the 50 steps would save") for line in said)
+    kinds = drive(rt, device, 50, IMPORTANCE)
+    assert "probe" not in kinds
+    assert all(rt.s.records[0]["mask"]) and rt.s.records[0]["reason"] == SHORT_RUN
     # feedback off and no table value: nothing to go on, the run selects as the paper's would
     device = Device(model, compile_s=3.0)
     rt = make(model, device, total=50, steps_per_epoch=50, interval=1, feedback=False)
+    rt.plan()
     drive(rt, device, 50, IMPORTANCE)
     assert not all(rt.s.records[0]["mask"])
+
+
+def test_a_run_that_pays_but_not_by_much_says_it_will_hold_back():
+    """A compile worth more than a tenth of the run's saving (but paid for): the plan says
+    re-selecting is held to its share of training."""
+    model = TimeModel(table())
+    said = []
+    compile_s = 10 * model.t_full / 1e3
+    rt = make(model, Device(model), rho=0.5, total=100, compile_ms=1e3 * compile_s)
+    rt.log = said.append
+    rt.plan()
+    assert any(line.startswith("short run: 100 steps") for line in said)
+    assert rt.s.records == []  # it will select
 
 
 def test_the_plan_gives_the_forward_floor_and_warns_near_it():
