@@ -21,6 +21,15 @@ tf-keras optimizer (tf_keras.optimizers.Optimizer; engine.py)
         correction (engine._adam_update).  `optimizer.variables` lists them, but only by
         name and position, which is not an interface either.
 
+Keras 3 optimizer (keras.optimizers.Optimizer, TensorFlow backend; flavors/keras3.py)
+    KERAS3_OPTIMIZER_PRIVATE_API, keras3_missing_optimizer_api, keras3_var_key, keras3_knows,
+    keras3_clip_gradients, keras3_use_weight_decay: the steps `apply` runs around the public
+        `update_step`, which it runs inside tf.distribute's merge_call (that keeps every graph
+        it was traced in alive, one per tensor selection here); the public API has no way to
+        run them without it.
+    keras3_adam_slots (`_momentums`, `_velocities`, `_velocity_hats`, `_get_variable_index`):
+        Adam's moments of one variable, for the per-tensor bias correction.
+
 tf.function
     concrete_functions (`_list_all_concrete_functions`): the graphs a tf.function has traced
         so far, for their size (trainer.graph_bytes) and whether a call would trace
@@ -132,6 +141,45 @@ def adam_slots(optimizer, variable):
     """(m, v, v_hat): Adam's first and second moments of `variable`, and its running maximum of
     v when amsgrad (else None); variables of `variable`'s shape."""
     index = optimizer._index_dict[optimizer._var_key(variable)]
+    v_hat = optimizer._velocity_hats[index] if optimizer.amsgrad else None
+    return optimizer._momentums[index], optimizer._velocities[index], v_hat
+
+
+# -- Keras 3 optimizer ------------------------------------------------------------------------
+
+# What flavors/keras3.py calls on a keras.optimizers.Optimizer.
+KERAS3_OPTIMIZER_PRIVATE_API = ("_var_key", "_clip_gradients", "_use_weight_decay",
+                                "_get_variable_index", "_trainable_variables_indices")
+
+
+def keras3_missing_optimizer_api(optimizer):
+    """The names of KERAS3_OPTIMIZER_PRIVATE_API that `optimizer` lacks, in order."""
+    return [a for a in KERAS3_OPTIMIZER_PRIVATE_API if not hasattr(optimizer, a)]
+
+
+def keras3_var_key(optimizer, variable):
+    """The optimizer's key for `variable` (a Keras or tf.Variable)."""
+    return optimizer._var_key(variable)
+
+
+def keras3_knows(optimizer, variable):
+    """Whether the optimizer was built with `variable` (it refuses others)."""
+    return optimizer._var_key(variable) in optimizer._trainable_variables_indices
+
+
+def keras3_clip_gradients(optimizer, grads):
+    """`grads` clipped as the optimizer's clipnorm / global_clipnorm / clipvalue say."""
+    return optimizer._clip_gradients(grads)
+
+
+def keras3_use_weight_decay(optimizer, variable):
+    """Whether the optimizer's decoupled weight decay applies to `variable` (not excluded)."""
+    return optimizer._use_weight_decay(variable)
+
+
+def keras3_adam_slots(optimizer, variable):
+    """(m, v, v_hat): a Keras 3 Adam's moments of `variable`, v_hat None unless amsgrad."""
+    index = optimizer._get_variable_index(variable)
     v_hat = optimizer._velocity_hats[index] if optimizer.amsgrad else None
     return optimizer._momentums[index], optimizer._velocities[index], v_hat
 

@@ -119,6 +119,10 @@ def run_matrix(args, log=functools.partial(print, flush=True)):
                        f"{args.interval:g}", "--train_type", train_type, "--rho", f"{rho:g}",
                        "--optimizer", "sgd", "--logdir", os.path.join(work, "logs"),
                        "--run_name", name, "--timing_table", tab, "--quiet"] + common
+                if train_type != "full_training":
+                    # the economy would train runs this short as full training: measure what
+                    # an elastic run holds (its probe and selection steps)
+                    cmd += ["--economy", "false"]
                 rss, wall, rc = measure(cmd, src, os.path.join(work, f"{name}.log"))
                 summary_path = os.path.join(work, "logs", name, "summary.json")
                 peak = traces = None
@@ -190,7 +194,8 @@ def main(argv=None):
     results[args.label] = {
         "settings": (f"{args.input_size} px, batch {args.batch_size}, {args.num_epochs} epochs x "
                      f"{args.steps_per_epoch} steps, interval {args.interval:g}, sgd, synthetic "
-                     f"data, --weights none, {args.repeats} repeats; /usr/bin/time -v maximum "
+                     f"data, --weights none, elastic runs with --economy false, {args.repeats} "
+                     f"repeats; /usr/bin/time -v maximum "
                      f"resident set size; {machine_text(machine_info(_tf_version(args.python)))}, "
                      f"{datetime.date.today().isoformat()}"),
         "src": os.path.abspath(args.src), "rows": rows}
