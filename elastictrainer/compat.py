@@ -30,6 +30,13 @@ Keras 3 optimizer (keras.optimizers.Optimizer, TensorFlow backend; flavors/keras
     keras3_adam_slots (`_momentums`, `_velocities`, `_velocity_hats`, `_get_variable_index`):
         Adam's moments of one variable, for the per-tensor bias correction.
 
+Keras 3 layers (flavors/keras3.py)
+    keras3_own_trainable_variables (`Layer._trainable_variables`): the trainable variables a
+        layer made itself (roles.py); `trainable_variables` includes its sublayers'.
+    keras3_flatten_layers (`Layer._flatten_layers()`): every layer of a model, nested ones
+        included, once each; `model.layers` lists the top level only.
+    keras_history and layer_input_tensors (below) read Keras 3's tensors and nodes as well.
+
 tf.function
     concrete_functions (`_list_all_concrete_functions`): the graphs a tf.function has traced
         so far, for their size (trainer.graph_bytes) and whether a call would trace
@@ -184,6 +191,18 @@ def keras3_adam_slots(optimizer, variable):
     return optimizer._momentums[index], optimizer._velocities[index], v_hat
 
 
+# -- Keras 3 layers ---------------------------------------------------------------------------
+
+def keras3_own_trainable_variables(layer):
+    """The trainable variables a Keras 3 layer created itself (not its sublayers')."""
+    return [v for v in getattr(layer, "_trainable_variables", []) if v.trainable]
+
+
+def keras3_flatten_layers(model):
+    """Every layer of a Keras 3 model (itself included), nested ones too, once each."""
+    return list(model._flatten_layers(include_self=True, recursive=True))
+
+
 # -- tf.function ------------------------------------------------------------------------------
 
 def concrete_functions(function):
@@ -215,7 +234,8 @@ def xplane_pb2():
 
 def keras_history(tensor):
     """(layer, node_index, tensor_index) of the call that made a functional model's tensor, or
-    None for a tensor no Keras layer made."""
+    None for a tensor no Keras layer made (tf-keras names the layer `layer`, Keras 3
+    `operation`: index it)."""
     return getattr(tensor, "_keras_history", None)
 
 

@@ -40,6 +40,7 @@ def make_train_step(model, optimizer, loss_fn, var_list, penalty_fn=None, captur
     Returns (loss, logits).
     """
     var_list = list(var_list)
+    apply = flavors.for_optimizer(optimizer).apply_updates
 
     @tf.function
     def train_step(x, y):
@@ -51,7 +52,7 @@ def make_train_step(model, optimizer, loss_fn, var_list, penalty_fn=None, captur
         if capture is not None:
             capture["loss"] = total
             capture["grads"] = list(grads)
-        apply_updates(optimizer, grads, var_list)
+        apply(optimizer, grads, var_list)
         return loss, logits
 
     return train_step

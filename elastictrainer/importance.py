@@ -77,8 +77,10 @@ def probe_terms(tr, batches, fresh_state=False, after=True):
             g0 = list(tr.grads_fn(x, y))
             if fresh_state:
                 for v in tr.optimizer.variables:
-                    if v is not tr.optimizer.iterations:
-                        v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
+                    # slots and step counts; not the iteration count nor Keras 3's learning
+                    # rate variable (the schedule's position is kept)
+                    if v is not tr.optimizer.iterations and "learning_rate" not in v.name:
+                        v.assign(np.zeros_like(v.numpy()))
             _probe_apply(tr)(g0)
             g1 = list(tr.grads_fn(x, y)) if after else None
             for k, (v, w) in enumerate(zip(tr.variables, weights0)):

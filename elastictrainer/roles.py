@@ -2,31 +2,30 @@
 layers, so that schemes (schemes.py) declare what they train as rules over roles."""
 from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
-import tf_keras as keras
-
-from elastictrainer import compat
+from elastictrainer import flavors
 from elastictrainer.schemes import ROLES
 
 
 def tensor_roles(model):
     """Role of each trainable tensor (model.trainable_weights order): 'head' (the output
     layer's), 'norm' (normalisation scale/offset), 'bias', or 'kernel' (everything else)."""
+    flavor = flavors.for_model(model)
     owner = {}
-    for layer in [model] + [m for m in model.submodules if isinstance(m, keras.layers.Layer)]:
-        for w in compat.own_trainable_weights(layer):
+    for layer in flavor.layers(model):
+        for w in flavor.own_trainable_weights(layer):
             owner.setdefault(id(w), layer)
     head = None
     if getattr(model, "outputs", None):
-        head = compat.keras_history(model.outputs[0]).layer
+        made = flavor.made_by(model.outputs[0])
+        head = made[0] if made else None
     if head is None or not head.trainable_weights:
         head = next((layer for layer in reversed(model.layers) if layer.trainable_weights), None)
     head_ids = {id(w) for w in head.trainable_weights} if head is not None else set()
-    norm_types = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
-                  keras.layers.GroupNormalization)
+    norm_types = flavor.norm_layer_types()
     roles = []
     for w in model.trainable_weights:
         layer = owner.get(id(w))
-        short = w.name.split("/")[-1].split(":")[0]
+        short = flavor.variable_name(w).split("/")[-1].split(":")[0]
         if id(w) in head_ids:
             roles.append("head")
         elif isinstance(layer, norm_types) or short in ("gamma", "beta", "scale"):

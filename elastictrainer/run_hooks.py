@@ -12,7 +12,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import energy, runlog
+from elastictrainer import energy, flavors, runlog
 from elastictrainer.checkpoint import RunCheckpoint
 from elastictrainer.common import RunError, one_line, peak_rss_mb
 from elastictrainer.data.folder import first_undecodable
@@ -122,7 +122,7 @@ class RunRecorder:
         self.summary = runlog.RunSummary(
             train_type=cfg.train_type, model=cfg.model_name, dataset=cfg.dataset_name,
             rho=cfg.rho if setup.scheme.elastic else None, seed=cfg.seed,
-            num_tensors=len(tr.variables), tensor_names=[v.name for v in tr.variables],
+            num_tensors=len(tr.variables), tensor_names=[flavors.tensor_name(v) for v in tr.variables],
             timing_table=setup.table_path, steps_per_epoch=setup.steps_per_epoch,
             skipped_images=len(bundle.skipped), skipped_files=list(bundle.skipped[:100]),
             energy_source=self.meter.source)

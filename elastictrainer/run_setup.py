@@ -11,9 +11,8 @@ from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
 
-from elastictrainer import compat, engine, runlog
+from elastictrainer import engine, flavors, runlog
 from elastictrainer.checkpoint import CHECKPOINT_DIR, check_same_run
 from elastictrainer.common import UserError, check_writable_dir
 from elastictrainer.data.loaders import DatasetBundle, load_dataset
@@ -49,7 +48,7 @@ def setup_run(cfg, log=print, model=None, data=None):
     cfg.validate()
     check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
     scheme = SCHEMES[cfg.train_type]
-    keras.utils.set_random_seed(cfg.seed)
+    flavors.set_random_seed(cfg.seed)
     if data is not None:
         bundle, batch_size = user_data(data, model, cfg)
         cfg = dataclasses.replace(cfg, dataset_name=bundle.name, batch_size=batch_size)
@@ -65,8 +64,8 @@ def setup_run(cfg, log=print, model=None, data=None):
                         f"classes of {cfg.dataset_name}")
     given_model = model is not None
     if given_model:
-        if not isinstance(model, keras.Model):
-            raise UserError(f"model must be a tf_keras Model (import tf_keras as keras), got "
+        if not flavors.is_model(model):
+            raise UserError(f"model must be a Keras Model (tf_keras or Keras 3), got "
                             f"{type(model).__module__}.{type(model).__name__}")
         input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
         cfg = dataclasses.replace(cfg, model_name=model.name, input_size=input_size,
@@ -91,7 +90,8 @@ def setup_run(cfg, log=print, model=None, data=None):
     rng_state = random_state(model)
     roles = check_roles(tensor_roles(model))
     optimizer = engine.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
-                                      total_steps, schedule=cfg.lr_schedule)
+                                      total_steps, schedule=cfg.lr_schedule,
+                                      flavor=flavors.for_model(model).NAME)
     trainer = Trainer(model, optimizer, scheme, roles)
     setup = RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, trainer=trainer,
                      roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
@@ -180,14 +180,13 @@ def get_random_state(model):
 
 def set_random_state(model, values):
     for (var, _), value in zip(random_state(model), values):
-        var.assign(np.asarray(value, dtype=var.dtype.as_numpy_dtype))
+        var.assign(np.asarray(value, dtype=tf.as_dtype(var.dtype).as_numpy_dtype))
 
 
 def random_state(model):
-    """The states of the random layers' generators (augmentation), which profiling inside the
-    run would advance (compat.layer_random_generator)."""
-    gens = [compat.layer_random_generator(layer) for layer in model.submodules]
-    return [(g.state, g.state.numpy()) for g in gens if g is not None]
+    """The states of the random layers' generators (augmentation, dropout), which profiling
+    inside the run would advance, with their values now."""
+    return [(v, v.numpy()) for v in flavors.for_model(model).random_state_variables(model)]
 
 
 def restore_random_state(model, saved, seed):
@@ -196,4 +195,4 @@ def restore_random_state(model, saved, seed):
     step, dropout's among them, are counted from) reset at this same point in every run."""
     for var, value in saved:
         var.assign(value)
-    keras.utils.set_random_seed(seed)
+    flavors.set_random_seed(seed)

@@ -172,3 +172,22 @@ def bench_runtime_summary(train_time_s, acc, steps_per_epoch=10, epochs=2, **ela
         s.update({"num_tensors": 20, "plan": {"forward_floor": 0.2, "affordable_tensors": 9},
                   "corrections": [], **elastic})
     return s
+
+
+def keras3_cnn(num_classes=5, size=16, augment=False, name="k3cnn"):
+    """A small Keras 3 (`import keras`) CNN with unfused BatchNormalization; augment: a random
+    flip in front and dropout before the head (random state a run must carry on)."""
+    import keras as keras3
+
+    inp = keras3.Input((size, size, 3))
+    x = keras3.layers.RandomFlip("horizontal")(inp) if augment else inp
+    x = keras3.layers.Rescaling(1 / 255.0)(x)
+    for filters in (8, 16):
+        x = keras3.layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=False)(x)
+        x = keras3.layers.BatchNormalization()(x)
+        x = keras3.layers.ReLU()(x)
+    x = keras3.layers.GlobalAveragePooling2D()(x)
+    if augment:
+        x = keras3.layers.Dropout(0.3)(x)
+    outputs = keras3.layers.Dense(num_classes)(x)
+    return keras3.Model(inp, outputs, name=name)

@@ -194,3 +194,61 @@ def fresh_step(optimizer, grads, variables):
             dw = dw - tf.convert_to_tensor(v) * decay
         out.append(dw)
     return out
+
+
+# ---------------------------------------------------------------------------- models
+def variable_name(variable):
+    """The name a timing table and summary.json give a trainable tensor: its path (a Keras 3
+    variable's name is its last part only, 'kernel')."""
+    return variable.path
+
+
+def layers(model):
+    """Every layer of `model`, nested ones included, the model first."""
+    return [model] + [layer for layer in compat.keras3_flatten_layers(model)
+                      if layer is not model]
+
+
+def own_trainable_weights(layer):
+    return compat.keras3_own_trainable_variables(layer)
+
+
+def made_by(tensor):
+    """(layer, node_index) of the call that made a functional model's tensor, or None."""
+    history = compat.keras_history(tensor)
+    return None if history is None else (history[0], history[1])
+
+
+def norm_layer_types():
+    return (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+            keras.layers.GroupNormalization)
+
+
+def dense_type():
+    return keras.layers.Dense
+
+
+def functional_model(inputs, outputs, name):
+    return keras.Model(inputs, outputs, name=name)
+
+
+def random_state_variables(model):
+    """The state variables of the layers' seed generators (augmentation, dropout), which a
+    checkpoint saves and profiling inside a run must not advance.  Keras 3 layers keep a
+    keras.random.SeedGenerator under an attribute of their own choosing (`seed_generator`,
+    `generator`): every one a layer holds counts."""
+    states = []
+    for layer in layers(model):
+        for value in vars(layer).values():
+            if isinstance(value, keras.random.SeedGenerator) and all(
+                    value.state is not s for s in states):
+                states.append(value.state)
+    return states
+
+
+def set_random_seed(seed):
+    keras.utils.set_random_seed(seed)
+
+
+def load_model(path):
+    return keras.models.load_model(path, compile=False)

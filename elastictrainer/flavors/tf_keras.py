@@ -238,3 +238,52 @@ def is_model(obj):
 
 def is_optimizer(obj):
     return isinstance(obj, keras.optimizers.Optimizer)
+
+
+# ---------------------------------------------------------------------------- models
+def variable_name(variable):
+    """The name a timing table and summary.json give a trainable tensor."""
+    return variable.name
+
+
+def layers(model):
+    """Every layer of `model`, nested ones included, the model first."""
+    return [model] + [m for m in model.submodules if isinstance(m, keras.layers.Layer)]
+
+
+def own_trainable_weights(layer):
+    return compat.own_trainable_weights(layer)
+
+
+def made_by(tensor):
+    """(layer, node_index) of the call that made a functional model's tensor, or None."""
+    history = compat.keras_history(tensor)
+    return None if history is None else (history[0], history[1])
+
+
+def norm_layer_types():
+    return (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+            keras.layers.GroupNormalization)
+
+
+def dense_type():
+    return keras.layers.Dense
+
+
+def functional_model(inputs, outputs, name):
+    return keras.Model(inputs, outputs, name=name)
+
+
+def random_state_variables(model):
+    """The state variables of the random layers' generators (augmentation, dropout), which a
+    checkpoint saves and profiling inside a run must not advance."""
+    gens = [compat.layer_random_generator(layer) for layer in model.submodules]
+    return [g.state for g in gens if g is not None]
+
+
+def set_random_seed(seed):
+    keras.utils.set_random_seed(seed)
+
+
+def load_model(path):
+    return keras.models.load_model(path, compile=False)

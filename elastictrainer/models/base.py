@@ -22,7 +22,7 @@ import re
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import compat
+from elastictrainer import compat, flavors
 from elastictrainer.common import UserError, one_line
 from elastictrainer.models import MODELS
 
@@ -142,7 +142,8 @@ def load_weights_file(model, path, log=print):
     if head is not None:
         dense, features, _ = head
         try:
-            _load_all(keras.Model(model.inputs, features), path, model, by_name=True)
+            _load_all(flavors.for_model(model).functional_model(model.inputs, features, None),
+                      path, model, by_name=True)
         except UserError:
             pass
         else:
@@ -201,18 +202,19 @@ def output_head(model):
     outputs = getattr(model, "outputs", None)
     if not outputs or len(outputs) != 1:
         return None
+    flavor = flavors.for_model(model)
     tensor, after = outputs[0], []
     while True:
-        history = compat.keras_history(tensor)
-        if history is None:
+        made = flavor.made_by(tensor)
+        if made is None:
             return None
-        layer, node_index = history.layer, history.node_index
+        layer, node_index = made
         inputs = tf.nest.flatten(compat.layer_input_tensors(layer, node_index))
         if len(inputs) != 1:
             return None
-        if isinstance(layer, keras.layers.Dense):
+        if isinstance(layer, flavor.dense_type()):
             return layer, inputs[0], after[::-1]
-        if layer.weights or isinstance(layer, keras.Model):
+        if layer.weights or flavors.is_model(layer):
             return None
         after.append(layer)
         tensor = inputs[0]

@@ -7,8 +7,8 @@ from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
-import tf_keras as keras
 
+from elastictrainer import flavors
 from elastictrainer.common import UserError, one_line
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, is_user_model
 from elastictrainer.models import vit
@@ -93,7 +93,7 @@ def replace_head(model, num_classes, what=None, log=print):
     x = type(dense).from_config(config)(features)
     for layer in after:
         x = layer(x)
-    new = keras.Model(model.inputs, x, name=model.name)
+    new = flavors.for_model(model).functional_model(model.inputs, x, name=model.name)
     log(f"{what}: replaced its {dense.units}-way output layer '{dense.name}' by a new "
         f"{num_classes}-way classifier (fresh values) for {num_classes} classes")
     return new
@@ -103,11 +103,12 @@ def _load_user_model(path, num_classes, weights, log):
     path = os.path.expanduser(path)
     if not os.path.exists(path):
         raise UserError(f"model file not found: {path}")
+    flavor = flavors.for_file(path)  # the Keras that saved it loads it
     try:
-        model = keras.models.load_model(path, compile=False)
+        model = flavor.load_model(path)
     except Exception as e:
         raise UserError(f"cannot load Keras model {path}: {one_line(e)}") from e
-    if not isinstance(model, keras.Model) or len(model.outputs or []) != 1:
+    if not flavor.is_model(model) or len(model.outputs or []) != 1:
         raise UserError(f"{path}: expected a Keras model with one output")
     units = model.output_shape[-1]
     if num_classes is not None and units != num_classes:

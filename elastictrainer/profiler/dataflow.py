@@ -12,15 +12,25 @@ import numpy as np
 
 
 def slot_owners(variables, optimizer_variables):
-    """(slot variable, tensor index) pairs: Keras names a slot '<slot>/<weight name>'."""
-    by_name = {}
+    """(slot variable, tensor index) pairs, from the names optimizers give slots: tf-keras
+    '<slot>/<weight name>', Keras 3 '<weight path with _ for />_<slot>' (the longest matching
+    weight wins)."""
+    by_name, prefixes = {}, []
     for k, v in enumerate(variables):
         by_name.setdefault(v.name, k)
+        path = getattr(v, "path", None)
+        if isinstance(path, str):
+            prefixes.append((path.replace("/", "_") + "_", k))
+    prefixes.sort(key=lambda p: -len(p[0]))
     pairs = []
     for ov in optimizer_variables:
         parts = ov.name.split("/", 1)
         k = by_name.get(parts[1]) if len(parts) == 2 else None
-        if k is not None and ov.shape == variables[k].shape:
+        if k is None:
+            k = next((j for prefix, j in prefixes if ov.name.startswith(prefix)), None)
+        # a slot has its weight's shape; this project's per-tensor Adam step counts are scalars
+        scalar_count = "tensor_steps" in ov.name and len(ov.shape) == 0
+        if k is not None and (ov.shape == variables[k].shape or scalar_count):
             pairs.append((ov, k))
     return pairs
 
@@ -120,13 +130,27 @@ class GraphInfo:
         for name, m in feeds.items():
             self.kind[name], self.mask[name] = "update", m
         # The forward pass's own side effects (BatchNorm's moving-average updates in training
-        # mode) read only forward values: they run in every step, whatever trains.
+        # mode: fused into one op by tf-keras, a chain of reads, products and assignments in
+        # Keras 3) read only forward values and variables: they run in every step, whatever
+        # trains.  `pure`: an op computed from such inputs only; it is a side effect when its
+        # inputs reach a forward value, or when only side effects consume it (the moving
+        # average's own read and decay).
+        pure, touches = {}, {}
         for op in ops:
             if self.kind[op.name] != "other":
                 continue
             sources = [t.op for t in op.inputs]
-            if any(self.kind[o.name] == "forward" for o in sources) and all(
-                    self.kind[o.name] == "forward" or not o.inputs for o in sources):
+            pure[op.name] = all(self.kind[o.name] == "forward" or not o.inputs
+                                or pure.get(o.name, False) for o in sources)
+            touches[op.name] = pure[op.name] and any(
+                self.kind[o.name] == "forward" or touches.get(o.name, False) for o in sources)
+            if touches[op.name]:
+                self.kind[op.name] = "forward"
+        for op in reversed(ops):
+            consumers = [c for t in op.outputs for c in t.consumers()]
+            if (pure.get(op.name) and self.kind[op.name] == "other" and consumers
+                    and all(self.kind.get(c.name) == "forward" and c.name not in forward
+                            for c in consumers)):
                 self.kind[op.name] = "forward"
 
         # Backprop order: tape.gradient creates output-side gradients first, so the creation

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import engine
+from elastictrainer import engine, flavors
 from elastictrainer.common import UserError, peak_rss_mb
 from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
 from elastictrainer.profiler.dataflow import GraphInfo
@@ -49,7 +49,8 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         raise UserError("the model has no trainable weights to profile")
     saved = model.get_weights()
     # The learning rate's value does not change the ops a step runs, only the optimizer does.
-    opt = engine.make_optimizer(optimizer, 1e-4, 5e-4, total_steps=1000)
+    opt = engine.make_optimizer(optimizer, 1e-4, 5e-4, total_steps=1000,
+                                flavor=flavors.for_model(model).NAME)
     engine.prepare_optimizer(opt, variables)
     loss_fn = engine.make_loss()
     capture = {}
@@ -150,7 +151,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "compile_ms": compile_ms,
         "calibration": _calibration_record(t_dw, t_dy, info.rank, t_fp, t_full, references),
         "tensors": [
-            {"name": v.name, "shape": [int(d) for d in v.shape], "t_dw_ms": t_dw[k],
+            {"name": flavors.tensor_name(v), "shape": [int(d) for d in v.shape], "t_dw_ms": t_dw[k],
              "t_dy_ms": t_dy[k], "estimated": estimated[k], "rank": info.rank[k]}
             for k, v in enumerate(variables)
         ],
@@ -202,7 +203,7 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
         if in_child:
             table = profile_in_child(path, model_name, input_size, batch_size, num_classes,
                                      seed=seed, progress=progress, optimizer=optimizer,
-                                     names=[v.name for v in model.trainable_weights],
+                                     names=[flavors.tensor_name(v) for v in model.trainable_weights],
                                      shapes=[list(v.shape) for v in model.trainable_weights])
         else:
             table = profile_model(model, model_name, input_size, batch_size, num_classes,

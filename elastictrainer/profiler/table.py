@@ -19,7 +19,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from elastictrainer import runlog
+from elastictrainer import flavors, runlog
 from elastictrainer.common import UserError
 
 # The format version every table records.  Raise it when a table of the new format would be
@@ -378,7 +378,7 @@ def load_table(path, model=None, input_size=None, batch_size=None, optimizer=Non
                         f"differently; re-run profiler.py --optimizer {optimizer}, or pass "
                         f"another --timing_table")
     if model is not None:
-        names = [v.name for v in model.trainable_weights]
+        names = [flavors.tensor_name(v) for v in model.trainable_weights]
         got = [t.name for t in table.tensors]
         if len(names) != len(got):
             raise UserError(f"timing table {path} has {len(got)} tensors but the model has "

@@ -1,0 +1,292 @@
+"""Keras 3 models (`import keras`, TensorFlow backend) everywhere a tf-keras model goes: their
+optimizers' update path (flavors/keras3.py and compat.py's Keras 3 part) against Keras' own, the
+closed-form importance step, profiling with unfused BatchNormalization, every --train_type on a
+saved .keras file, a new head and --weights, and which Keras saved a file."""
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+import keras as keras3
+import tensorflow as tf
+
+from helpers import keras3_cnn, snapshot
+from elastictrainer import compat, engine, flavors, importance, runlog, schemes, trainer
+from elastictrainer.common import UserError
+from elastictrainer.roles import tensor_roles
+
+
+def _data(n=8, size=16, classes=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return (tf.constant(rng.uniform(0, 255, (n, size, size, 3)), tf.float32),
+            tf.constant(rng.integers(0, classes, n), tf.int32))
+
+
+OPTIMIZERS = {
+    "sgdw_cosine": lambda: keras3.optimizers.SGD(
+        keras3.optimizers.schedules.CosineDecay(0.1, 10), momentum=0.9, weight_decay=5e-2),
+    "adam": lambda: keras3.optimizers.Adam(0.05),
+    "adamw": lambda: keras3.optimizers.AdamW(0.05, weight_decay=0.1),
+    "sgd_clipnorm": lambda: keras3.optimizers.SGD(0.1, clipnorm=0.01),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_apply_updates_matches_keras3s_apply_gradients(name):
+    """The update without merge_call is Keras 3's own, number for number, on a subset too
+    (Keras' global bias correction here: per_tensor_bias_correction off)."""
+    x, y = _data()
+    loss_fn = engine.make_loss()
+    finals = []
+    for mode in ("keras", "ours"):
+        keras3.utils.set_random_seed(1)
+        model = keras3_cnn()
+        opt = OPTIMIZERS[name]()
+        opt.per_tensor_bias_correction = False
+        engine.prepare_optimizer(opt, model.trainable_weights)
+        subset = model.trainable_weights[1:]  # the first kernel stays frozen
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, subset)
+            if mode == "keras":
+                opt.apply_gradients(zip(grads, subset))
+            else:
+                engine.apply_updates(opt, grads, subset)
+
+        for _ in range(4):
+            step(x, y)
+        finals.append([v.numpy() for v in model.trainable_weights] + [opt.iterations.numpy()])
+    for a, b in zip(*finals):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert finals[1][-1] == 4
+    np.testing.assert_array_equal(finals[1][0], finals[0][0])
+
+
+def test_per_tensor_adam_gives_a_late_tensor_adams_first_step():
+    """A tensor first trained at step 5 takes Adam's first step, lr sign(g) in size, not one
+    scaled by the global step count; make_optimizer's Adam counts per tensor."""
+    keras3.utils.set_random_seed(0)
+    model = keras3_cnn()
+    opt = engine.make_optimizer("adam", 1e-3, 0.0, 100, flavor="keras3")
+    variables = model.trainable_weights
+    engine.prepare_optimizer(opt, variables)
+    head = engine.make_train_step(model, opt, engine.make_loss(), variables[-2:])
+    for s in range(5):
+        head(*_data(seed=s))
+    assert [engine.tensor_steps(opt, v) for v in variables] == [0] * (len(variables) - 2) + [5, 5]
+    kernel = variables[0]
+    before = kernel.numpy()
+    engine.make_train_step(model, opt, engine.make_loss(), [kernel])(*_data(seed=9))
+    step = np.abs(kernel.numpy() - before)
+    moved = step[step > 0]
+    np.testing.assert_allclose(moved, 1e-3, rtol=0.02)  # |m / sqrt(v)| = 1 on a first step
+    assert engine.tensor_steps(opt, kernel) == 1
+
+
+def _trainer(optimizer, model):
+    engine.prepare_optimizer(optimizer, model.trainable_weights)
+    return trainer.Trainer(model, optimizer, schemes.SCHEMES["elastic_training"],
+                           tensor_roles(model))
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw", "clipped"])
+def test_taylors_closed_form_step_matches_the_general_probe(kind, monkeypatch):
+    """fresh_step's closed form for Keras 3 optimizers against probe_terms, which takes the
+    step with the optimizer itself from zeroed slots and restores everything."""
+    keras3.utils.set_random_seed(2)
+    model = keras3_cnn()
+    opt = {"sgd": lambda: engine.make_optimizer("sgd", 0.05, 5e-3, 10 ** 6, flavor="keras3"),
+           "adam": lambda: engine.make_optimizer("adam", 0.05, 0.0, 10 ** 6, flavor="keras3"),
+           "adamw": lambda: keras3.optimizers.AdamW(0.05, weight_decay=0.1),
+           "clipped": lambda: keras3.optimizers.SGD(0.05, momentum=0.9, clipnorm=1e-3)}[kind]()
+    tr = _trainer(opt, model)
+    every = range(len(tr.variables))
+    for s in range(3):  # training state that a fresh step must ignore
+        tr.step_for(every)(*_data(seed=s))
+    data = [_data(seed=s) for s in (7, 8)]
+    bn0 = snapshot(model.non_trainable_weights)
+    general = importance.probe_terms(tr, data, fresh_state=True, after=False)[0]
+    for v, w in zip(model.non_trainable_weights, bn0):
+        v.assign(w)
+    covered = kind != "clipped"
+    assert engine.fresh_step_supported(tr.optimizer, tr.variables) == covered
+    if covered:
+        monkeypatch.setattr(importance, "probe_terms", None)
+    w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
+    fast = importance.taylor_importance(tr, data)
+    np.testing.assert_allclose(fast, general, rtol=2e-3, atol=1e-9)
+    assert np.all(np.abs(fast) > 0)
+    assert all(np.array_equal(a, b) for a, b in zip(w0, snapshot(tr.variables)))
+    assert all(np.array_equal(a, b) for a, b in zip(o0, snapshot(tr.optimizer.variables)))
+
+
+def test_a_train_step_per_selection_does_not_grow_memory():
+    """Thirty train steps of changing selections traced and dropped: through Keras 3's own
+    `apply` each one kept about 1.5 MB for good (its merge_call holds the graph); through
+    apply_updates resident memory stays put."""
+    from elastictrainer.common import peak_rss_mb  # noqa: F401  (the RSS reader's module)
+    import gc
+
+    def rss_mb():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+    keras3.utils.set_random_seed(0)
+    model = keras3_cnn()
+    opt = engine.make_optimizer("adam", 1e-3, 0.0, 100, flavor="keras3")
+    variables = model.trainable_weights
+    engine.prepare_optimizer(opt, variables)
+    x, y = _data()
+    selections = [tuple(range(k, len(variables))) for k in range(len(variables))]
+    for sel in selections[:2]:  # warm-up: first traces allocate caches
+        engine.make_train_step(model, opt, engine.make_loss(), [variables[k] for k in sel])(x, y)
+    gc.collect()
+    start = rss_mb()
+    for sel in selections * 3:
+        step = engine.make_train_step(model, opt, engine.make_loss(),
+                                      [variables[k] for k in sel])
+        step(x, y)
+        del step
+    gc.collect()
+    assert rss_mb() - start < 10  # Keras' own apply: about 1.5 MB x 30 here
+
+
+# -- compat.py's Keras 3 part -----------------------------------------------------------------
+
+def test_keras3_private_api_is_there_and_does_what_it_stands_for():
+    keras3.utils.set_random_seed(0)
+    model = keras3_cnn()
+    opt = keras3.optimizers.AdamW(0.1, weight_decay=0.1, clipnorm=1.0)
+    opt.build(model.trainable_weights)
+    assert compat.keras3_missing_optimizer_api(opt) == []
+    keys = [compat.keras3_var_key(opt, v) for v in model.trainable_weights]
+    assert len(set(keys)) == len(keys)
+    assert all(compat.keras3_knows(opt, v) for v in model.trainable_weights)
+    assert not compat.keras3_knows(opt, keras3.Variable(np.zeros(3, "float32")))
+    big = [tf.ones([4]) * 10.0]
+    assert float(tf.norm(compat.keras3_clip_gradients(opt, big)[0])) == pytest.approx(1.0)
+    opt.exclude_from_weight_decay(var_names=["gamma"])
+    gammas = [v for v in model.trainable_weights if v.name == "gamma"]
+    assert gammas and not any(compat.keras3_use_weight_decay(opt, v) for v in gammas)
+    assert compat.keras3_use_weight_decay(opt, model.trainable_weights[0])
+    m, v, v_hat = compat.keras3_adam_slots(opt, model.trainable_weights[0])
+    assert m.shape == v.shape == model.trainable_weights[0].shape and v_hat is None
+    bn = next(layer for layer in model.layers if isinstance(layer, keras3.layers.BatchNormalization))
+    assert [w.path for w in compat.keras3_own_trainable_variables(bn)] == \
+        [w.path for w in bn.trainable_weights]
+    assert compat.keras3_own_trainable_variables(model) == []  # the model made none itself
+    layers = compat.keras3_flatten_layers(model)
+    assert layers[0] is model and set(model.layers) <= set(layers)
+
+
+# -- models -----------------------------------------------------------------------------------
+
+def test_roles_names_and_random_state_of_a_keras3_model():
+    model = keras3_cnn(augment=True)
+    flavor = flavors.for_model(model)
+    assert flavor.NAME == "keras3"
+    assert tensor_roles(model) == ["kernel", "norm", "norm", "kernel", "norm", "norm", "head",
+                                   "head"]
+    assert [flavors.tensor_name(v) for v in model.trainable_weights][:2] == \
+        ["conv2d/kernel", "batch_normalization/gamma"] or \
+        all("/" in flavors.tensor_name(v) for v in model.trainable_weights)
+    states = flavor.random_state_variables(model)
+    assert len(states) == 2  # the flip's generator and the dropout's
+    before = [s.numpy().copy() for s in states]
+    model(_data()[0], training=True)
+    assert any(not np.array_equal(a, s.numpy()) for a, s in zip(before, states))
+
+
+@pytest.mark.parametrize("fmt", ["keras", "h5"])
+def test_which_keras_saved_a_file(tmp_path, fmt):
+    from helpers import tiny_model
+    paths = {}
+    paths["keras3"] = str(tmp_path / f"k3.{fmt}")
+    keras3_cnn().save(paths["keras3"])
+    paths["tf_keras"] = str(tmp_path / f"k2.{fmt}")
+    tiny_model().save(paths["tf_keras"])
+    for name, path in paths.items():
+        assert flavors.for_file(path).NAME == name
+        assert flavors.for_file(path).load_model(path).count_params() > 0
+    broken = tmp_path / "other.keras"
+    with zipfile.ZipFile(broken, "w") as z:
+        z.writestr("config.json", json.dumps({}))
+    with pytest.raises(UserError, match="cannot tell which Keras saved"):
+        flavors.for_file(str(broken))
+
+
+def test_profiling_a_keras3_model_attributes_its_unfused_batchnorm():
+    """Keras 3 computes BatchNormalization from its parts: the dataflow attribution still
+    charges >= 99% of the traced backward op time to tensors, and the optimizer's slots (named
+    after the weights' paths) to their tensors."""
+    from elastictrainer.profiler import run as prun
+    from elastictrainer.profiler.dataflow import slot_owners
+    model = keras3_cnn(num_classes=4, size=32)
+    table = prun.profile_model(model, "k3cnn", 32, 8, 4, num_iterations=3, warmup=1,
+                               progress=False, optimizer="adam")
+    assert table["coverage"] >= 0.99
+    assert [t["name"] for t in table["tensors"]] == [flavors.tensor_name(v)
+                                                     for v in model.trainable_weights]
+    assert all(t["t_dw_ms"] >= 0 and t["t_dy_ms"] >= 0 for t in table["tensors"])
+    opt = engine.make_optimizer("adam", 1e-3, 0.0, 10, flavor="keras3")
+    engine.prepare_optimizer(opt, model.trainable_weights)
+    owners = slot_owners(model.trainable_weights, opt.variables)
+    assert sorted(k for _, k in owners) == sorted(list(range(8)) * 3)  # m, v, step count
+
+
+# -- the command line on a saved Keras 3 model ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("k3")
+    keras3.utils.set_random_seed(0)
+    model = keras3_cnn(num_classes=7)
+    model.save(str(tmp / "k3cnn.keras"))
+    model.save_weights(str(tmp / "k3cnn7.weights.h5"))
+    return tmp, model
+
+
+def _train(tmp, train_type, name, *extra):
+    import main as main_cli
+    return main_cli.main([
+        "--model_name", str(tmp / "k3cnn.keras"), "--input_size", "16", "--dataset_name",
+        "synthetic", "--num_train", "96", "--num_test", "32", "--batch_size", "16",
+        "--num_epochs", "2", "--interval", "1", "--train_type", train_type, "--rho", "0.6",
+        "--economy", "false", "--timing_table", str(tmp / "table.json"),
+        "--logdir", str(tmp / "logs"), "--run_name", name, "--quiet"] + list(extra))
+
+
+@pytest.mark.parametrize("train_type", list(schemes.SCHEMES))
+def test_every_train_type_trains_a_saved_keras3_model(saved, train_type):
+    tmp, _ = saved
+    assert _train(tmp, train_type, train_type) == 0
+    summary = runlog.read_summary(str(tmp / "logs" / train_type))
+    assert summary["status"] == "finished" and len(summary["epochs"]) == 2
+    assert summary["num_tensors"] == 8 and summary["tensor_names"][0].endswith("/kernel")
+    trained = summary["epochs"][-1]["selected"]
+    expected = {"full_training": 8, "traditional_tl_training": 2, "bn_plus_bias_training": 6,
+                "prunetrain": 8}
+    if train_type in expected:
+        assert trained == expected[train_type]
+    else:
+        assert 1 <= trained < 8 and summary["measured_ratio"] is not None
+
+
+def test_a_new_head_and_weights_from_a_file_with_another_class_count(saved):
+    """The saved 7-way model trained on 10 classes: a new 10-way head, and --weights of the
+    7-way model loads every weight but the classifier."""
+    from elastictrainer.models.build import build_model
+    tmp, model = saved
+    logs = []
+    new = build_model(str(tmp / "k3cnn.keras"), num_classes=10,
+                      weights=str(tmp / "k3cnn7.weights.h5"), log=logs.append)
+    assert new.output_shape[-1] == 10 and flavors.for_model(new).NAME == "keras3"
+    assert any("replaced its 7-way output layer" in line for line in logs)
+    assert any("loaded everything but the classifier" in line for line in logs)
+    for a, b in zip(model.trainable_weights[:-2], new.trainable_weights[:-2]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
