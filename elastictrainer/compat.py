@@ -35,6 +35,10 @@ Keras 3 layers (flavors/keras3.py)
         layer made itself (roles.py); `trainable_variables` includes its sublayers'.
     keras3_flatten_layers (`Layer._flatten_layers()`): every layer of a model, nested ones
         included, once each; `model.layers` lists the top level only.
+    keras3_loss_tracker (`Model._loss_tracker`): the mean of the loss that model.fit reports
+        as "loss"; Keras 3's train_step updates it itself, `compute_loss` does not (tf-keras's
+        compute_loss updates its own).  ElasticCallback's steps (keras.py) do what train_step
+        does.
     keras_history and layer_input_tensors (below) read Keras 3's tensors and nodes as well.
 
 tf.function
@@ -67,6 +71,9 @@ tf-keras layers and the functional graph
     layer_name_scope (`Layer._name_scope()`): the name scope a layer builds its weights in,
         so that a layer built from a saved config names them as when built by a call
         (models/vit.py).  No public accessor.
+    steps_per_execution (`Model._steps_per_execution`): the batches a tf-keras model.fit
+        train function call runs (compile's steps_per_execution); ElasticCallback times and
+        selects every step, so it needs 1.  No public accessor (Keras 3 has one).
     layer_random_generator (`Layer._random_generator._generator`): the tf.random.Generator
         of a random (augmentation) layer, whose state a run saves and restores
         (run_setup.py).  Public `keras.utils.set_random_seed` reseeds, but cannot read a
@@ -203,6 +210,11 @@ def keras3_flatten_layers(model):
     return list(model._flatten_layers(include_self=True, recursive=True))
 
 
+def keras3_loss_tracker(model):
+    """The Mean metric behind a compiled Keras 3 model's "loss" log."""
+    return model._loss_tracker
+
+
 # -- tf.function ------------------------------------------------------------------------------
 
 def concrete_functions(function):
@@ -254,6 +266,12 @@ def own_trainable_weights(layer):
 def layer_name_scope(layer):
     """The name scope `layer` creates its weights in ("<outer scopes>/<layer name>/")."""
     return layer._name_scope()
+
+
+def steps_per_execution(model):
+    """A compiled tf-keras model's steps_per_execution (1 when not compiled)."""
+    value = getattr(model, "_steps_per_execution", None)
+    return 1 if value is None else int(value.numpy())
 
 
 def layer_random_generator(layer):

@@ -92,6 +92,13 @@ class Accounting:
             total += seconds / ratio
         return total
 
+    def measured_so_far(self):
+        """The selections' step-weighted measured ratio so far, closing nothing (None before
+        any measurement): what a run reports while it goes on."""
+        done = [r for r in self.s.records if r["measured_ratio"] is not None and r["steps"]]
+        weight = sum(r["steps"] for r in done)
+        return sum(r["measured_ratio"] * r["steps"] for r in done) / weight if weight else None
+
     def finish(self, train_time_s):
         """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
         the re-selection overhead and its parts, and wall_ratio (module doc)."""

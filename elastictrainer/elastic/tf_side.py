@@ -12,8 +12,11 @@ Any training loop drives it through a few hooks:
 
 `before_step(g)` gives the callable to train this batch with (a probe step, a timed full step
 or the selection's step) and `after_step(g, seconds, outputs)` books it, for a loop that calls
-and times the step itself.  TensorBoard scalars go to the default summary writer, if any.
+and times the step itself; the callable takes what the trainer's steps take ((x, y) for
+trainer.Trainer, a model.fit batch for keras.FitSteps).  TensorBoard scalars go to the default summary writer, if any.
 """
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -62,7 +65,7 @@ class ElasticHooks:
         if kind in ("probe", "full"):  # every gradient, no update: they train nothing
             want = kind == "probe"
             self._compiled = not tr.probe_traced(want)
-            return lambda x, y: tr.probe_step(x, y, want)
+            return functools.partial(tr.probe_step, want_terms=want)
         selection = tuple(rt.selection)
         self._compiled = selection not in tr.steps
         return tr.step_for(selection)

@@ -252,3 +252,33 @@ def set_random_seed(seed):
 
 def load_model(path):
     return keras.models.load_model(path, compile=False)
+
+
+# ---------------------------------------------------------------------------- model.fit
+def fit_forward(model, data):
+    """What the model's own train_step computes before its gradients: (x, y, sample_weight,
+    y_pred, loss), the "loss" metric updated."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    y_pred = model(x, training=True)
+    loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+    compat.keras3_loss_tracker(model).update_state(
+        loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+    return x, y, sample_weight, y_pred, loss
+
+
+def fit_metrics(model, x, y, y_pred, sample_weight):
+    """The logs the model's own train_step returns."""
+    return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+
+def fit_loss_fn(model):
+    """loss_fn(y, y_pred) of the compiled model, for the profiler."""
+    return lambda y, y_pred: model.compute_loss(y=y, y_pred=y_pred)
+
+
+def steps_per_execution(model):
+    return int(getattr(model, "steps_per_execution", 1) or 1)
+
+
+def callback_base():
+    return keras.callbacks.Callback

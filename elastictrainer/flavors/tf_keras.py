@@ -90,8 +90,10 @@ def tensor_steps(optimizer, variable):
 
 
 def _is_plain_adam(optimizer):
-    # Adam's own update rule (not a subclass that changes it, e.g. AdamW or Adamax).
-    return type(optimizer).update_step is keras.optimizers.Adam.update_step
+    # Adam's own update rule: Adam's, or AdamW's (the same rule without adaptive epsilon; its
+    # decoupled weight decay is the base optimizer's), not one that changes it (Adamax, Nadam)
+    return type(optimizer).update_step in (keras.optimizers.Adam.update_step,
+                                           keras.optimizers.AdamW.update_step)
 
 
 def _adam_update(optimizer, gradient, variable, count):
@@ -287,3 +289,31 @@ def set_random_seed(seed):
 
 def load_model(path):
     return keras.models.load_model(path, compile=False)
+
+
+# ---------------------------------------------------------------------------- model.fit
+def fit_forward(model, data):
+    """What the model's own train_step computes before its gradients: (x, y, sample_weight,
+    y_pred, loss), the compiled loss (and its "loss" metric) updated."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    y_pred = model(x, training=True)
+    loss = model.compute_loss(x, y, y_pred, sample_weight)
+    return x, y, sample_weight, y_pred, loss
+
+
+def fit_metrics(model, x, y, y_pred, sample_weight):
+    """The logs the model's own train_step returns."""
+    return model.compute_metrics(x, y, y_pred, sample_weight)
+
+
+def fit_loss_fn(model):
+    """loss_fn(y, y_pred) of the compiled model, for the profiler."""
+    return lambda y, y_pred: model.compute_loss(None, y, y_pred, None)
+
+
+def steps_per_execution(model):
+    return compat.steps_per_execution(model)
+
+
+def callback_base():
+    return keras.callbacks.Callback

@@ -27,7 +27,7 @@ from elastictrainer.time_model import selection_sums, uniform_scale
 
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
                   warmup=2, trace_dir=None, seed=0, progress=True, calibrate=True,
-                  optimizer="sgd", clock=time.perf_counter):
+                  optimizer="sgd", clock=time.perf_counter, batch=None, loss_fn=None):
     """Profile full training steps of `model` and return the timing table (a JSON-able dict).
 
     Runs `warmup` steps, then times forward-only and full training steps interleaved
@@ -35,9 +35,12 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     then traces `num_iterations` full steps under tf.profiler and attributes their ops.
     With `calibrate`, a few reference selections are then timed for real to fit separate
     t_dw / t_dy scales (calibration.fit_calibration).  `optimizer` is the training run's
-    (engine.OPTIMIZERS): its update ops are part of every tensor's t_dw.  The model's weights
-    are restored afterwards.  `clock`: seconds, read around every timed step (a test's fake
-    clock decides what the timings say).
+    (config.OPTIMIZERS), or an optimizer object whose kind is profiled (a fresh one of its
+    class and configuration; the table names it by its class): its update ops are part of
+    every tensor's t_dw.  The model's weights are restored afterwards.  `clock`: seconds, read
+    around every timed step (a test's fake clock decides what the timings say).  `batch`: an
+    (x, y) batch to time on instead of random images of input_size (model.fit's, for one);
+    `loss_fn(y, y_pred)`: the loss instead of sparse categorical cross-entropy on logits.
     """
     from tqdm import tqdm
 
@@ -49,10 +52,16 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         raise UserError("the model has no trainable weights to profile")
     saved = model.get_weights()
     # The learning rate's value does not change the ops a step runs, only the optimizer does.
-    opt = engine.make_optimizer(optimizer, 1e-4, 5e-4, total_steps=1000,
-                                flavor=flavors.for_model(model).NAME)
+    if isinstance(optimizer, str):
+        opt = engine.make_optimizer(optimizer, 1e-4, 5e-4, total_steps=1000,
+                                    flavor=flavors.for_model(model).NAME)
+    else:  # its kind, fresh: profiling must not move the run's own optimizer state
+        opt = type(optimizer).from_config(optimizer.get_config())
+        if hasattr(optimizer, "per_tensor_bias_correction"):
+            opt.per_tensor_bias_correction = optimizer.per_tensor_bias_correction
+        optimizer = type(optimizer).__name__.lower()
     engine.prepare_optimizer(opt, variables)
-    loss_fn = engine.make_loss()
+    loss_fn = loss_fn or engine.make_loss()
     capture = {}
     step = engine.make_train_step(model, opt, loss_fn, variables, capture=capture)
     forward = engine.make_forward_step(model, loss_fn)
@@ -63,9 +72,13 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     def gradients(x, y):
         return probe(x, y, want_terms=False)
 
-    rng = np.random.default_rng(seed)
-    x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)), tf.float32)
-    y = tf.constant(rng.integers(0, num_classes, batch_size), tf.int32)
+    if batch is None:
+        rng = np.random.default_rng(seed)
+        x = tf.constant(rng.uniform(0, 255, (batch_size, input_size, input_size, 3)),
+                        tf.float32)
+        y = tf.constant(rng.integers(0, num_classes, batch_size), tf.int32)
+    else:
+        x, y = batch
 
     n_refs = len(calibration.reference_selections(np.arange(len(variables)))) if calibrate else 0
     bar = tqdm(total=warmup + 3 * num_iterations + (n_refs + num_iterations if n_refs else 0),
@@ -146,8 +159,8 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "unattributed": att["unattributed"][:50],
         "num_iterations": int(num_iterations),
         "timing_note": timing_note,
-        # compiling a selection's step (median over the calibration's references): what each
-        # new selection costs a run once, before its first step
+        # compiling a selection's step (the longest of the calibration's references'): what a
+        # new selection may cost a run once, before its first step
         "compile_ms": compile_ms,
         "calibration": _calibration_record(t_dw, t_dy, info.rank, t_fp, t_full, references),
         "tensors": [

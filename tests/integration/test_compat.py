@@ -373,3 +373,10 @@ def test_the_private_api_checker_finds_each_kind_of_use():
            "optimizer._tensor_steps\nclass A:\n    def _helper(self):\n        self._helper()\n")
     tree = ast.parse(own)
     assert private_uses(tree, _defined_names([tree])) == []
+
+
+def test_steps_per_execution_is_what_compile_was_given():
+    model = tiny_model()
+    assert compat.steps_per_execution(model) == 1  # not compiled
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
+    assert compat.steps_per_execution(model) == 3

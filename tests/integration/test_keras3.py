@@ -182,6 +182,11 @@ def test_keras3_private_api_is_there_and_does_what_it_stands_for():
     assert compat.keras3_own_trainable_variables(model) == []  # the model made none itself
     layers = compat.keras3_flatten_layers(model)
     assert layers[0] is model and set(model.layers) <= set(layers)
+    model.compile(optimizer="sgd", loss=keras3.losses.SparseCategoricalCrossentropy(True))
+    x, y = _data()
+    model.fit(x, y, epochs=1, verbose=0)
+    logged = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
+    assert float(compat.keras3_loss_tracker(model).result()) == pytest.approx(logged)
 
 
 # -- models -----------------------------------------------------------------------------------

@@ -1,0 +1,190 @@
+"""ElasticCallback (elastictrainer/keras.py): ElasticTrainer inside model.fit, for Keras 3 and
+tf-keras models, with the optimizer the model was compiled with, next to Keras' own callbacks."""
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorflow as tf
+
+from helpers import keras3_cnn, tiny_model
+from elastictrainer import runlog
+from elastictrainer.common import UserError
+from elastictrainer.keras import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
+
+
+def _keras(flavor):
+    if flavor == "keras3":
+        import keras
+    else:
+        import tf_keras as keras
+    return keras
+
+
+def _model(flavor, num_classes=5):
+    keras = _keras(flavor)
+    keras.utils.set_random_seed(0)
+    return keras3_cnn(num_classes) if flavor == "keras3" else tiny_model(num_classes)
+
+
+def _data(n_train=192, n_test=64, classes=5, batch=16):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (n_train + n_test, 16, 16, 3)).astype("float32")
+    y = rng.integers(0, classes, n_train + n_test).astype("int32")
+    train = tf.data.Dataset.from_tensor_slices((x[:n_train], y[:n_train])).shuffle(
+        n_train, seed=0).batch(batch)
+    test = tf.data.Dataset.from_tensor_slices((x[n_train:], y[n_train:])).batch(batch)
+    return train, test
+
+
+def _optimizer(flavor, kind):
+    keras = _keras(flavor)
+    return {"sgd": lambda: keras.optimizers.SGD(0.01, momentum=0.9),
+            "adam": lambda: keras.optimizers.Adam(1e-3),
+            "adamw": lambda: keras.optimizers.AdamW(1e-3, weight_decay=0.01)}[kind]()
+
+
+def _compile(model, flavor, kind="adam"):
+    keras = _keras(flavor)
+    model.compile(optimizer=_optimizer(flavor, kind),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+def _callback(tmp_path, name="run", **kw):
+    kw.setdefault("rho", 0.7)
+    kw.setdefault("economy", False)  # a few dozen steps: the economy would train them all
+    return ElasticCallback(interval=1, logdir=str(tmp_path / "logs" / name),
+                           profiles=str(tmp_path / "profiles"), log=None, **kw)
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw"])
+def test_fit_trains_only_the_selected_tensors(tmp_path, flavor, kind):
+    model = _compile(_model(flavor), flavor, kind)
+    before = [v.numpy().copy() for v in model.trainable_weights]
+    train, test = _data()
+    history = model.fit(train, epochs=3, validation_data=test, verbose=0,
+                         callbacks=[_callback(tmp_path)])
+    out = tmp_path / "logs" / "run"
+    summary = runlog.read_summary(str(out))
+    assert summary["status"] == "finished" and len(summary["epochs"]) == 3
+    ever = np.any([r["mask"] for r in summary["selections"]], axis=0)
+    assert 0 < ever.sum() < len(before)  # a selection, not everything
+    for trained, a, v in zip(ever, before, model.trainable_weights):
+        if trained:
+            assert not np.array_equal(a, v.numpy())
+        else:
+            np.testing.assert_array_equal(a, v.numpy())  # never selected: never moved
+    # what it measured is in history as well as in summary.json
+    ratios = history.history[MEASURED_RATIO_LOG]
+    assert len(ratios) == 3 and 0 < ratios[-1] < 1
+    assert summary["measured_ratio"] is not None and 0 < summary["measured_ratio"] < 1
+    assert history.history[SELECTED_LOG][-1] == sum(summary["selections"][-1]["mask"])
+    assert summary["epochs"][-1]["test_accuracy"] == pytest.approx(
+        100 * history.history["val_accuracy"][-1])
+    config = json.load(open(out / runlog.CONFIG_FILE))
+    assert config["rho"] == 0.7 and config["optimizer"] == kind
+    acc = runlog.open_events(str(out))
+    assert runlog.NUM_SELECTED in acc.Tags()["tensors"]
+    assert runlog.TEST_ACCURACY in acc.Tags()["tensors"]
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+def test_it_composes_with_keras_callbacks(tmp_path, flavor):
+    """ModelCheckpoint, EarlyStopping and TensorBoard beside it: each does its job and the
+    elastic run ends with its summary."""
+    keras = _keras(flavor)
+    model = _compile(_model(flavor), flavor)
+    train, test = _data()
+    ckpt = str(tmp_path / "best.weights.h5")
+    model.fit(train, epochs=6, validation_data=test, verbose=0, callbacks=[
+        _callback(tmp_path),
+        keras.callbacks.ModelCheckpoint(ckpt, save_weights_only=True),
+        keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0),
+        keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb"))])
+    summary = runlog.read_summary(str(tmp_path / "logs" / "run"))
+    assert summary["status"] == "finished"
+    assert len(summary["epochs"]) == 2  # EarlyStopping: no epoch improves the loss by 10
+    assert os.path.exists(ckpt)
+    assert any(f.startswith("events") for _, _, fs in os.walk(tmp_path / "tb") for f in fs)
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+def test_backup_and_restore_resumes_the_elastic_runtime(tmp_path, flavor):
+    """A fit that dies at epoch 3 and is started again with BackupAndRestore continues from
+    epoch 3: the runtime's selections, step count and summary go on from where they were."""
+    keras = _keras(flavor)
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 2:
+                raise RuntimeError("power cut")
+
+    train, test = _data()
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    model = _compile(_model(flavor), flavor)
+    with pytest.raises(RuntimeError, match="power cut"):
+        model.fit(train, epochs=4, validation_data=test, verbose=0,
+                  callbacks=[_callback(tmp_path), backup, Crash()])
+    saved = json.load(open(tmp_path / "logs" / "run" / STATE_FILE))
+    assert saved["epoch"] == 2
+    said = []
+    model = _compile(_model(flavor), flavor)
+    callback = _callback(tmp_path)
+    callback.log = said.append
+    # BackupAndRestore first: it restores into the optimizer as the elastic run trains it
+    # (per-tensor Adam counts included), whatever the order
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(train, epochs=4, validation_data=test, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(str(tmp_path / "backup")), callback])
+    assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
+    assert any("resuming the elastic runtime at epoch 2" in line for line in said)
+    summary = runlog.read_summary(str(tmp_path / "logs" / "run"))
+    assert [e["epoch"] for e in summary["epochs"]] == [1, 2, 3, 4]
+    steps = [r["step"] for r in summary["selections"]]
+    assert steps == sorted(steps) and steps[-1] >= 2 * 12  # selections continue past epoch 2
+
+
+def test_the_profile_is_made_once_per_model_and_batch_shape(tmp_path):
+    model = _compile(_model("keras3"), "keras3")
+    train, test = _data()
+    said = []
+    callback = _callback(tmp_path)
+    callback.log = said.append
+    model.fit(train, epochs=1, verbose=0, callbacks=[callback])
+    assert sum("profiling" in line for line in said) == 1
+    tables = os.listdir(tmp_path / "profiles")
+    assert len(tables) == 1 and tables[0].startswith("k3cnn-")
+    said.clear()
+    again = _compile(_model("keras3"), "keras3")
+    callback = _callback(tmp_path, name="again")
+    callback.log = said.append
+    again.fit(train, epochs=1, verbose=0, callbacks=[callback])
+    assert not any("profiling" in line for line in said)  # the same tensors: cached
+    assert os.listdir(tmp_path / "profiles") == tables
+
+
+def test_bad_use_is_refused_in_one_line(tmp_path):
+    import keras
+    train, _ = _data()
+    with pytest.raises(UserError, match="fixed one"):
+        ElasticCallback(train_type="full_training")
+    with pytest.raises(UserError, match="rho"):
+        ElasticCallback(rho=1.5)
+    model = _model("keras3")
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True),
+                  steps_per_execution=4)
+    with pytest.raises(UserError, match="steps_per_execution=1"):
+        model.fit(train, epochs=1, verbose=0, callbacks=[_callback(tmp_path)])
+    model = _compile(_model("keras3"), "keras3")
+
+    def batches():  # a generator: fit cannot know the epoch's length
+        yield from train
+
+    with pytest.raises(UserError, match="steps_per_epoch"):
+        model.fit(batches(), epochs=1, verbose=0, callbacks=[_callback(tmp_path)])
