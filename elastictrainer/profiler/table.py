@@ -383,8 +383,16 @@ def load_table(path, model=None, input_size=None, batch_size=None, optimizer=Non
         if len(names) != len(got):
             raise UserError(f"timing table {path} has {len(got)} tensors but the model has "
                             f"{len(names)}; re-run profiler.py for this model")
-        if names != got:
-            first = next(i for i, (a, b) in enumerate(zip(names, got)) if a != b)
-            raise UserError(f"timing table {path} does not match the model: tensor {first} is "
-                            f"{got[first]!r} in the table, {names[first]!r} in the model")
+        # Shapes decide where the table has them: Keras numbers the layers of every model
+        # built in a process (conv2d, conv2d_1, ...), so the same model built again has other
+        # names but the same tensors.
+        shapes = [[int(d) for d in v.shape] for v in model.trainable_weights]
+        for k, t in enumerate(table.tensors):
+            if (t.shape is not None and t.shape != shapes[k]) or (
+                    t.shape is None and t.name != names[k]):
+                what = (f"{t.name!r} of shape {t.shape}" if t.shape is not None
+                        else repr(t.name))
+                raise UserError(f"timing table {path} does not match the model: tensor {k} is "
+                                f"{what} in the table, {names[k]!r} of shape {shapes[k]} in "
+                                f"the model")
     return table.to_dict()
