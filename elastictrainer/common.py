@@ -81,6 +81,21 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def release_memory():
+    """Collect garbage, then hand glibc's free heap pages back to the OS (malloc_trim): freed
+    graphs and buffers (a profile made in-process, a compiled step dropped) would otherwise stay
+    in this process's resident set under training's own allocations.  A no-op where there is
+    no glibc."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def machine_info(tensorflow_version=None):
     """What a benchmark ran on, recorded with its numbers: CPU, cores, OS, TensorFlow, Python.
     `tensorflow_version` for a benchmark whose runs use another interpreter."""

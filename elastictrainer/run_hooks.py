@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from elastictrainer import energy, flavors, runlog
 from elastictrainer.checkpoint import RunCheckpoint
-from elastictrainer.common import RunError, one_line, peak_rss_mb
+from elastictrainer.common import RunError, one_line, peak_rss_mb, release_memory
 from elastictrainer.data.folder import first_undecodable
 from elastictrainer.elastic import SHORT_RUN
 from elastictrainer.run_setup import get_random_state, set_random_state
@@ -208,6 +208,9 @@ class RunRecorder:
         """Evaluate, log and checkpoint a finished epoch."""
         cfg, tr = self.cfg, self.setup.trainer
         self.train_scalars(st)
+        # the epoch's freed buffers back to the OS before the evaluation allocates its own (a
+        # small device's memory is the run's peak, not the heap's free lists)
+        release_memory()
         test_acc, test_loss = tr.evaluate(self.setup.bundle.test)
         tf.summary.scalar(runlog.TEST_ACCURACY, test_acc, step=st.global_step)
         tf.summary.scalar(runlog.TEST_LOSS, test_loss, step=st.global_step)

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer import compat, engine
+from elastictrainer.common import release_memory
 
 
 # Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
@@ -18,11 +19,19 @@ GRAPH_RSS_FACTOR = 50
 # Default budget of the step cache (estimated resident bytes): ResNet50's full step (~40 MB
 # estimated) plus three partial ones; small models stay bounded by the count alone.
 STEP_CACHE_BYTES = 128 * 2**20
+# Compiled selection steps a run keeps: the current one.  An elastic run's probe step (every
+# gradient, no update) peaks about 40 MB under full training's step, and each further
+# selection's graph held on to about as much (MobileNetV2 at 224 px, batch 4, SGD, three
+# selections compiled: peak 1141 MB against full training's 1118-1122 MB; the current one
+# alone, the dropped ones released: 1095 MB).  A selection trained again is compiled again,
+# which the economy prices like any other (elastic/economy.py).
+STEPS_KEPT = 1
 
 
 class StepCache:
     """Compiled train steps keyed by selection, least recently used evicted beyond `maxsize`
-    steps or beyond `max_bytes` of their graphs: each distinct selection is traced once, and
+    steps (STEPS_KEPT by default) or beyond `max_bytes` of their graphs, `on_evict()` called
+    after each eviction: each selection is traced once while it is kept, and
     memory stays bounded however often the selection changes (a fresh tf.function per
     re-selection leaks graph memory).
 
@@ -32,9 +41,11 @@ class StepCache:
     traced graphs keep resident.
     """
 
-    def __init__(self, factory, maxsize=8, max_bytes=STEP_CACHE_BYTES, size_fn=None):
+    def __init__(self, factory, maxsize=STEPS_KEPT, max_bytes=STEP_CACHE_BYTES, size_fn=None,
+                 on_evict=release_memory):
         self.factory = factory
         self.maxsize = maxsize
+        self.on_evict = on_evict
         self.max_bytes = max_bytes
         self.size_fn = size_fn or resident_bytes
         self._steps = OrderedDict()
@@ -71,6 +82,8 @@ class StepCache:
         del self._steps[key]
         self._sizes.pop(key, None)
         self.evictions += 1
+        if self.on_evict is not None:
+            self.on_evict()  # a dropped graph's memory goes back to the OS, not to a free list
 
     @property
     def nbytes(self):

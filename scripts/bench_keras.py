@@ -18,15 +18,12 @@ import datetime
 import json
 import os
 import statistics
-import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, HERE)
+from elastictrainer import perfdoc
+from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
 
-from elastictrainer import perfdoc  # noqa: E402
-from elastictrainer.common import (ArgumentParser, comma_list, machine_info,  # noqa: E402
-                                   machine_text)
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # cell -> (architecture, input size, batch size, classes)
 CELLS = {

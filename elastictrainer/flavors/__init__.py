@@ -27,8 +27,17 @@ def get(name):
     return module
 
 
+# The top-level module each flavor's objects come from: an object of a Keras that is not
+# imported cannot be one of its objects, so detection never imports one.
+_KERAS_MODULE = {"tf_keras": "tf_keras", "keras3": "keras"}
+
+
 def _detect(obj, test, what):
+    import sys
+
     for name in FLAVORS:
+        if sys.modules.get(_KERAS_MODULE[name]) is None:
+            continue
         module = get(name)
         if getattr(module, test)(obj):
             return module
@@ -55,7 +64,7 @@ def is_model(obj):
     import sys
 
     return any(sys.modules.get(m) is not None and get(name).is_model(obj)
-               for name, m in (("tf_keras", "tf_keras"), ("keras3", "keras")))
+               for name, m in _KERAS_MODULE.items())
 
 
 def tensor_name(variable):
@@ -99,6 +108,6 @@ def set_random_seed(seed):
     generator of its own)."""
     import sys
 
-    for name, module in (("tf_keras", "tf_keras"), ("keras3", "keras")):
+    for name, module in _KERAS_MODULE.items():
         if sys.modules.get(module) is not None:
             get(name).set_random_seed(seed)

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer import engine, flavors
-from elastictrainer.common import UserError, peak_rss_mb
+from elastictrainer.common import UserError, peak_rss_mb, release_memory
 from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.time_model import selection_sums, uniform_scale
@@ -226,20 +226,6 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
         log(report.summarize(table))
     return tables.load_table(path, model=model, input_size=input_size, batch_size=batch_size,
                              optimizer=optimizer)
-
-
-def release_memory():
-    """Collect garbage, then hand glibc's free heap pages back to the OS (malloc_trim): after
-    profiling in-process, freed graphs and buffers would otherwise stay in this process's
-    resident set under training's own allocations.  A no-op where there is no glibc."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
