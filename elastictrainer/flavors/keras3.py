@@ -126,25 +126,41 @@ def _adam_update(optimizer, gradient, variable, learning_rate, count):
 
 
 def apply_updates(optimizer, grads, variables):
-    """optimizer.apply's steps, in its order, on one device (module docstring)."""
+    """optimizer.apply's steps, in its order, on one device (module docstring); its three parts
+    are apart for distribute.py, which runs update_variable on every replica's copy."""
+    grads, variables = prepare_gradients(optimizer, grads, variables)
+    for g, v in zip(grads, variables):
+        update_variable(optimizer, g, v)
+    return finish_update(optimizer, variables)
+
+
+def prepare_gradients(optimizer, grads, variables):
+    """The gradients that exist, clipped, with their variables."""
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not pairs:
-        return optimizer.iterations
-    learning_rate = optimizer.learning_rate
+        return [], []
     grads = compat.keras3_clip_gradients(optimizer, [g for g, _ in pairs])
-    variables = [v for _, v in pairs]
-    if optimizer.weight_decay is not None:
-        for v in variables:
-            if compat.keras3_use_weight_decay(optimizer, v):
-                lr = tf.cast(learning_rate, v.dtype)
-                v.assign(v - v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
+    return grads, [v for _, v in pairs]
+
+
+def update_variable(optimizer, g, v):
+    """Decoupled weight decay, then the update rule, on one variable (or one replica's copy of
+    it, inside tf.distribute's update)."""
+    learning_rate = optimizer.learning_rate
+    if optimizer.weight_decay is not None and compat.keras3_use_weight_decay(optimizer, v):
+        lr = tf.cast(learning_rate, v.dtype)
+        v.assign(v - v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
     counts = optimizer.__dict__.get("_tensor_steps")
-    for g, v in zip(grads, variables):
-        if counts is not None:
-            _adam_update(optimizer, g, v, learning_rate,
-                         counts[compat.keras3_var_key(optimizer, v)])
-        else:
-            optimizer.update_step(g, v, learning_rate)
+    if counts is not None:
+        _adam_update(optimizer, g, v, learning_rate, counts[compat.keras3_var_key(optimizer, v)])
+    else:
+        optimizer.update_step(g, v, learning_rate)
+
+
+def finish_update(optimizer, variables):
+    """The iteration count, then the variables' constraints."""
+    if not variables:
+        return optimizer.iterations
     iteration = optimizer.iterations.assign_add(1)
     for v in variables:
         if v.constraint is not None:

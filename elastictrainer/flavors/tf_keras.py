@@ -192,41 +192,55 @@ def apply_updates(optimizer, grads, variables):
     selections), against 0.5 MB on this path.  What Keras does that this path does too, in its
     order: learning rate of this iteration, gradient clipping, sparse-gradient de-duplication,
     decoupled weight decay, the update rule (XLA-compiled where Keras would), iteration count,
-    variable constraints.  What it refuses is refused up front by check_optimizer.
+    variable constraints.  What it refuses is refused up front by check_optimizer.  The three
+    parts are apart for distribute.py, which runs update_variable on every replica's copy.
     """
     with tf.name_scope(optimizer.name or "optimizer"):  # traces read 'SGD/...' as with keras
-        return _apply(optimizer, grads, variables)
+        grads, variables = prepare_gradients(optimizer, grads, variables)
+        for g, v in zip(grads, variables):
+            update_variable(optimizer, g, v)
+        return finish_update(optimizer, variables)
 
 
-def _apply(optimizer, grads, variables):
-    # The steps apply_gradients runs inside tf.distribute's merge_call (see apply_updates), all
-    # private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
-    # (tests/integration/test_engine.py compares with apply_gradients); check_optimizer refuses other
-    # versions.
+# The steps apply_gradients runs inside tf.distribute's merge_call (see apply_updates), all
+# private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
+# (tests/integration/test_engine.py compares with apply_gradients); check_optimizer refuses other
+# versions.
+def prepare_gradients(optimizer, grads, variables):
+    """The learning rate of this iteration set; the gradients that exist, clipped and
+    de-duplicated, with their variables."""
     compat.compute_current_learning_rate(optimizer)
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not pairs:
-        return optimizer.iterations
+        return [], []
     grads = compat.clip_gradients(optimizer, [g for g, _ in pairs])
     grads = compat.deduplicate_sparse_grad(optimizer, grads)
-    variables = [v for _, v in pairs]
-    if optimizer.weight_decay is not None:
-        for v in variables:
-            if compat.use_weight_decay(optimizer, v):
-                lr = tf.cast(optimizer.learning_rate, v.dtype)
-                v.assign_sub(v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
+    return grads, [v for _, v in pairs]
+
+
+def update_variable(optimizer, g, v):
+    """Decoupled weight decay, then the update rule, on one variable (or one replica's copy of
+    it, inside tf.distribute's update)."""
+    if optimizer.weight_decay is not None and compat.use_weight_decay(optimizer, v):
+        lr = tf.cast(optimizer.learning_rate, v.dtype)
+        v.assign_sub(v * tf.cast(optimizer.weight_decay, v.dtype) * lr)
     counts = getattr(optimizer, "_tensor_steps", None)  # ours: prepare_optimizer
-    for g, v in zip(grads, variables):
-        if counts is not None:
-            update = _adam_update
-            if optimizer.jit_compile:
-                update = optimizer.__dict__.setdefault(
-                    "_adam_update_xla", tf.function(_adam_update, jit_compile=True))
-            update(optimizer, g, v, counts[compat.var_key(optimizer, v)])
-        elif optimizer.jit_compile:
-            compat.update_step_xla(optimizer, g, v)
-        else:
-            compat.update_step(optimizer, g, v)
+    if counts is not None:
+        update = _adam_update
+        if optimizer.jit_compile:
+            update = optimizer.__dict__.setdefault(
+                "_adam_update_xla", tf.function(_adam_update, jit_compile=True))
+        update(optimizer, g, v, counts[compat.var_key(optimizer, v)])
+    elif optimizer.jit_compile:
+        compat.update_step_xla(optimizer, g, v)
+    else:
+        compat.update_step(optimizer, g, v)
+
+
+def finish_update(optimizer, variables):
+    """The iteration count, then the variables' constraints."""
+    if not variables:
+        return optimizer.iterations
     iteration = optimizer.iterations.assign_add(1)
     for v in variables:
         if v.constraint is not None:
