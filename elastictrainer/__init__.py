@@ -24,7 +24,13 @@ __version__ = "0.2.0"
 def __getattr__(name):
     # PEP 562: the command line's `--help` must not wait for TensorFlow
     if name == "run":
-        from elastictrainer.loop import run
+        def run(cfg, *args, **kwargs):
+            """loop.run, after what the process needs before TensorFlow starts (--logical_cpus:
+            distribute.prepare_process)."""
+            from elastictrainer.distribute import prepare_process
+            prepare_process(cfg)
+            from elastictrainer.loop import run as loop_run
+            return loop_run(cfg, *args, **kwargs)
         return run
     if name == "Config":
         from elastictrainer.config import Config

@@ -47,18 +47,22 @@ def migrate_state(state):
 class RunCheckpoint:
     """Checkpoints of one run directory (`run_dir/checkpoints`), the latest two kept."""
 
-    def __init__(self, run_dir, model, optimizer, iterators, max_to_keep=2):
+    def __init__(self, run_dir, model, optimizer, iterators, max_to_keep=2, write_dir=None):
+        """write_dir: where this process saves, when not the run's own directory (a
+        multi-worker run's other workers: they save as tf.distribute requires, into a directory
+        removed after each save, and restore the chief's checkpoints)."""
         self.run_dir = run_dir
         self.directory = os.path.join(run_dir, CHECKPOINT_DIR)
+        self.write_dir = write_dir
         self._state = tf.Variable("", dtype=tf.string, trainable=False)
         self._ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, loop_state=self._state,
                                          **iterators)
-        self._manager = tf.train.CheckpointManager(self._ckpt, self.directory,
-                                                   max_to_keep=max_to_keep)
+        self._manager = tf.train.CheckpointManager(
+            self._ckpt, write_dir or self.directory, max_to_keep=max_to_keep)
 
     @property
     def latest(self):
-        return self._manager.latest_checkpoint
+        return tf.train.latest_checkpoint(self.directory)
 
     def save(self, state, step):
         """Save the model, optimizer and iterators with the loop's `state` (a JSON-able dict),
@@ -66,7 +70,10 @@ class RunCheckpoint:
         versioned = {"version": CHECKPOINT_VERSION, **state}
         versioned["version"] = CHECKPOINT_VERSION  # the format written is always this code's
         self._state.assign(json.dumps(versioned))
-        return self._manager.save(checkpoint_number=step)
+        path = self._manager.save(checkpoint_number=step)
+        if self.write_dir:
+            tf.io.gfile.rmtree(self.write_dir)
+        return path
 
     def restore(self):
         """The loop state of the latest checkpoint, migrated to CHECKPOINT_VERSION (its

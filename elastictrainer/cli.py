@@ -61,6 +61,8 @@ def train_main(argv=None, prog="elastictrainer train"):
     args = train_parser(prog).parse_args(argv)
     cfg = config_from_args(args)
     cfg.validate()  # bad flags fail before TensorFlow, data or model is loaded
+    from elastictrainer.distribute import prepare_process
+    prepare_process(cfg)
     from elastictrainer.loop import run
 
     summary = run(cfg)

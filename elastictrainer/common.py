@@ -81,6 +81,14 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+# How many logical devices to split the CPU into (--strategy mirrored --logical_cpus N), read by
+# tf_setup.py as TensorFlow starts: TensorFlow fixes its devices at their first use.
+LOGICAL_CPUS_ENV = "ELASTICTRAINER_LOGICAL_CPUS"
+# Set when TensorFlow must not make its devices as it starts: MultiWorkerMirroredStrategy
+# configures the collective ops, which only a process whose devices are not made yet can.
+DEFER_DEVICES_ENV = "ELASTICTRAINER_DEFER_DEVICES"
+
+
 def release_memory():
     """Collect garbage, then hand glibc's free heap pages back to the OS (malloc_trim): freed
     graphs and buffers (a profile made in-process, a compiled step dropped) would otherwise stay

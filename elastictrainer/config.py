@@ -183,6 +183,14 @@ class Config:
         "time units the tensor selector (eq. 3) divides the backward time budget into: tensor "
         "times round up to whole units, so a selection always fits; more units come closer to "
         "the exact optimum and take longer to solve"))
+    strategy: str = field(default="one_device", metadata=flag(
+        lambda: _options(__import__("elastictrainer.distribute", fromlist=["STRATEGIES"])
+                         .STRATEGIES) + ". A frozen tensor's gradient is neither computed nor "
+        "all-reduced; --batch_size is the global batch, split among the replicas",
+        choices=("one_device", "mirrored", "multi_worker")))
+    logical_cpus: Optional[int] = field(default=None, metadata=flag(
+        "--strategy mirrored: split the CPU into this many logical devices, one replica each "
+        "(to try data parallelism without GPUs)", shown_default="the GPUs"))
     energy: str = field(default="auto", metadata=flag(
         "measure training energy from the device's sensor: auto (Jetson INA3221 rails, else "
         "NVIDIA GPUs through NVML plus Intel RAPL), one of those alone ("
@@ -229,6 +237,8 @@ class Config:
                             f"(0, 1], got {self.rho}")
         lr_schedule_for(self.optimizer, self.lr_schedule)
         SCHEMES.get_or_fail(self.train_type)
+        from elastictrainer.distribute import check_flags
+        check_flags(self)
         if self.energy not in ENERGY_MODES:
             raise UserError(f"unknown --energy {self.energy!r}; valid: {', '.join(ENERGY_MODES)}")
 

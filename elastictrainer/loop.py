@@ -32,14 +32,16 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
 
     setup = setup_run(cfg, log, model, data)
     cfg, trainer, steps_per_epoch = setup.cfg, setup.trainer, setup.steps_per_epoch
-    train_iter = iter(setup.bundle.train.repeat())
+    dist = setup.dist
+    train_iter = iter(dist.global_batches(setup.bundle.train, cfg.batch_size).repeat())
     probe_iter = iter(setup.bundle.train.repeat())
     elastic = _elastic_hooks(setup, probe_iter, clock, log) if setup.scheme.elastic else None
     rec = RunRecorder(setup, {"train_data": train_iter, "probe_data": probe_iter}, elastic,
                       clock, log)
     st = rec.start()
     if elastic:
-        rec.summary.plan = vars(elastic.on_train_begin())
+        plan = elastic.on_train_begin()
+        rec.summary.plan = vars(plan) if plan is not None else None
     meter = rec.meter
     fault_step = fault_at_step()
     with StopFlag() as stop, rec.writer.as_default(), meter, rec.outcome_recorded():
@@ -52,16 +54,17 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
             t_epoch = clock()
             while st.step_in_epoch < steps_per_epoch:
                 inject_fault(st.global_step, fault_step)  # a testing hook; no-op unless set
-                x, y = next(train_iter)
+                x, y = dist.split(next(train_iter), cfg.batch_size)  # replicas' slices
                 if elastic:
-                    loss, logits = elastic.train_step(st.global_step, x, y)
+                    outputs = elastic.train_step(st.global_step, x, y)
+                    st.trained(*elastic.ran)
                     st.selection = elastic.selection
                 else:
-                    loss, logits = trainer.step_for(st.selection)(x, y)
-                loss = float(loss)
+                    outputs = trainer.step_for(st.selection)(x, y)
+                loss, correct, seen = trainer.batch_stats(outputs, y)
                 if not math.isfinite(loss):
                     rec.nan_loss(st, loss, epoch, clock() - t_epoch)
-                st.add(loss, logits.numpy(), y.numpy())
+                st.add(loss, correct, seen)
                 if st.global_step % runlog.SCALAR_EVERY_STEPS == 0:
                     rec.train_scalars(st)
                 # refresh=False: the bar redraws at tqdm's own pace, not once per step (every
@@ -91,17 +94,26 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
             if stop.requested:
                 break
         result = elastic.on_train_end(st.train_time, st.global_step) if elastic else None
-    return rec.finish(st, stop.requested, result)
+    summary = rec.finish(st, stop.requested, result)
+    dist.barrier()  # workers leave together: one gone early reads as a lost worker to the rest
+    return summary
 
 
 def _elastic_hooks(setup, probe_iter, clock, log):
     from elastictrainer.elastic.tf_side import ElasticHooks
 
-    cfg = setup.cfg
+    cfg, dist = setup.cfg, setup.dist
+    if dist.multi_worker and not dist.is_chief:  # the chief decides; this worker follows
+        from elastictrainer.distribute import FollowerHooks
+        return FollowerHooks(setup.trainer, dist)
     runtime = ElasticRuntime(
         setup.time_model, cfg.rho, feedback=cfg.rho_feedback,
         steps_per_epoch=setup.steps_per_epoch, total_steps=setup.total_steps,
         interval=cfg.interval, probe_batches=cfg.probe_batches,
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
         economy=cfg.economy, clock=clock, log=log)
-    return ElasticHooks(setup.trainer, setup.scheme, runtime, probe_iter, cfg.probe_batches)
+    hooks = ElasticHooks(setup.trainer, setup.scheme, runtime, probe_iter, cfg.probe_batches)
+    if dist.multi_worker:  # every step's kind and selection, to the other workers
+        from elastictrainer.distribute import Decisions
+        hooks.announce = Decisions(dist, len(setup.trainer.variables)).send
+    return hooks

@@ -57,6 +57,9 @@ class LoopState:
     run_correct: float = 0.0
     run_seen: float = 0.0
     last_checkpoint: float = 0.0
+    # [global step, step kind, tensors] each time what a step runs changed: the record the
+    # workers of a distributed run compare
+    changes: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         if self.selection is not None:
@@ -67,9 +70,15 @@ class LoopState:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def add(self, loss, logits, labels):
-        b = int(labels.shape[0])
-        correct = float(np.sum(np.argmax(logits, -1) == labels))
+    def trained(self, kind, selection):
+        """What the step about to be counted ran: its kind (elastic/runtime.py's) and the
+        tensors it trained; kept where it changed (`changes`)."""
+        entry = [kind, None if selection is None else [int(k) for k in selection]]
+        if not self.changes or self.changes[-1][1:] != entry:
+            self.changes.append([self.global_step] + entry)
+
+    def add(self, loss, correct, b):
+        """A trained batch of `b` examples: its mean loss and how many it classified right."""
         self.ep_loss += loss * b
         self.ep_correct += correct
         self.ep_seen += b
@@ -116,8 +125,15 @@ class RunRecorder:
         cfg, tr = setup.cfg, setup.trainer
         self.setup, self.cfg, self.elastic, self.clock, self.log = setup, cfg, elastic, clock, log
         self.out = setup.out
-        self.ckpt = RunCheckpoint(self.out, setup.model, tr.optimizer, iterators)
-        self.meter = energy.detect(mode=cfg.energy)
+        dist = setup.dist
+        # A multi-worker run's chief writes the summary, the events and the energy; every worker
+        # saves a checkpoint (tf.distribute asks each to), the others into a directory they
+        # drop, and every worker restores the chief's.
+        self.chief = dist is None or dist.is_chief
+        self.ckpt = RunCheckpoint(self.out, setup.model, tr.optimizer, iterators,
+                                  write_dir=None if self.chief else os.path.join(
+                                      self.out, f".{dist.worker.replace(' ', '')}"))
+        self.meter = energy.detect(mode=cfg.energy if self.chief else "none")
         bundle = setup.bundle
         self.summary = runlog.RunSummary(
             train_type=cfg.train_type, model=cfg.model_name, dataset=cfg.dataset_name,
@@ -140,8 +156,9 @@ class RunRecorder:
         st = LoopState(selection=None if setup.scheme.elastic
                        else setup.scheme.fixed_selection(setup.roles))
         if not setup.resume:
-            runlog.write_json(os.path.join(self.out, runlog.CONFIG_FILE),
-                              dataclasses.asdict(cfg))
+            if self.chief:
+                runlog.write_json(os.path.join(self.out, runlog.CONFIG_FILE),
+                                  dataclasses.asdict(cfg))
         else:
             saved = self.ckpt.restore()
             st = LoopState.from_dict(saved["loop"])
@@ -149,19 +166,23 @@ class RunRecorder:
                                                             error=None))
             set_random_state(setup.model, saved["random"])
             self.meter.restore(*saved["energy"])
-            if self.elastic:
+            if self.elastic and self.elastic.rt is not None:
                 self.elastic.rt.load_state(saved["elastic"])
             # events written after this checkpoint would repeat their steps: dropped
-            runlog.truncate_events(self.out, saved["wall_time"])
+            if self.chief:
+                runlog.truncate_events(self.out, saved["wall_time"])
             self.log(f"resuming {self.out} from {os.path.basename(self.ckpt.latest)}: epoch "
                      f"{st.epoch + 1} of {cfg.num_epochs}, step {st.step_in_epoch} of "
                      f"{setup.steps_per_epoch}, {st.train_time:.1f} s trained")
-        self.writer = tf.summary.create_file_writer(self.out)
+        self.writer = (tf.summary.create_file_writer(self.out) if self.chief
+                       else tf.summary.create_noop_writer())
         self.save_summary()
         st.last_checkpoint = self.clock()
         return st
 
     def save_summary(self):
+        if not self.chief:
+            return
         if self.elastic:
             rt = self.elastic.rt.s
             self.summary.selections, self.summary.corrections = rt.records, rt.corrections
@@ -172,7 +193,8 @@ class RunRecorder:
         state = {"loop": dataclasses.asdict(st), "summary": self.summary.to_dict(),
                  "random": get_random_state(self.setup.model),
                  "energy": [self.meter.joules, self.meter.active_s],
-                 "elastic": self.elastic.rt.state() if self.elastic else None,
+                 "elastic": (self.elastic.rt.state()
+                             if self.elastic and self.elastic.rt is not None else None),
                  "wall_time": time.time()}
         self.writer.flush()
         self.ckpt.save(state, st.global_step)
@@ -192,7 +214,7 @@ class RunRecorder:
         opt = self.setup.trainer.optimizer
         lr = opt.learning_rate
         lr = lr(opt.iterations) if callable(lr) else lr
-        tf.summary.scalar(runlog.LEARNING_RATE, float(lr), step=st.global_step)
+        tf.summary.scalar(runlog.LEARNING_RATE, float(tf.convert_to_tensor(lr)), step=st.global_step)
         st.run_loss = st.run_correct = st.run_seen = 0.0
 
     def nan_loss(self, st, loss, epoch, partial_s):
@@ -211,6 +233,8 @@ class RunRecorder:
         # the epoch's freed buffers back to the OS before the evaluation allocates its own (a
         # small device's memory is the run's peak, not the heap's free lists)
         release_memory()
+        # every worker evaluates: reading BatchNorm's moving statistics (synced on read) is a
+        # collective that all workers must join
         test_acc, test_loss = tr.evaluate(self.setup.bundle.test)
         tf.summary.scalar(runlog.TEST_ACCURACY, test_acc, step=st.global_step)
         tf.summary.scalar(runlog.TEST_LOSS, test_loss, step=st.global_step)
@@ -218,7 +242,7 @@ class RunRecorder:
             tf.summary.scalar(runlog.ENERGY_JOULES, self.meter.joules, step=st.global_step)
         if test_acc > st.best:
             st.best = test_acc
-            if cfg.save_model:
+            if cfg.save_model and self.chief:
                 _save_weights_atomically(self.setup.model,
                                          os.path.join(self.out, runlog.BEST_WEIGHTS_FILE))
         selected = len(st.selection) if st.selection is not None else len(tr.variables)
@@ -239,11 +263,34 @@ class RunRecorder:
         """The summary's last numbers, the reference's text file and the closing line."""
         cfg, summary = self.cfg, self.summary
         self.writer.flush()
+        dist = self.setup.dist
+        summary.ran = st.changes
+        if dist is not None and dist.on:
+            summary.replica_checksums, summary.replicas_agree = dist.checksums(
+                self.setup.trainer.variables)
+            if not summary.replicas_agree:
+                self.log(f"warning: the replicas' weights differ at the end "
+                         f"({summary.replica_checksums}): their updates diverged")
+        if not self.chief:  # what this worker ran, for comparing with the chief's summary
+            runlog.write_json(os.path.join(self.out, f"{dist.worker.replace(' ', '')}.json"), {
+                "worker": dist.worker, "ran": st.changes,
+                "replica_checksums": summary.replica_checksums,
+                "replicas_agree": summary.replicas_agree})
+            self.log(f"{cfg.train_type} finished on {dist.worker}; the chief writes the results "
+                     f"to {self.out}")
+            return summary.to_dict()
         if elastic_result:
             for key, value in elastic_result.items():
                 setattr(summary, key, value)
         summary.status = "interrupted" if stopped else "finished"
-        summary.step_cache_traces = self.setup.trainer.steps.traces
+        tr, dist = self.setup.trainer, self.setup.dist
+        summary.step_cache_traces = tr.steps.traces
+        if dist is not None and dist.on:
+            summary.strategy, summary.replicas = cfg.strategy, dist.num_replicas
+            summary.full_allreduce_bytes_per_step = float(sum(
+                v.shape.num_elements() * v.dtype.size for v in tr.variables))
+            if tr.steps_run:
+                summary.allreduce_bytes_per_step = tr.allreduce_bytes / tr.steps_run
         summary.peak_rss_mb = peak_rss_mb()
         self.save_summary()
         train_time, best = st.train_time, max(st.best, 0.0)
@@ -283,17 +330,42 @@ class RunRecorder:
             if summary.status == "running":
                 summary.status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             message = one_line(e)
-            if isinstance(e, tf.errors.OpError):
+            dist = self.setup.dist
+            lost = (dist is not None and dist.multi_worker and isinstance(
+                e, (tf.errors.UnavailableError, tf.errors.CancelledError,
+                    tf.errors.AbortedError, tf.errors.DeadlineExceededError)))
+            if lost:
+                message = (f"a worker of the cluster was lost ({type(e).__name__}: "
+                           f"{_first_line(e.message)}); start every worker again with the same "
+                           f"command: the run resumes from its last checkpoint")
+            elif isinstance(e, tf.errors.OpError):
                 bad, why = first_undecodable(files) if files else (None, None)
                 message = (f"cannot decode {bad} ({why}); remove or re-save it" if bad else
                            one_line(e.message.split("}}")[-1], 300))
             summary.error = message
             summary.peak_rss_mb = peak_rss_mb()
             self.save_summary()
+            if lost:
+                raise RunError(f"the run stopped in epoch {len(summary.epochs) + 1}: "
+                               f"{message}") from e
             if isinstance(e, tf.errors.OpError):
                 raise RunError(f"the run stopped in epoch {len(summary.epochs) + 1}: {message}; "
                                f"the finished epochs are in summary.json") from e
             raise
+
+
+def _first_line(text, limit=160):
+    """What a TensorFlow error message says went wrong: its grpc_message if it has one (a
+    peer's connection reset or refused), else its first line that is not a frame header."""
+    import re
+
+    found = re.search(r'grpc_message:"([^"]+)"', str(text))
+    if found:
+        return one_line(found.group(1), limit)
+    lines = [part.strip() for part in str(text).splitlines() if part.strip()]
+    useful = [line for line in lines if not line.startswith(("Graph execution error",
+                                                             "Detected at node"))]
+    return one_line((useful or lines or [""])[0], limit)
 
 
 def _save_weights_atomically(model, path):

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import engine, flavors, runlog
+from elastictrainer import distribute, engine, flavors, runlog
 from elastictrainer.checkpoint import CHECKPOINT_DIR, check_same_run
 from elastictrainer.common import UserError, check_writable_dir
 from elastictrainer.data.loaders import DatasetBundle, load_dataset
@@ -41,12 +41,14 @@ class RunSetup:
     time_model: Optional[TimeModel] = None
     table: Optional[dict] = None
     table_path: Optional[str] = None
+    dist: Any = None  # distribute.Distribution
 
 
 def setup_run(cfg, log=print, model=None, data=None):
     """Validate `cfg`, load data and model, build the trainer and the time model; see run()."""
     cfg.validate()
     check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
+    dist = distribute.configure(cfg)  # before TensorFlow makes its devices
     scheme = SCHEMES[cfg.train_type]
     flavors.set_random_seed(cfg.seed)
     if data is not None:
@@ -62,6 +64,11 @@ def setup_run(cfg, log=print, model=None, data=None):
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
                         f"classes of {cfg.dataset_name}")
+    with dist.scope():  # model, optimizer and trainer variables mirrored under a strategy
+        return _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist)
+
+
+def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
     given_model = model is not None
     if given_model:
         if not flavors.is_model(model):
@@ -83,7 +90,9 @@ def setup_run(cfg, log=print, model=None, data=None):
                         f"{cfg.dataset_name} has {bundle.num_classes}")
     cfg = dataclasses.replace(cfg, num_classes=num_classes, run_name=cfg.resolved_run_name())
 
-    steps_per_epoch = math.ceil(bundle.num_train / cfg.batch_size) if bundle.num_train else None
+    # under a strategy an epoch is whole global batches (distribute.global_batches)
+    whole = math.floor if dist.on else math.ceil
+    steps_per_epoch = whole(bundle.num_train / cfg.batch_size) if bundle.num_train else None
     if cfg.steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
@@ -92,11 +101,15 @@ def setup_run(cfg, log=print, model=None, data=None):
     optimizer = engine.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
                                       total_steps, schedule=cfg.lr_schedule,
                                       flavor=flavors.for_model(model).NAME)
-    trainer = Trainer(model, optimizer, scheme, roles)
+    trainer = Trainer(model, optimizer, scheme, roles, dist=dist, global_batch=cfg.batch_size)
     setup = RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, trainer=trainer,
                      roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
-                     out=runlog.run_dir(cfg.logdir, cfg.run_name), resume=False)
-    if scheme.elastic:
+                     out=runlog.run_dir(cfg.logdir, cfg.run_name), resume=False, dist=dist)
+    if scheme.elastic and dist.on and not trainer.in_step:
+        raise UserError(f"--strategy {cfg.strategy}: {cfg.train_type} with --optimizer "
+                        f"{cfg.optimizer} needs importance probes of its own, which a "
+                        f"distributed run does not take; use elastic_training (SGD or Adam)")
+    if scheme.elastic and dist.is_chief:
         # a model object cannot be rebuilt from its name in a child process
         setup.time_model, setup.table, setup.table_path = _load_time_model(
             cfg, model, num_classes, log, in_child=not given_model)

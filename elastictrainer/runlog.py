@@ -29,7 +29,7 @@ SCALAR_EVERY_STEPS = 200  # the reference's logging period for train scalars
 
 
 # Version of summary.json's layout (RunSummary); readers accept any earlier one.
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 
 
 @dataclasses.dataclass
@@ -78,6 +78,17 @@ class RunSummary:
     plan: Optional[dict] = None
     step_cache_traces: Optional[int] = None
     peak_rss_mb: Optional[float] = None
+    # under tf.distribute (--strategy): replicas, and the gradient bytes one step all-reduces,
+    # the run's mean and full training's
+    strategy: Optional[str] = None
+    replicas: Optional[int] = None
+    allreduce_bytes_per_step: Optional[float] = None
+    full_allreduce_bytes_per_step: Optional[float] = None
+    # what this process's steps ran, [global step, kind, tensors] where it changed, and its
+    # replicas' weight checksums at the end (every replica and worker must agree)
+    ran: List[list] = dataclasses.field(default_factory=list)
+    replica_checksums: Optional[List[float]] = None
+    replicas_agree: Optional[bool] = None
     error: Optional[str] = None
     version: int = SUMMARY_VERSION
 

@@ -9,6 +9,8 @@ import os
 import sys
 import tempfile
 
+from elastictrainer.common import DEFER_DEVICES_ENV
+
 # TensorFlow prints C++ banners (oneDNN, CUDA stubs) on import; users asked for clean CLIs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -31,7 +33,9 @@ def _import_tensorflow_quietly():
         try:
             import tensorflow  # noqa: F401
             import tf_keras  # noqa: F401
-            tensorflow.config.list_logical_devices()  # device set-up logs (cuInit) too
+            split_cpu(tensorflow)
+            if not os.environ.get(DEFER_DEVICES_ENV):
+                tensorflow.config.list_logical_devices()  # device set-up logs (cuInit) too
         except BaseException:
             os.dup2(saved, 2)
             sink.seek(0)
@@ -40,6 +44,18 @@ def _import_tensorflow_quietly():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def split_cpu(tensorflow):
+    """Split the CPU into common.LOGICAL_CPUS_ENV logical devices, if set (the command line
+    sets it before TensorFlow starts: distribute.prepare_process)."""
+    from elastictrainer.common import LOGICAL_CPUS_ENV
+
+    n = int(os.environ.get(LOGICAL_CPUS_ENV, "0") or 0)
+    if n > 1:
+        cpu = tensorflow.config.list_physical_devices("CPU")[0]
+        tensorflow.config.set_logical_device_configuration(
+            cpu, [tensorflow.config.LogicalDeviceConfiguration()] * n)
 
 
 class DropRetracingWarning(logging.Filter):
@@ -56,6 +72,9 @@ class DropRetracingWarning(logging.Filter):
 
 _import_tensorflow_quietly()
 import tensorflow as _tf  # noqa: E402
+
+if os.environ.get("ET_TF_VERBOSE") and not _tf.config.list_logical_devices("CPU")[1:]:
+    split_cpu(_tf)  # the quiet import was skipped
 
 _tf.get_logger().addFilter(DropRetracingWarning())
 

@@ -116,10 +116,15 @@ class Trainer:
     """Holds the model, the optimizer (built once for all trainable weights) and the compiled
     steps; `step_for(selection)` gives the train step of a selection (tuple of indices)."""
 
-    def __init__(self, model, optimizer, scheme, roles):
+    def __init__(self, model, optimizer, scheme, roles, dist=None, global_batch=None):
         self.model = model
         self.variables = list(model.trainable_weights)
         self.optimizer = optimizer
+        # under tf.distribute (distribute.Distribution), steps take distributed batches
+        self.dist = dist if dist is not None and dist.on else None
+        self.global_batch = global_batch
+        self.allreduce_bytes = 0  # all-reduced by the steps run so far (under a strategy)
+        self.steps_run = 0
         engine.prepare_optimizer(optimizer, self.variables)
         self.loss_fn = engine.make_loss()
         kernels = [v for v, r in zip(self.variables, roles) if r != "norm" and len(v.shape) >= 2]
@@ -129,8 +134,12 @@ class Trainer:
 
             def penalty():
                 return l1 * tf.add_n([tf.reduce_sum(tf.abs(k)) for k in kernels])
-        self.steps = StepCache(lambda sel: engine.make_train_step(
-            model, optimizer, self.loss_fn, [self.variables[k] for k in sel], penalty_fn=penalty))
+        if self.dist:  # bounded by count: a distributed step is not one tf.function
+            self.steps = StepCache(self._counted_step, size_fn=lambda step: None)
+        else:
+            self.steps = StepCache(lambda sel: engine.make_train_step(
+                model, optimizer, self.loss_fn, [self.variables[k] for k in sel],
+                penalty_fn=penalty))
         # every tensor's gradient, no update: the importance probes that need their own
         # backward passes (importance.py), and the profiler
         self.grads_fn = engine.make_gradient_step(model, self.loss_fn, self.variables)
@@ -165,9 +174,44 @@ class Trainer:
             terms = (in_step_terms(self._importance, self.optimizer, self.variables)
                      if self._importance else None)
             self.in_step_importance = terms is not None
-            self._probe = engine.make_probe_step(self.model, self.optimizer, self.loss_fn,
-                                                 self.variables, terms, self._penalty)
-        return self._probe(x, y, want_terms)
+            if self.dist:
+                self._probe = engine.DistributedProbeStep(
+                    self.dist, self.model, self.optimizer, self.variables, self.global_batch,
+                    terms, self._penalty)
+            else:
+                self._probe = engine.make_probe_step(self.model, self.optimizer, self.loss_fn,
+                                                     self.variables, terms, self._penalty)
+        outputs = self._probe(x, y, want_terms)
+        if self.dist:
+            self._count(self._probe)
+        return outputs
+
+    def _counted_step(self, selection):
+        """A distributed train step of `selection` that counts its all-reduced bytes."""
+        step = engine.DistributedStep(self.dist, self.model, self.optimizer,
+                                      [self.variables[k] for k in selection], self.global_batch,
+                                      self._penalty)
+
+        def run(x, y):
+            outputs = step(x, y)
+            self._count(step)
+            return outputs
+        return run
+
+    def _count(self, step):
+        self.allreduce_bytes += step.allreduce_bytes or 0
+        self.steps_run += 1
+
+    def batch_stats(self, outputs, y):
+        """(mean loss, correct, examples) of a trained batch from its step's outputs: (loss,
+        logits) on one device, (loss, [loss, correct, examples] over the replicas) under a
+        strategy."""
+        if self.dist:
+            _, correct, n = outputs[1].numpy()
+            return float(outputs[0]), float(correct), int(n)
+        logits, labels = outputs[1].numpy(), y.numpy()
+        return (float(outputs[0]), float((logits.argmax(-1) == labels).sum()),
+                int(labels.shape[0]))
 
     @property
     def in_step(self):

@@ -39,6 +39,10 @@ class ElasticHooks:
         runtime.is_compiled = lambda sel: tuple(sel) in trainer.steps
         self._kind = None
         self._compiled = False
+        # announce(global_step, kind, selection) before each step: a multi-worker run's chief
+        # tells the other workers what to run (distribute.Decisions)
+        self.announce = None
+        self.ran = (None, None)  # (kind, tensors) of the last step, as before_step chose it
 
     def on_train_begin(self):
         return self.rt.plan()
@@ -62,6 +66,9 @@ class ElasticHooks:
                                     self.clock() - t0)
         kind = rt.step_kind()
         self._kind = kind
+        self.ran = (kind, None if kind != "selection" else rt.selection)
+        if self.announce is not None:
+            self.announce(global_step, kind, rt.selection)
         if kind in ("probe", "full"):  # every gradient, no update: they train nothing
             want = kind == "probe"
             self._compiled = not tr.probe_traced(want)

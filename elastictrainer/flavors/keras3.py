@@ -126,12 +126,17 @@ def _adam_update(optimizer, gradient, variable, learning_rate, count):
 
 
 def apply_updates(optimizer, grads, variables):
-    """optimizer.apply's steps, in its order, on one device (module docstring); its three parts
-    are apart for distribute.py, which runs update_variable on every replica's copy."""
+    """optimizer.apply's steps, in its order, on one device (module docstring); its parts are
+    apart for distribute.py, which runs update_variable on every replica's copy."""
+    begin_update(optimizer)
     grads, variables = prepare_gradients(optimizer, grads, variables)
     for g, v in zip(grads, variables):
         update_variable(optimizer, g, v)
     return finish_update(optimizer, variables)
+
+
+def begin_update(optimizer):
+    """Nothing to set: Keras 3 reads the schedule's learning rate where it is used."""
 
 
 def prepare_gradients(optimizer, grads, variables):

@@ -192,10 +192,11 @@ def apply_updates(optimizer, grads, variables):
     selections), against 0.5 MB on this path.  What Keras does that this path does too, in its
     order: learning rate of this iteration, gradient clipping, sparse-gradient de-duplication,
     decoupled weight decay, the update rule (XLA-compiled where Keras would), iteration count,
-    variable constraints.  What it refuses is refused up front by check_optimizer.  The three
-    parts are apart for distribute.py, which runs update_variable on every replica's copy.
+    variable constraints.  What it refuses is refused up front by check_optimizer.  Its parts
+    are apart for distribute.py, which runs update_variable on every replica's copy.
     """
     with tf.name_scope(optimizer.name or "optimizer"):  # traces read 'SGD/...' as with keras
+        begin_update(optimizer)
         grads, variables = prepare_gradients(optimizer, grads, variables)
         for g, v in zip(grads, variables):
             update_variable(optimizer, g, v)
@@ -206,10 +207,13 @@ def apply_updates(optimizer, grads, variables):
 # private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
 # (tests/integration/test_engine.py compares with apply_gradients); check_optimizer refuses other
 # versions.
-def prepare_gradients(optimizer, grads, variables):
-    """The learning rate of this iteration set; the gradients that exist, clipped and
-    de-duplicated, with their variables."""
+def begin_update(optimizer):
+    """The learning rate of this iteration (a variable the schedule is written to)."""
     compat.compute_current_learning_rate(optimizer)
+
+
+def prepare_gradients(optimizer, grads, variables):
+    """The gradients that exist, clipped and de-duplicated, with their variables."""
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not pairs:
         return [], []
