@@ -61,6 +61,7 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
                     st.selection = elastic.selection
                 else:
                     outputs = trainer.step_for(st.selection)(x, y)
+                    st.trained("selection", st.selection)
                 loss, correct, seen = trainer.batch_stats(outputs, y)
                 if not math.isfinite(loss):
                     rec.nan_loss(st, loss, epoch, clock() - t_epoch)

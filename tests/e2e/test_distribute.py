@@ -1,0 +1,184 @@
+"""--strategy end to end, in subprocesses (the CPU is split into logical devices, and a
+multi-worker strategy configured, only as a process starts): mirrored on 2 logical CPUs and two
+workers on localhost train as one device does on the same global batches, every replica and
+worker ends with the same weights and ran the same steps, the all-reduced bytes are the
+selected tensors' exactly, bad settings are one line, and a lost worker fails the run, which
+then resumes."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from elastictrainer import runlog
+from elastictrainer.run_hooks import FAULT_AT_STEP_ENV
+from helpers import ROOT
+
+EPOCHS, STEPS = 2, 8
+# one device and two replicas sum the same losses in another order: Adam carries the rounding
+# on, so the runs agree to this relative tolerance (and on test accuracy within two images)
+LOSS_RTOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A model without BatchNorm (replicas normalise over their own share of a batch, so a
+    BatchNorm model trains differently on two replicas than on one device) and its table."""
+    import tf_keras as keras
+    tmp = tmp_path_factory.mktemp("dist")
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    for filters in (8, 16, 16):
+        x = keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(x)
+    outputs = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x))
+    keras.Model(inputs, outputs, name="nobn").save(str(tmp / "nobn.keras"))
+    r = subprocess.run(_cmd(tmp, "one_full", "full_training"), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "profiler.py"), "--model_name",
+                        str(tmp / "nobn.keras"), "--batch_size", "8", "--num_classes", "10",
+                        "--optimizer", "adam", "--num_iterations", "2", "--output",
+                        str(tmp / "table.json"), "--figure", "", "--quiet"],
+                       capture_output=True, text=True, timeout=600, cwd=str(tmp))
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run(_cmd(tmp, "one_elastic", "elastic_training"), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tmp
+
+
+def _cmd(tmp, name, train_type, *extra):
+    return [sys.executable, os.path.join(ROOT, "main.py"), "--model_name", str(tmp / "nobn.keras"),
+            "--input_size", "16", "--dataset_name", "synthetic", "--num_train", "64",
+            "--num_test", "64", "--batch_size", "8", "--optimizer", "adam",
+            "--learning_rate", "0.003", "--num_epochs", str(EPOCHS), "--steps_per_epoch",
+            str(STEPS), "--interval", "1", "--rho", "0.7", "--rho_feedback", "false",
+            "--economy", "false", "--train_type", train_type, "--timing_table",
+            str(tmp / "table.json"), "--logdir", str(tmp / "logs"), "--run_name", name,
+            "--quiet"] + list(extra)
+
+
+def _summary(tmp, name):
+    return runlog.read_summary(str(tmp / "logs" / name))
+
+
+def _assert_same_training(a, b):
+    assert [e["epoch"] for e in a["epochs"]] == [e["epoch"] for e in b["epochs"]]
+    np.testing.assert_allclose([e["train_loss"] for e in a["epochs"]],
+                               [e["train_loss"] for e in b["epochs"]], rtol=LOSS_RTOL)
+    np.testing.assert_allclose([e["test_accuracy"] for e in a["epochs"]],
+                               [e["test_accuracy"] for e in b["epochs"]], atol=100 * 2 / 64)
+
+
+def _expected_bytes(summary, table):
+    """The all-reduced bytes per step that `ran` implies: a probe or timed full step moves
+    every gradient, a selection's step its tensors' (float32)."""
+    sizes = [4 * int(np.prod(t["shape"])) for t in table["tensors"]]
+    total = EPOCHS * STEPS
+    marks = summary["ran"] + [[total, None, None]]
+    moved = 0
+    for (step, kind, tensors), (end, _, _) in zip(marks, marks[1:]):
+        per_step = sum(sizes) if kind in ("probe", "full") else sum(sizes[k] for k in tensors)
+        moved += (end - step) * per_step
+    return moved / total, sum(sizes)
+
+
+@pytest.mark.parametrize("train_type", ["full_training", "elastic_training"])
+def test_mirrored_on_two_logical_cpus_trains_as_one_device(work, train_type):
+    tmp = work
+    name = f"mirrored_{train_type}"
+    r = subprocess.run(_cmd(tmp, name, train_type, "--strategy", "mirrored", "--logical_cpus",
+                            "2"), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    one = _summary(tmp, "one_full" if train_type == "full_training" else "one_elastic")
+    two = _summary(tmp, name)
+    assert two["strategy"] == "mirrored" and two["replicas"] == 2
+    _assert_same_training(one, two)
+    assert two["replicas_agree"] and len(set(two["replica_checksums"])) == 1
+    table = json.load(open(tmp / "table.json"))
+    expected, full = _expected_bytes(two, table)
+    assert two["full_allreduce_bytes_per_step"] == full
+    assert two["allreduce_bytes_per_step"] == pytest.approx(expected, rel=1e-12)
+    if train_type == "elastic_training":
+        assert [s["mask"] for s in one["selections"]] == [s["mask"] for s in two["selections"]]
+        assert two["allreduce_bytes_per_step"] < full  # frozen tensors are not all-reduced
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _workers(tmp, name, fault=None):
+    """Two workers of one run on localhost; (chief, worker 1) CompletedProcess-likes."""
+    ports = [_free_port(), _free_port()]
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({
+            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index}}))
+        if fault is not None and index == 1:
+            env[FAULT_AT_STEP_ENV] = str(fault)
+        procs.append(subprocess.Popen(
+            _cmd(tmp, name, "elastic_training", "--strategy", "multi_worker"), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return [(p, *p.communicate(timeout=600)) for p in procs]
+
+
+def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
+    tmp = work
+    (chief, out, err), (worker, _, werr) = _workers(tmp, "two_workers")
+    assert chief.returncode == 0, err[-2000:]
+    assert worker.returncode == 0, werr[-2000:]
+    summary = _summary(tmp, "two_workers")
+    other = json.load(open(tmp / "logs" / "two_workers" / "worker1.json"))
+    assert summary["ran"] == other["ran"]  # the same steps, the same tensors, on both
+    assert summary["replicas_agree"] and other["replicas_agree"]
+    assert summary["replica_checksums"] == other["replica_checksums"]
+    _assert_same_training(_summary(tmp, "one_elastic"), summary)
+    expected, full = _expected_bytes(summary, json.load(open(tmp / "table.json")))
+    assert summary["allreduce_bytes_per_step"] == pytest.approx(expected, rel=1e-12)
+    assert summary["allreduce_bytes_per_step"] < full
+
+
+def test_a_lost_worker_fails_the_run_which_then_resumes(work):
+    tmp = work
+    (chief, out, err), (worker, _, _) = _workers(tmp, "lost", fault=STEPS + 3)
+    assert worker.returncode == -signal.SIGKILL
+    assert chief.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: the run stopped in epoch 2: a worker of the cluster was lost")
+    summary = _summary(tmp, "lost")
+    assert summary["status"] == "failed" and len(summary["epochs"]) == 1
+    (chief, out, err), (worker, _, werr) = _workers(tmp, "lost")
+    assert chief.returncode == 0 and worker.returncode == 0, err[-2000:] + werr[-2000:]
+    assert "resuming" in out
+    assert _summary(tmp, "lost")["status"] == "finished"
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--strategy", "mirrored"], "pass --logical_cpus N"),
+    (["--strategy", "mirrored", "--logical_cpus", "3"], "does not divide among the 3"),
+    (["--strategy", "multi_worker"], "needs the cluster"),
+])
+def test_bad_settings_are_one_line_exit_2(work, extra, says):
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "SLURM_PROCID")}
+    r = subprocess.run(_cmd(work, "bad", "full_training", *extra), capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], r.stderr[-2000:]
+
+
+def test_a_malformed_tf_config_is_one_line_exit_2(work):
+    r = subprocess.run(_cmd(work, "bad", "full_training", "--strategy", "multi_worker"),
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TF_CONFIG='{"cluster": {}}'))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "no 'cluster'" in r.stderr
