@@ -39,6 +39,11 @@ Keras 3 layers (flavors/keras3.py)
         as "loss"; Keras 3's train_step updates it itself, `compute_loss` does not (tf-keras's
         compute_loss updates its own).  ElasticCallback's steps (keras.py) do what train_step
         does.
+    keras3_unscale_loss_for_replicas (`keras.src.losses.loss.unscale_loss_for_distribution`):
+        Keras 3 (from 3.4 on) divides each replica's loss by the replicas in sync, and its
+        train_step logs the loss multiplied back; keras3_scales_loss_for_replicas says whether
+        this Keras does (3.3 does not: its replicas' gradients are then averaged).  No public
+        accessor for either.
     keras_history and layer_input_tensors (below) read Keras 3's tensors and nodes as well.
 
 tf.function
@@ -208,6 +213,29 @@ def keras3_own_trainable_variables(layer):
 def keras3_flatten_layers(model):
     """Every layer of a Keras 3 model (itself included), nested ones too, once each."""
     return list(model._flatten_layers(include_self=True, recursive=True))
+
+
+_MODULES = {}
+
+
+def _keras3_loss_module():
+    # cached: the step functions that use it are traced, and tracing must not meet importlib
+    if "loss" not in _MODULES:
+        import importlib
+
+        _MODULES["loss"] = importlib.import_module("keras.src.losses.loss")
+    return _MODULES["loss"]
+
+
+def keras3_scales_loss_for_replicas():
+    """Whether this Keras 3 divides a replica's loss by the replicas in sync."""
+    return hasattr(_keras3_loss_module(), "scale_loss_for_distribution")
+
+
+def keras3_unscale_loss_for_replicas(loss):
+    """A replica's loss as Keras 3's train_step logs it (multiplied back by the replicas)."""
+    unscale = getattr(_keras3_loss_module(), "unscale_loss_for_distribution", None)
+    return loss if unscale is None else unscale(loss)
 
 
 def keras3_loss_tracker(model):

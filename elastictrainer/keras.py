@@ -28,7 +28,6 @@ import os
 import time
 
 import keras as _keras3
-import numpy as np
 import tensorflow as tf
 
 from elastictrainer import engine, flavors, runlog
@@ -52,12 +51,16 @@ class FitSteps:
     """What elastic.tf_side.ElasticHooks drives (trainer.Trainer's interface), over model.fit's
     batches: one compiled step per selection (cached), each the model's own train step with
     gradients for the selected tensors only, returning (loss, logs); and the probe step (every
-    gradient, no update, the loss and metrics updated) with the in-step importance terms."""
+    gradient, no update, the loss and metrics updated) with the in-step importance terms.
+    Under the model's tf.distribute strategy a step all-reduces the selected tensors' gradients
+    only and updates every replica's copy, as the command line's distributed steps do
+    (engine.DistributedStep)."""
 
-    def __init__(self, model, optimizer, importance):
+    def __init__(self, model, optimizer, importance, strategy=None):
         self.model, self.optimizer = model, optimizer
         self.variables = list(model.trainable_weights)
         self.flavor = flavors.for_model(model)
+        self.strategy = strategy
         self._terms = in_step_terms(importance, optimizer, self.variables)
         if self._terms is None:
             raise UserError(f"ElasticCallback computes importance inside the step, which covers "
@@ -65,24 +68,70 @@ class FitSteps:
                             f"constraints; {type(optimizer).__name__} with these settings is not "
                             f"covered")
         self.in_step = True
-        self._apply = flavors.for_optimizer(optimizer).apply_updates
-        self.steps = StepCache(lambda sel: self._train_step([self.variables[k] for k in sel]))
+        self._reduce_op = self.flavor.losses_scaled_for_replicas()  # outside any trace
+        self.steps = StepCache(lambda sel: self._step([self.variables[k] for k in sel], True),
+                               size_fn=None if strategy is None else (lambda step: None))
         self._probe = self._terms_fn = None
 
     def step_for(self, selection):
         return self.steps(tuple(selection))
 
-    def _train_step(self, var_list):
-        model, flavor, optimizer, apply = self.model, self.flavor, self.optimizer, self._apply
+    def _step(self, var_list, train):
+        """data -> (loss, logs) training `var_list`; train false: (loss, logs, gradients)."""
+        model, flavor, optimizer = self.model, self.flavor, self.optimizer
+        update = flavors.for_optimizer(optimizer)
 
-        @tf.function
-        def step(data):
+        def forward_backward(data):
             with tf.GradientTape() as tape:
                 x, y, sample_weight, y_pred, loss = flavor.fit_forward(model, data)
-            apply(optimizer, tape.gradient(loss, var_list), var_list)
-            return loss, flavor.fit_metrics(model, x, y, y_pred, sample_weight)
+            grads = tape.gradient(loss, var_list)
+            return loss, flavor.fit_metrics(model, x, y, y_pred, sample_weight), grads
 
-        return step
+        strategy = self.strategy
+        # autograph off: the steps have no Python control flow on tensors to convert
+        if strategy is None:
+            @tf.function(autograph=False)
+            def step(data):
+                loss, logs, grads = forward_backward(data)
+                if not train:
+                    return loss, logs, grads
+                update.apply_updates(optimizer, grads, var_list)
+                return loss, logs
+
+            return step
+        # Keras scales each replica's loss by 1 / replicas (where it does), so that summed
+        # gradients are the global batch's mean
+        op = tf.distribute.ReduceOp.SUM if self._reduce_op else tf.distribute.ReduceOp.MEAN
+
+        def replica(data):
+            loss, logs, grads = forward_backward(data)
+            present = [k for k, g in enumerate(grads) if g is not None]
+            reduced = tf.distribute.get_replica_context().all_reduce(
+                op, [grads[k] for k in present])
+            for k, g in zip(present, reduced):
+                grads[k] = g
+            if train:
+                grads, _ = update.prepare_gradients(optimizer, grads, var_list)
+            return loss, logs, grads
+
+        @tf.function(autograph=False)
+        def distributed(data):
+            if train:
+                update.begin_update(optimizer)
+            loss, logs, grads = strategy.run(replica, args=(data,))
+            loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+            logs = strategy.experimental_local_results(logs)[0]
+            if not train:
+                return loss, logs, strategy.experimental_local_results(grads)[0]
+            for g, v in zip(grads, var_list):
+                strategy.extended.update(
+                    engine._tf_variable(v),
+                    lambda var, grad: update.update_variable(optimizer, grad, var),
+                    args=(g,), group=False)
+            update.finish_update(optimizer, var_list)
+            return loss, logs
+
+        return distributed
 
     def probe_traced(self, want_terms=False):
         from elastictrainer import compat
@@ -95,16 +144,8 @@ class FitSteps:
     def probe_step(self, data, want_terms):
         """Every tensor's gradient, no update; (loss, logs, terms)."""
         if self._probe is None:
-            model, flavor, variables = self.model, self.flavor, self.variables
-
-            @tf.function
-            def probe(data):
-                with tf.GradientTape() as tape:
-                    x, y, sample_weight, y_pred, loss = flavor.fit_forward(model, data)
-                logs = flavor.fit_metrics(model, x, y, y_pred, sample_weight)
-                return loss, logs, tape.gradient(loss, variables)
-
-            self._probe, self._terms_fn = probe, tf.function(self._terms)
+            self._probe = self._step(self.variables, False)
+            self._terms_fn = tf.function(self._terms)
         loss, logs, grads = self._probe(data)
         terms = (self._terms_fn(grads) if want_terms
                  else tf.zeros([len(self.variables)], tf.float64))
@@ -175,6 +216,10 @@ class ElasticCallback(_base()):
         if getattr(model, "optimizer", None) is None:
             raise UserError("ElasticCallback needs a compiled model (model.compile(optimizer, "
                             "loss, ...))")
+        strategy = getattr(model, "distribute_strategy", None)
+        self.strategy = strategy if strategy is not None and (
+            strategy.num_replicas_in_sync > 1
+            or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)) else None
         if self.flavor.steps_per_execution(model) != 1:
             raise UserError("ElasticCallback times and selects every step: compile with "
                             "steps_per_execution=1")
@@ -213,6 +258,7 @@ class ElasticCallback(_base()):
         runtime, the run directory."""
         model, flavor, cfg = self.model, self.flavor, self.cfg
         optimizer = model.optimizer
+        data = self._local(data)  # under a strategy, the replicas' shares together
         x, _, _ = flavor.keras.utils.unpack_x_y_sample_weight(data)
         x0 = tf.nest.flatten(x)[0]
         batch_size = int(x0.shape[0])
@@ -232,7 +278,7 @@ class ElasticCallback(_base()):
                             f"({path})")
         engine.prepare_optimizer(optimizer, model.trainable_weights)
         scheme = SCHEMES[cfg.train_type]
-        self.trainer = FitSteps(model, optimizer, scheme.importance)
+        self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy)
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
             time_model, cfg.rho, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
@@ -243,7 +289,7 @@ class ElasticCallback(_base()):
         self.cfg = cfg = dataclasses.replace(
             cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
             num_classes=num_classes, optimizer=opt_name,
-            learning_rate=float(np.asarray(optimizer.learning_rate)),
+            learning_rate=float(tf.convert_to_tensor(optimizer.learning_rate)),
             num_epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, timing_table=path)
         os.makedirs(self.out, exist_ok=True)
         runlog.write_json(os.path.join(self.out, runlog.CONFIG_FILE), dataclasses.asdict(cfg))
@@ -258,6 +304,14 @@ class ElasticCallback(_base()):
         if self._restore_state is not None:
             self._load(self._restore_state)
         self._save_summary()
+
+    def _local(self, data):
+        """This process's part of a batch as plain tensors: the local replicas' shares
+        together (the whole batch on one machine)."""
+        if self.strategy is None:
+            return data
+        return tf.nest.map_structure(
+            lambda v: tf.concat(self.strategy.experimental_local_results(v), 0), data)
 
     def _profile(self, path, data, input_size, batch_size, num_classes):
         from elastictrainer.profiler import report

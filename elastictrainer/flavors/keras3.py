@@ -283,8 +283,14 @@ def fit_forward(model, data):
     y_pred = model(x, training=True)
     loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
     compat.keras3_loss_tracker(model).update_state(
-        loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        compat.keras3_unscale_loss_for_replicas(loss),
+        sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
     return x, y, sample_weight, y_pred, loss
+
+
+def losses_scaled_for_replicas():
+    """Whether a replica's compiled loss comes divided by the replicas in sync."""
+    return compat.keras3_scales_loss_for_replicas()
 
 
 def fit_metrics(model, x, y, y_pred, sample_weight):

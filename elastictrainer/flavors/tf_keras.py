@@ -319,6 +319,12 @@ def fit_forward(model, data):
     return x, y, sample_weight, y_pred, loss
 
 
+def losses_scaled_for_replicas():
+    """Whether a replica's compiled loss comes divided by the replicas in sync: tf-keras's
+    compiled losses are, in a replica context."""
+    return True
+
+
 def fit_metrics(model, x, y, y_pred, sample_weight):
     """The logs the model's own train_step returns."""
     return model.compute_metrics(x, y, y_pred, sample_weight)

@@ -182,3 +182,26 @@ def test_a_malformed_tf_config_is_one_line_exit_2(work):
                        env=dict(os.environ, TF_CONFIG='{"cluster": {}}'))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
     assert "no 'cluster'" in r.stderr
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path, flavor):
+    """model.fit with ElasticCallback inside MirroredStrategy (two logical CPUs) selects and
+    trains as on one device on the same batches, the same timing table."""
+    script = os.path.join(ROOT, "tests", "e2e", "fit_run.py")
+
+    def fit(mode, table=None):
+        out = str(tmp_path / mode)
+        r = subprocess.run([sys.executable, script, flavor, mode, out] + ([table] if table else []),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout.strip().splitlines()[-1]), runlog.read_summary(out)
+
+    one, one_summary = fit("one")
+    table = str(tmp_path / "one" / "profiles" / os.listdir(tmp_path / "one" / "profiles")[0])
+    two, two_summary = fit("mirrored", table)
+    assert [s["mask"] for s in one_summary["selections"]] == \
+        [s["mask"] for s in two_summary["selections"]]
+    assert 0 < sum(one_summary["selections"][-1]["mask"]) < 6
+    for key in ("loss", "val_loss", "val_accuracy"):
+        np.testing.assert_allclose(one[key], two[key], rtol=1e-4, atol=1e-6)

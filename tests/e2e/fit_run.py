@@ -1,0 +1,44 @@
+"""A model.fit run with ElasticCallback, on one device or under MirroredStrategy over two logical
+CPUs (which only a fresh process can make): python fit_run.py KERAS MODE OUTDIR [TABLE].
+Prints the history as JSON on its last line (tests/e2e/test_distribute.py)."""
+import json
+import os
+import sys
+
+os.environ["ELASTICTRAINER_LOGICAL_CPUS"] = "2"  # before TensorFlow starts
+
+import numpy as np  # noqa: E402
+
+from elastictrainer import tf_setup  # noqa: E402,F401
+import tensorflow as tf  # noqa: E402
+
+from elastictrainer.keras import ElasticCallback  # noqa: E402
+
+
+def main(flavor, mode, out, table=None):
+    keras = __import__("keras") if flavor == "keras3" else __import__("tf_keras")
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (256, 16, 16, 3)).astype("float32")
+    y = rng.integers(0, 5, 256).astype("int32")
+    train = tf.data.Dataset.from_tensor_slices((x[:192], y[:192])).batch(16)
+    test = tf.data.Dataset.from_tensor_slices((x[192:], y[192:])).batch(16)
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if mode == "mirrored"
+                else tf.distribute.get_strategy())
+    with strategy.scope():  # no BatchNorm: each replica would normalise over its own share
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((16, 16, 3))
+        h = keras.layers.Rescaling(1 / 255.0)(inputs)
+        for filters in (8, 16):
+            h = keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(h)
+        model = keras.Model(inputs, keras.layers.Dense(5)(keras.layers.GlobalAveragePooling2D()(h)))
+        # SGD: a wrong scale of the all-reduced gradients would show in every loss
+        model.compile(optimizer=keras.optimizers.SGD(0.5), metrics=["accuracy"],
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(train, epochs=3, validation_data=test, verbose=0, callbacks=[
+        ElasticCallback(rho=0.7, interval=1, logdir=out, economy=False, rho_feedback=False,
+                        timing_table=table, profiles=os.path.join(out, "profiles"), log=None)])
+    print(json.dumps({k: [float(v) for v in vs] for k, vs in history.history.items()}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
