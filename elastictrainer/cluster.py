@@ -236,6 +236,13 @@ def install_files(files, prefix, dest):
         os.replace(path + ".tmp", path)
 
 
+def keep_name(run_dir):
+    """The folder a node keeps an unfinished run in: the run's name, and a digest of where its
+    driver keeps it (two sweeps of the same figure from two places do not mix)."""
+    key = hashlib.sha1(f"{socket.gethostname()}:{run_dir}".encode()).hexdigest()[:16]
+    return f"{os.path.basename(run_dir)}-{key}"
+
+
 class RayRunner:
     """Runs a figures.Driver's commands as Ray tasks on the cluster at `address` ('local': a Ray
     instance started here, on this machine's cores), pinned to nodes that advertise
@@ -249,6 +256,7 @@ class RayRunner:
         # a timing table is a device's: the runs' kind of device names their tables' folder
         self.device_kind = "+".join(sorted(self.resources)) or None
         self.ray = None
+        self.placements = {}  # task name -> id of the node it ended on
 
     # ---------------------------------------------------------------------------- cluster
     def start(self, driver):
@@ -333,6 +341,7 @@ class RayRunner:
                 failed.append(f"{run.model} ({result})")
                 continue
             self._report(driver, tasks[run, path], result)
+            self.placements[tasks[run, path].name] = result.node_id
             install_files(result.files, "profiles", os.path.dirname(path))
             driver.log(f"  profile {run.model}: done on {result.node} after "
                        f"{result.seconds:.0f} s")
@@ -351,10 +360,9 @@ class RayRunner:
                 # run continues from this copy's checkpoint
                 inputs.update({os.path.join("logs", rel): data for rel, data in
                                read_tree(run_dir, os.path.dirname(run_dir)).items()})
-            key = hashlib.sha1(f"{socket.gethostname()}:{run_dir}".encode()).hexdigest()[:16]
             tasks[run, seed] = Task(name, driver.train_args(run, seed, "logs", "profiles"),
                                     output=os.path.join("logs", name), inputs=inputs,
-                                    keep=f"{name}-{key}", python=driver.python)
+                                    keep=keep_name(run_dir), python=driver.python)
         for (run, seed), result in self._run(driver, tasks, f"{driver.key} runs"):
             task = tasks[run, seed]
             if isinstance(result, str):
@@ -362,6 +370,7 @@ class RayRunner:
                 yield run, seed, f"failed twice ({result})"
                 continue
             self._report(driver, task, result)
+            self.placements[task.name] = result.node_id
             run_dir = driver.run_dir(run, seed)
             install_run_dir(result.files, task.output, run_dir)
             status = runlog.read_summary(run_dir).get("status")
