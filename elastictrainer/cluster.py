@@ -19,7 +19,8 @@ resume rule and the plots):
 - A run that does not finish keeps its working folder on its node
   ($XDG_CACHE_HOME/elastictrainer/cluster, default ~/.cache/...): a retry or the next sweep
   that lands on that node continues it from its last checkpoint, as the serial driver's rerun
-  does.  A finished run's folder is removed once its files are on their way to the driver.
+  does; one that finished there after its driver had gone is sent, not run again.  The folder
+  is removed once the driver has written the run's files.
 - Ray's retries: a run whose command fails, or whose node or worker is lost, runs once more
   (possibly elsewhere); after the second failure it is reported by name at the end, and the
   other runs go on.  Ctrl-C cancels the tasks; a running one passes the interrupt on to its
@@ -156,6 +157,17 @@ def write_files(files, root):
             f.write(data)
 
 
+def _spawn(argv, **kwargs):
+    """subprocess.Popen, with SIGINT deliverable in the child.  A Ray worker blocks SIGINT, and
+    a child inherits its parent's signal mask: a run started as is would never see the SIGINT
+    by which a cancelled task asks it to save and stop."""
+    previous = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _wait(proc):
     # Ray cancels a task by raising KeyboardInterrupt in it, which a blocking wait() only sees
     # once the child ends: waiting in short slices lets a cancel through at once.
@@ -182,14 +194,17 @@ def execute(task):
         work = tempfile.mkdtemp(prefix="elastictrainer-")
     try:
         write_files(task.inputs, work)
+        if task.keep and _finished(os.path.join(work, task.output)):
+            # it finished here, but its files never reached the driver (a sweep stopped just
+            # then): they are sent now, and the run is not run again
+            return _result(work, task, "finished before on this node; not run again\n", t0)
         argv = [task.python or sys.executable, "-m", "elastictrainer"] + list(task.args)
         # Ray caps OMP_NUM_THREADS at the CPUs it assigned the task, to keep many small tasks
         # from oversubscribing a node; a run has its board to itself, as in the serial driver
         env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
         log_path = os.path.join(work, LOG_NAME)
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(argv, cwd=work, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT)
+            proc = _spawn(argv, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
                 rc = _wait(proc)
             except KeyboardInterrupt:
@@ -202,12 +217,33 @@ def execute(task):
         if rc != 0:
             tail = [line for line in output.splitlines() if line.strip()][-1:] or [""]
             raise RunFailed(f"exit {rc} on {ray.util.get_node_ip_address()}: {tail[0][:300]}")
-        files = read_tree(os.path.join(work, task.output), work)
+        return _result(work, task, output, t0)
     except BaseException:
         if not task.keep:
             shutil.rmtree(work, ignore_errors=True)
         raise
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def remove_kept(keep):
+    """Runs on the node that kept a run's working folder, once the driver holds the run."""
+    shutil.rmtree(os.path.join(cache_root(), keep), ignore_errors=True)
+
+
+def _finished(run_dir):
+    try:
+        return runlog.read_summary(run_dir).get("status") == "finished"
+    except (OSError, ValueError):
+        return False
+
+
+def _result(work, task, output, t0):
+    """The task's Result.  A temporary working folder is removed; a run's stays until its driver
+    has written the files (remove_kept), since a Result whose driver has gone is lost."""
+    import ray
+
+    files = read_tree(os.path.join(work, task.output), work)
+    if not task.keep:
+        shutil.rmtree(work, ignore_errors=True)
     return Result(files, output, ray.util.get_node_ip_address(),
                   ray.get_runtime_context().get_node_id(), time.perf_counter() - t0)
 
@@ -257,6 +293,7 @@ class RayRunner:
         self.device_kind = "+".join(sorted(self.resources)) or None
         self.ray = None
         self.placements = {}  # task name -> id of the node it ended on
+        self.pending = {}     # the submitted tasks not yet ended: {ObjectRef: key}
 
     # ---------------------------------------------------------------------------- cluster
     def start(self, driver):
@@ -270,8 +307,9 @@ class RayRunner:
             kwargs["include_dashboard"] = False
         try:
             ray.init(address=self.address, **kwargs)
-        except ConnectionError as e:
-            raise UserError(f"--ray {self.address}: {one_line(e)}") from None
+        except Exception as e:  # no cluster there, another version of Ray, a wrong token...
+            raise UserError(f"--ray {self.address}: Ray could not connect: {one_line(e)}") \
+                from None
         self.ray = ray
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         need = dict(self.resources, CPU=1.0)
@@ -286,20 +324,43 @@ class RayRunner:
 
     def stop(self):
         if self.ray is not None:
+            self._cancel()
             self.ray.shutdown()
             self.ray = None
+
+    def _cancel(self):
+        """Interrupted (Ctrl-C, or an error here): the runs still going stop and save their
+        checkpoints on their nodes before Ray goes away; the queued ones never start."""
+        if not self.pending:
+            return
+        refs, self.pending = list(self.pending), {}
+        for ref in refs:
+            self.ray.cancel(ref)
+        try:
+            self.ray.wait(refs, num_returns=len(refs))
+        except KeyboardInterrupt:  # a second Ctrl-C: stop at once
+            pass
 
     def _remote(self, name):
         return self.ray.remote(execute).options(
             name=name, num_cpus=1, resources=self.resources or None,
             max_retries=self.retries, retry_exceptions=[RunFailed])
 
+    def _on_node(self, node_id, fn):
+        """fn as a task on that node, beside whatever runs there (it asks for no resource)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return self.ray.remote(fn).options(
+            num_cpus=0, max_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+
     def _run(self, driver, tasks, what):
         """Submit {key: Task}; yield (key, Result or the error message) as each ends."""
         from tqdm import tqdm
 
         ray = self.ray
-        refs = {self._remote(task.name).remote(task): key for key, task in tasks.items()}
+        refs = self.pending = {self._remote(task.name).remote(task): key
+                               for key, task in tasks.items()}
         bar = tqdm(total=len(refs), desc=what, unit="run",
                    disable=None if self.progress is None else not self.progress)
         try:
@@ -314,14 +375,9 @@ class RayRunner:
                 with tqdm.external_write_mode():
                     yield key, result
                 bar.update(1)
-        except KeyboardInterrupt:
-            for ref in refs:
-                ray.cancel(ref)
-            # let the running ones save their checkpoints before Ray goes away
-            ray.wait(list(refs), num_returns=len(refs))
-            raise
         finally:
             bar.close()
+            self._cancel()
 
     def _report(self, driver, task, result):
         driver.log(f"$ elastictrainer {shlex.join(task.args)}   (on {result.node})")
@@ -363,6 +419,7 @@ class RayRunner:
             tasks[run, seed] = Task(name, driver.train_args(run, seed, "logs", "profiles"),
                                     output=os.path.join("logs", name), inputs=inputs,
                                     keep=keep_name(run_dir), python=driver.python)
+        cleanups = []
         for (run, seed), result in self._run(driver, tasks, f"{driver.key} runs"):
             task = tasks[run, seed]
             if isinstance(result, str):
@@ -373,9 +430,11 @@ class RayRunner:
             self.placements[task.name] = result.node_id
             run_dir = driver.run_dir(run, seed)
             install_run_dir(result.files, task.output, run_dir)
+            cleanups.append(self._on_node(result.node_id, remove_kept).remote(task.keep))
             status = runlog.read_summary(run_dir).get("status")
             driver.log(f"  {task.name}: {status} on {result.node} after {result.seconds:.0f} s")
             yield run, seed, "finished" if status == "finished" else f"ended {status}"
+        self.ray.wait(cleanups, num_returns=len(cleanups))
 
 
 def describe(nodes):

@@ -55,15 +55,24 @@ elif args[0] == "train":
     if name == {kill!r} and n == 1:
         os.kill(os.getppid(), signal.SIGKILL)  # the Ray worker running this run dies
         sys.exit(1)
-    if name == {kill_driver!r} and n == 1:
+    if name == {interrupt_driver!r} and n == 1:
+        signal.alarm(30)  # a safety net: the driver's cancel interrupts this long before
         with open({driver_pid!r}) as f:
-            os.kill(int(f.read()), signal.SIGKILL)  # the whole sweep stops mid-way
-        sys.exit(1)
+            os.kill(int(f.read()), signal.SIGINT)  # Ctrl-C on the driver
+        try:
+            signal.pause()
+        except KeyboardInterrupt:  # passed on by the cancelled task: save and stop
+            with open(os.path.join(run_dir, "checkpoint"), "a") as f:
+                f.write("saved at Ctrl-C\n")
+            sys.exit(130)
     if name == {fail!r}:
         print("loss is NaN at step 3")
         sys.exit(1)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump({{"status": "finished", "resumed": resumed, "cwd": os.getcwd()}}, f)
+    if name == {kill_driver!r} and n == 1:
+        with open({driver_pid!r}) as f:
+            os.kill(int(f.read()), signal.SIGKILL)  # the sweep stops as this run ends
     print(name, "finished")
 '''
 
@@ -82,10 +91,11 @@ def two_nodes(tmp_path_factory):
         c.shutdown()
 
 
-def fake_python(tmp_path, kill="", fail="", kill_driver=""):
+def fake_python(tmp_path, kill="", fail="", kill_driver="", interrupt_driver=""):
     path = tmp_path / "fake_python"
     path.write_text(FAKE.format(python=sys.executable, attempts=str(tmp_path / "attempts"),
                                 kill=kill, fail=fail, kill_driver=kill_driver,
+                                interrupt_driver=interrupt_driver,
                                 driver_pid=str(tmp_path / "driver.pid")))
     path.chmod(0o755)
     return str(path)
@@ -176,32 +186,59 @@ def test_a_run_that_fails_twice_is_reported_by_name_and_the_others_go_on(tmp_pat
     assert any("plot bars" in line for line in lines)  # the figure is drawn from the others
 
 
-def test_a_sweep_killed_mid_way_resumes_without_running_a_finished_run_again(tmp_path, two_nodes):
-    c, _, _ = two_nodes
-    victim = RUNS[2]
-    python = fake_python(tmp_path, kill_driver=victim)
-    # the driver process: its runs use the stand-in, as the Python API's `python` does
-    code = (f"import os, sys\nopen({str(tmp_path / 'driver.pid')!r}, 'w').write(str(os.getpid()))\n"
-            "from elastictrainer import cli, cluster, common, figures\n"
-            f"runner = cluster.RayRunner({c.address!r}, {{'pi4': 1}}, progress=False)\n"
+def sweep_in_a_process(tmp_path, address, python):
+    """A pinned sweep by a driver process of its own, which writes its pid first (for the
+    stand-in runs that stop it)."""
+    code = (f"import os\nopen({str(tmp_path / 'driver.pid')!r}, 'w').write(str(os.getpid()))\n"
+            "from elastictrainer import cluster, common, figures\n"
+            f"runner = cluster.RayRunner({address!r}, {{'pi4': 1}}, progress=False)\n"
             f"driver = figures.Driver('15', smoke=True, logdir={str(tmp_path / 'logs')!r}, "
             f"figdir={str(tmp_path / 'figs')!r}, profiles={str(tmp_path / 'profiles')!r}, "
             f"python={python!r}, runner=runner)\n"
-            "driver()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+            "common.run_cli(lambda argv: driver()[1] and 1)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_ctrl_c_stops_the_runs_which_save_and_the_next_sweep_continues_them(tmp_path, two_nodes):
+    c, _, _ = two_nodes
+    victim = RUNS[1]
+    python = fake_python(tmp_path, interrupt_driver=victim)
+    out = sweep_in_a_process(tmp_path, c.address, python)
+    assert out.returncode == 130, out.stderr[-2000:]
+    assert "interrupted: finished runs are kept; run the same command again" in out.stdout
+    assert victim not in os.listdir(tmp_path / "logs")
+
+    runner, failed = sweep(tmp_path, c.address, python, {"pi4": 1})
+    assert not failed
+    counts = attempts(tmp_path)
+    assert counts.pop(victim) == 2 and set(counts.values()) == {1}
+    runs = summaries(tmp_path)
+    assert sorted(runs) == sorted(RUNS) and runs[victim]["resumed"] is True
+    # the run saved when the Ctrl-C reached it, and went on from there
+    assert (tmp_path / "logs" / victim / "checkpoint").read_text() == \
+        "attempt 1\nsaved at Ctrl-C\nattempt 2\n"
+
+
+def test_a_sweep_killed_mid_way_resumes_without_running_any_run_twice(tmp_path, two_nodes):
+    c, _, _ = two_nodes
+    victim = RUNS[2]  # it finishes on its board just as its driver is killed
+    python = fake_python(tmp_path, kill_driver=victim)
+    out = sweep_in_a_process(tmp_path, c.address, python)
     assert out.returncode == -9, out.stderr[-2000:]
     finished_before = {name for name in os.listdir(tmp_path / "logs") if name in RUNS}
     assert finished_before and victim not in finished_before
 
     runner, failed = sweep(tmp_path, c.address, python, {"pi4": 1})
     assert not failed
-    counts = attempts(tmp_path)
-    assert counts[victim] == 2
-    assert all(counts[name] == 1 for name in finished_before)  # not run again
-    assert not set(runner.placements) & finished_before
+    # every run ran once: the finished ones were not submitted again, and the victim's board
+    # sent the run it had finished instead of running it again
+    assert attempts(tmp_path) == dict({r: 1 for r in RUNS},
+                                      **{"profile_smallcnn_i64_b32_c10_adam.json": 1})
+    assert not set(runner.placements) & finished_before and victim in runner.placements
     runs = summaries(tmp_path)
     assert sorted(runs) == sorted(RUNS) and all(s["status"] == "finished" for s in runs.values())
-    assert runs[victim]["resumed"] is True  # from the checkpoint its board kept
+    assert (tmp_path / "logs" / victim / "checkpoint").read_text() == "attempt 1\n"
 
 
 def test_a_resource_no_node_advertises_is_one_line_naming_the_nodes(tmp_path, two_nodes):
