@@ -30,6 +30,7 @@ Ray is an optional dependency (`pip install .[cluster]`): nothing here imports i
 figure is run with --ray.
 """
 import hashlib
+import logging
 import os
 import shlex
 import shutil
@@ -294,14 +295,13 @@ class RayRunner:
         self.ray = None
         self.placements = {}  # task name -> id of the node it ended on
         self.pending = {}     # the submitted tasks not yet ended: {ObjectRef: key}
+        self.failed_text = "failed twice" if retries == 1 else f"failed {retries + 1} times"
 
     # ---------------------------------------------------------------------------- cluster
     def start(self, driver):
         ray = import_ray()
         if self.address not in ("local", "auto"):
             check_reachable(self.address)
-        import logging
-
         kwargs = dict(log_to_driver=False, logging_level=logging.WARNING)
         if self.address == "local":
             kwargs["include_dashboard"] = False
@@ -320,7 +320,7 @@ class RayRunner:
             self.stop()
             raise UserError(f"{what}; the cluster's nodes: {describe(nodes)}")
         driver.log(f"Ray cluster at {self.address}: {len(nodes)} node(s), runs go to {len(fit)} "
-                   f"of them ({describe(fit)})")
+                   f"of them: {describe(fit)}")
 
     def stop(self):
         if self.ray is not None:
@@ -369,7 +369,7 @@ class RayRunner:
                 key = refs.pop(ref)
                 try:
                     result = ray.get(ref)
-                except Exception as e:  # the second failure: Ray retried it once
+                except Exception as e:  # the last attempt's failure (Ray retried it)
                     cause = getattr(e, "cause", None) or e
                     result = one_line(cause if isinstance(cause, RunFailed) else e)
                 with tqdm.external_write_mode():
@@ -402,7 +402,7 @@ class RayRunner:
             driver.log(f"  profile {run.model}: done on {result.node} after "
                        f"{result.seconds:.0f} s")
         if failed:
-            raise RunError(f"profiling failed twice: {'; '.join(failed)}")
+            raise RunError(f"profiling {self.failed_text}: {'; '.join(failed)}")
 
     def train(self, driver, jobs):
         tasks = {}
@@ -423,8 +423,8 @@ class RayRunner:
         for (run, seed), result in self._run(driver, tasks, f"{driver.key} runs"):
             task = tasks[run, seed]
             if isinstance(result, str):
-                driver.log(f"  {task.name}: failed twice ({result})")
-                yield run, seed, f"failed twice ({result})"
+                driver.log(f"  {task.name}: {self.failed_text} ({result})")
+                yield run, seed, f"{self.failed_text} ({result})"
                 continue
             self._report(driver, task, result)
             self.placements[task.name] = result.node_id
@@ -438,10 +438,10 @@ class RayRunner:
 
 
 def describe(nodes):
-    """'192.0.2.2 (CPU 2, pi4 1); ...': each node and what it advertises."""
+    """'192.0.2.2 [CPU 2, pi4 1]; ...': each node and what it advertises."""
     out = []
     for n in nodes:
         res = {k: v for k, v in n["Resources"].items() if not k.startswith(_BOOKKEEPING)}
         text = ", ".join(f"{k} {v:g}" for k, v in sorted(res.items()))
-        out.append(f"{n.get('NodeManagerAddress', '?')} ({text or 'nothing'})")
+        out.append(f"{n.get('NodeManagerAddress', '?')} [{text or 'nothing'}]")
     return "; ".join(out) or "none"
