@@ -221,7 +221,7 @@ class Driver:
         return self.argv([sub])
 
     def call(self, argv, what):
-        """Run argv here, its output to this terminal; its exit code (Ctrl-C: KeyboardInterrupt)."""
+        """Run argv here, its output in this terminal; its exit code (Ctrl-C: KeyboardInterrupt)."""
         self.log("$ " + " ".join(argv))
         if self.dry_run:
             return 0
@@ -237,7 +237,6 @@ class Driver:
             raise KeyboardInterrupt
         self.log(f"  {what}: exit {rc} after {time.perf_counter() - t0:.0f} s")
         return rc
-
 
     def profile_args(self, run, path):
         """`elastictrainer profile` arguments that write the run's timing table to `path`."""
