@@ -232,8 +232,8 @@ def figure_parser(prog="elastictrainer figure"):
 
     p = ArgumentParser(prog=prog, description=figures.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("figure", choices=tuple(figures.FIGURES), metavar="FIGURE",
-                   help=" | ".join(figures.FIGURES))
+    p.add_argument("figure", type=figures.figure_key, metavar="FIGURE",
+                   help=" | ".join(figures.FIGURES) + " (or just the number: 15, 16, 17, 19)")
     p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
     p.add_argument("--smoke", action="store_true",
                    help="the README's command 1 settings (smallcnn from --weights synthetic on "
@@ -249,20 +249,46 @@ def figure_parser(prog="elastictrainer figure"):
     p.add_argument("--steps_per_epoch", type=int, default=None,
                    help="cap on every run's training steps per epoch, for a quick check of the "
                         "pipeline (the numbers then mean little)")
-    p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--dry_run", action="store_true",
+                   help="print the commands, run nothing (with --ray: contact no cluster)")
+    p.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run every profiling and training run as a Ray task on the cluster at "
+                        "ADDRESS (HOST:PORT of its head, as `ray start --head` prints it; "
+                        "'auto': the cluster this machine belongs to; 'local': start one here, "
+                        "a run per core): profiling first, then the runs, each retried once; "
+                        "run directories come back into --logdir here and the figures are "
+                        "drawn here (needs pip install '.[cluster]')")
+    p.add_argument("--ray_resources", default=None, metavar="NAME=N[,NAME=N]",
+                   type=_ray_resources,
+                   help="with --ray: run only on nodes that advertise these custom resources "
+                        "(`ray start --resources '{\"pi4\": 1}'` on each Pi, then pi4=1: one "
+                        "run at a time per board); timing tables go to PROFILES/NAME")
     return p
+
+
+def _ray_resources(text):
+    from elastictrainer.cluster import parse_resources
+
+    return parse_resources(text)
 
 
 def figure_main(argv=None, prog="elastictrainer figure"):
     args = figure_parser(prog).parse_args(argv)
     if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
         raise UserError(f"--steps_per_epoch must be positive, got {args.steps_per_epoch}")
+    if args.ray_resources and not args.ray:
+        raise UserError("--ray_resources pins runs to a Ray cluster's nodes: it needs --ray")
     from elastictrainer.figures import Driver
 
+    runner = None
+    if args.ray:
+        from elastictrainer.cluster import RayRunner
+
+        runner = RayRunner(args.ray, args.ray_resources)
     driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
                     logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
                     data_dir=args.data_dir, dry_run=args.dry_run,
-                    steps_per_epoch=args.steps_per_epoch)
+                    steps_per_epoch=args.steps_per_epoch, runner=runner)
     _, failed = driver()
     return 1 if failed else 0
 

@@ -4,6 +4,7 @@
     elastictrainer figure fig17 --ego      # ElasticTrainer runs only
     elastictrainer figure fig17 --smoke    # same pipeline, synthetic data, small model, minutes
     elastictrainer figure fig17 --dry_run  # list the commands
+    elastictrainer figure fig17 --ray HOST:6379 --ray_resources pi4=1   # on a cluster of boards
 
 A figure is data (FIGURES below): models x datasets x (ElasticTrainer at each rho + baselines),
 and the plots drawn from the run directories.  Runs are `elastictrainer train ...` processes
@@ -13,6 +14,10 @@ last checkpoint (checkpoint.py; same run name, same settings).  Figures
 are drawn by `elastictrainer plot` from summary.json and the TensorBoard events, and written as
 PNG + PDF under --figdir.  Paths default to logs/, figures/ and profiles/ in the current
 directory.
+
+Runs go one after the other in this process's terminal, or with --ray as Ray tasks on a cluster
+(cluster.py): the same commands, run names and resume rule; each run's directory comes back
+into --logdir here, and the figures are drawn here from it.
 """
 import os
 import subprocess
@@ -142,12 +147,50 @@ def run_status(run_dir):
         return None
 
 
+def figure_key(text):
+    """FIGURES' key of a figure given as 'fig17', '17' or 'Fig17'; UserError listing the valid
+    ones otherwise."""
+    key = str(text).strip().lower()
+    key = f"fig{key}" if key.isdigit() else key
+    if key not in FIGURES:
+        raise UserError(f"unknown figure {text!r}; valid: {', '.join(FIGURES)} (or their "
+                        f"numbers: {', '.join(k[3:] for k in FIGURES)})")
+    return key
+
+
+class SerialRunner:
+    """Runs a figure's commands one after the other as subprocesses of this one, their output in
+    this terminal: the default, and what --dry_run prints."""
+    device_kind = None
+
+    def start(self, driver):
+        pass
+
+    def stop(self):
+        pass
+
+    def profile(self, driver, jobs):
+        for run, path in jobs:
+            argv = driver.argv(driver.profile_args(run, path))
+            if driver.call(argv, f"profile {run.model}") != 0:
+                raise RunError(f"profiling {run.model} failed (see above)")
+
+    def train(self, driver, jobs):
+        """Yields (run, seed, status) as each run ends."""
+        for run, seed in jobs:
+            argv = driver.argv(driver.train_args(run, seed, driver.logdir, driver.profiles))
+            rc = driver.call(argv, run.name(seed))
+            yield run, seed, "finished" if rc == 0 else f"failed (exit {rc})"
+
+
 class Driver:
+    """One figure: the plan, the commands of its runs, the resume rule and the plots.  A runner
+    (SerialRunner, or cluster.RayRunner) only decides where and when the commands run."""
+
     def __init__(self, key, ego=False, smoke=False, seeds=(0,), logdir=None, figdir=None,
-                 profiles=None, data_dir=None, dry_run=False, python=sys.executable,
-                 log=None, steps_per_epoch=None):
-        if key not in FIGURES:
-            raise UserError(f"unknown figure {key!r}; valid: {', '.join(FIGURES)}")
+                 profiles=None, data_dir=None, dry_run=False, python=None,
+                 log=None, steps_per_epoch=None, runner=None):
+        key = figure_key(key)
         self.key, self.figure, self.ego, self.smoke = key, FIGURES[key], ego, smoke
         self.protocol = SMOKE if smoke else PAPER
         self.seeds = tuple(seeds)
@@ -155,21 +198,30 @@ class Driver:
         self.logdir = os.path.abspath(logdir or os.path.join(
             "logs", "smoke" if smoke else "figures", key))
         self.figdir = os.path.abspath(figdir or os.path.join("figures", "smoke" if smoke else ""))
-        self.profiles = os.path.abspath(profiles or "profiles")
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.dry_run = dry_run
         self.steps_per_epoch = steps_per_epoch  # a cap for quick checks of the pipeline
+        # None: this Python here, and on a cluster node the Python that node's Ray runs
         self.python = python
         # flushed, so that our lines and the runs' own output stay in order in a log file
         self.log = log or (lambda line: print(line, flush=True))
         self.runs = plan(self.figure, ego, smoke)
+        runner = runner or SerialRunner()
+        # a timing table is a device's: runs pinned to a kind of device get that kind's tables
+        self.profiles = os.path.abspath(os.path.join(profiles or "profiles",
+                                                     runner.device_kind or ""))
+        self.runner = SerialRunner() if dry_run else runner
 
     # ----------------------------------------------------------------------------- commands
-    def command(self, sub):
-        """argv of an `elastictrainer SUB` process in this Python (no PATH lookup needed)."""
-        return [self.python, "-m", "elastictrainer", sub]
+    def argv(self, args):
+        """argv of an `elastictrainer ARGS` process in this Python (no PATH lookup needed)."""
+        return [self.python or sys.executable, "-m", "elastictrainer"] + list(args)
 
-    def _call(self, argv, what):
+    def command(self, sub):
+        return self.argv([sub])
+
+    def call(self, argv, what):
+        """Run argv here, its output in this terminal; its exit code (Ctrl-C: KeyboardInterrupt)."""
         self.log("$ " + " ".join(argv))
         if self.dry_run:
             return 0
@@ -186,20 +238,34 @@ class Driver:
         self.log(f"  {what}: exit {rc} after {time.perf_counter() - t0:.0f} s")
         return rc
 
-    def profile(self, run):
-        """The run's timing table, profiled once per model and head size (profiler.py)."""
-        path = table_path(run, self.protocol, self.profiles)
-        if os.path.exists(path):
-            self.log(f"timing table {path} exists; reusing it")
-            return path
-        argv = self.command("profile") + ["--model_name", run.model,
+    def profile_args(self, run, path):
+        """`elastictrainer profile` arguments that write the run's timing table to `path`."""
+        return ["profile", "--model_name", run.model,
                 "--optimizer", self.protocol.flags(run.model)["optimizer"],
                 "--input_size", str(self.protocol.input_size),
                 "--batch_size", str(self.protocol.batch_size),
                 "--num_classes", str(run.num_classes), "--output", path, "--figure", "", "--quiet"]
-        if self._call(argv, f"profile {run.model}") != 0:
-            raise RunError(f"profiling {run.model} failed (see above)")
-        return path
+
+    def train_args(self, run, seed, logdir, profiles):
+        """`elastictrainer train` arguments of one run, writing LOGDIR/<run name> with the
+        timing table found in `profiles`."""
+        flags = self.protocol.flags(run.model)
+        args = ["train", "--model_name", run.model, "--dataset_name", run.dataset,
+                "--train_type", run.train_type, "--num_classes", str(run.num_classes),
+                "--seed", str(seed), "--logdir", logdir, "--run_name", run.name(seed),
+                "--timing_table", table_path(run, self.protocol, profiles), "--quiet"]
+        if run.rho is not None:
+            args += ["--rho", f"{run.rho:g}"]
+        if self.data_dir:
+            args += ["--data_dir", self.data_dir]
+        if self.steps_per_epoch:
+            args += ["--steps_per_epoch", str(self.steps_per_epoch)]
+        for flag, value in flags.items():
+            args += [f"--{flag}", f"{value:g}" if isinstance(value, float) else str(value)]
+        return args
+
+    def run_dir(self, run, seed):
+        return os.path.join(self.logdir, run.name(seed))
 
     def rho_floor(self, run):
         """The forward pass's share of a step: no selection can go below it."""
@@ -208,34 +274,50 @@ class Driver:
             return 0.0
         return TimeModel(load_table(path)).rho_floor
 
-    def train(self, run, seed):
-        run_name = run.name(seed)
-        run_dir = os.path.join(self.logdir, run_name)
-        if run_status(run_dir) == "finished":
-            self.log(f"{run_name}: finished before; not run again")
-            return run_dir, "finished"
-        flags = self.protocol.flags(run.model)
-        argv = self.command("train") + ["--model_name", run.model, "--dataset_name", run.dataset,
-                "--train_type", run.train_type, "--num_classes", str(run.num_classes),
-                "--seed", str(seed), "--logdir", self.logdir, "--run_name", run_name,
-                "--timing_table", table_path(run, self.protocol, self.profiles), "--quiet"]
-        if run.rho is not None:
-            argv += ["--rho", f"{run.rho:g}"]
-        if self.data_dir:
-            argv += ["--data_dir", self.data_dir]
-        if self.steps_per_epoch:
-            argv += ["--steps_per_epoch", str(self.steps_per_epoch)]
-        for flag, value in flags.items():
-            argv += [f"--{flag}", f"{value:g}" if isinstance(value, float) else str(value)]
-        rc = self._call(argv, run_name)
-        return run_dir, "finished" if rc == 0 else f"failed (exit {rc})"
+    # ----------------------------------------------------------------------------- stages
+    def profile_all(self):
+        """{model_c<classes>: table path}: each model profiled once per head size (and per
+        kind of device), a table that exists reused."""
+        tables, missing = {}, []
+        for run in self.runs:
+            key = f"{run.model}_c{run.num_classes}"
+            if key in tables:
+                continue
+            tables[key] = path = table_path(run, self.protocol, self.profiles)
+            if os.path.exists(path):
+                self.log(f"timing table {path} exists; reusing it")
+            else:
+                missing.append((run, path))
+        if missing:
+            self.runner.profile(self, missing)
+        return tables
+
+    def sort_runs(self, skipped):
+        """(done, todo): the runs finished before, and those to run, in plan order; a rho at or
+        below the model's forward floor goes to `skipped` with the reason."""
+        done, todo = [], []
+        for seed in self.seeds:
+            for run in self.runs:
+                floor = self.rho_floor(run) if run.rho is not None else 0.0
+                if run.rho is not None and run.rho < floor + 0.01:
+                    # a device where the forward pass alone takes more than rho of a step
+                    skipped.append(f"{run.name(seed)}: rho {run.rho:g} is at or below "
+                                   f"{run.model}'s forward floor {floor:.2f} at this input and "
+                                   f"batch size; not run")
+                    self.log(skipped[-1])
+                elif run_status(self.run_dir(run, seed)) == "finished":
+                    self.log(f"{run.name(seed)}: finished before; not run again")
+                    done.append((run, seed))
+                else:
+                    todo.append((run, seed))
+        return done, todo
 
     def plot(self, kind, out, runs, tables):
         if kind == "profile":
             outs = []
             for key, table in tables.items():
                 name = out if len(tables) == 1 else f"{out}_{key}"
-                self._call(self.command("plot") + ["profile", table, "--out", name], "plot")
+                self.call(self.command("plot") + ["profile", table, "--out", name], "plot")
                 outs.append(name)
             return outs
         if kind == "energy" and not self.dry_run:  # Fig. 23 needs a sensor: drawn only from
@@ -253,25 +335,8 @@ class Driver:
             runs = [d for _, d in runs]
         if not runs:
             return []
-        self._call(self.command("plot") + [kind] + runs + ["--out", out], "plot")
+        self.call(self.command("plot") + [kind] + runs + ["--out", out], "plot")
         return [out]
-
-    def _train_all(self, done, skipped, failed):
-        for seed in self.seeds:
-            for run in self.runs:
-                floor = self.rho_floor(run) if run.rho is not None else 0.0
-                if run.rho is not None and run.rho < floor + 0.01:
-                    # a device where the forward pass alone takes more than rho of a step
-                    skipped.append(f"{run.name(seed)}: rho {run.rho:g} is at or below "
-                                   f"{run.model}'s forward floor {floor:.2f} at this input and "
-                                   f"batch size; not run")
-                    self.log(skipped[-1])
-                    continue
-                run_dir, status = self.train(run, seed)
-                if status == "finished":
-                    done.append((run, run_dir))
-                else:
-                    failed.append(f"{run.name(seed)}: {status}")
 
     # ----------------------------------------------------------------------------- the figure
     def __call__(self):
@@ -280,17 +345,27 @@ class Driver:
         mode = "smoke test (synthetic data, small model)" if self.smoke else "paper protocol"
         self.log(f"{fig.title}{' (ElasticTrainer only)' if self.ego else ''}: {mode}, "
                  f"{len(self.runs) * len(self.seeds)} runs, logs in {self.logdir}")
-        tables = {}
-        for run in self.runs:
-            key = f"{run.model}_c{run.num_classes}"
-            if key not in tables:
-                tables[key] = self.profile(run)
-        done, skipped, failed = [], [], []
+        skipped, failed, status = [], [], {}
+        self.runner.start(self)
         try:
-            self._train_all(done, skipped, failed)
+            tables = self.profile_all()
+            before, todo = self.sort_runs(skipped)
+            status.update({key: "finished" for key in before})
+            for run, seed, result in self.runner.train(self, todo):
+                status[run, seed] = result
         except KeyboardInterrupt:
             self.log("interrupted: finished runs are kept; run the same command again to go on")
             raise
+        finally:
+            self.runner.stop()
+        done = []
+        for seed in self.seeds:  # plan order, whatever order the runs ended in
+            for run in self.runs:
+                result = status.get((run, seed))
+                if result == "finished":
+                    done.append((run, self.run_dir(run, seed)))
+                elif result is not None:
+                    failed.append(f"{run.name(seed)}: {result}")
         written = []
         if done or self.dry_run:
             for kind, suffix in fig.plots:

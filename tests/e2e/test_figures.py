@@ -1,35 +1,94 @@
 """The smoke figure end to end: the real figure script, profiler, trainings and plots on
-synthetic data, then run again without training anything."""
+synthetic data, then run again without training anything; and the same figure through
+`--ray local`, which must end with the same runs and the same files."""
+import json
 import os
+import re
 import subprocess
+import sys
+
+import pytest
 
 from helpers import ROOT, TRAIN_COMMAND as TRAIN
 
+SCRIPT = os.path.join(ROOT, "scripts", "run_figure15.sh")
+FIGURES = ("fig15.png", "fig15.pdf", "fig15_bars.png", "fig15_bars.pdf", "fig15_bars.md",
+           "fig15_profile.png", "fig15_profile.pdf")
 
-def test_smoke_figure_end_to_end_then_resumes_without_rerunning(tmp_path):
-    """CI's smoke figure: the real script, profiler, trainings and plots on synthetic data."""
-    args = ["--logdir", str(tmp_path / "logs"), "--figdir", str(tmp_path / "figs"),
-            "--profiles", str(tmp_path / "profiles"), "--steps_per_epoch", "6"]
+
+def smoke_args(root):
+    return ["--logdir", str(root / "logs"), "--figdir", str(root / "figs"),
+            "--profiles", str(root / "profiles"), "--steps_per_epoch", "6"]
+
+
+def smoke_env(root):
     # its own Keras home: the smoke runs pretrain smallcnn at 64 px, and a test must not write
-    # the user's ~/.keras cache
-    env = dict(os.environ, SMOKE="1", KERAS_HOME=str(tmp_path / "keras_home"))
-    script = os.path.join(ROOT, "scripts", "run_figure15.sh")
-    out = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
-                         timeout=900)
+    # the user's ~/.keras cache (nor a cluster node's working folders to the user's ~/.cache)
+    return dict(os.environ, SMOKE="1", KERAS_HOME=str(root / "keras_home"),
+                XDG_CACHE_HOME=str(root / "cache"))
+
+
+@pytest.fixture(scope="module")
+def serial_smoke(tmp_path_factory):
+    """CI's smoke figure, run once by the serial driver: (folder, its output)."""
+    root = tmp_path_factory.mktemp("serial")
+    out = subprocess.run(["bash", SCRIPT] + smoke_args(root), capture_output=True, text=True,
+                         env=smoke_env(root), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert list((tmp_path / "keras_home" / "models").glob("elastictrainer_synthetic_smallcnn_*"))
-    for name in ("fig15.png", "fig15.pdf", "fig15_bars.png", "fig15_bars.pdf", "fig15_bars.md",
-                 "fig15_profile.png", "fig15_profile.pdf"):
-        path = tmp_path / "figs" / name
+    return root, out
+
+
+def tree(root):
+    """Every file under the runs, figures and tables, as a path relative to `root`; the names
+    that hold a time, a host or a process id (event files, profiler traces) are masked."""
+    files = set()
+    for folder in ("logs", "figs", "profiles"):
+        for base, _, names in os.walk(root / folder):
+            for name in names:
+                rel = os.path.relpath(os.path.join(base, name), root)
+                rel = re.sub(r"tfevents\..*$", "tfevents.*", rel)
+                files.add(re.sub(r"plugins/profile/[^/]+/[^/]+$", "plugins/profile/*", rel))
+    return files
+
+
+def test_smoke_figure_end_to_end_then_resumes_without_rerunning(serial_smoke):
+    """CI's smoke figure: the real script, profiler, trainings and plots on synthetic data."""
+    root, _ = serial_smoke
+    assert list((root / "keras_home" / "models").glob("elastictrainer_synthetic_smallcnn_*"))
+    for name in FIGURES:
+        path = root / "figs" / name
         assert path.exists(), name
         assert path.stat().st_size > (0 if name.endswith(".md") else 1000), name
-    table = (tmp_path / "figs" / "fig15_bars.md").read_text()
+    table = (root / "figs" / "fig15_bars.md").read_text()
     for label in ("ElasticTrainer", "Full training", "Traditional TL", "BN+Bias"):
         assert label in table
-    runs = sorted(os.listdir(tmp_path / "logs"))
+    runs = sorted(os.listdir(root / "logs"))
     assert len(runs) == 4 and all(r.startswith("smallcnn_synthetic_") for r in runs)
     # run again: every run is found finished and only the figures are redrawn
-    again = subprocess.run(["bash", script] + args, capture_output=True, text=True, env=env,
-                           timeout=600)
+    again = subprocess.run(["bash", SCRIPT] + smoke_args(root), capture_output=True, text=True,
+                           env=smoke_env(root), timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("not run again") == 4 and TRAIN not in again.stdout
+
+
+def test_the_smoke_figure_on_a_local_ray_instance_ends_as_the_serial_one(serial_smoke,
+                                                                         tmp_path):
+    pytest.importorskip("ray", reason="the cluster extra: pip install -e '.[cluster]'")
+    serial, _ = serial_smoke
+    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "15", "--smoke",
+                          "--ray", "local"] + smoke_args(tmp_path), capture_output=True,
+                         text=True, env=smoke_env(tmp_path), timeout=900, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # the runs were Ray tasks: each ran in a working folder of its node, not in --logdir
+    assert out.stdout.count("finished on ") == 4 and "profile smallcnn: done on " in out.stdout
+    assert tree(tmp_path) == tree(serial)
+    for run in os.listdir(serial / "logs"):
+        ray_summary = json.loads((tmp_path / "logs" / run / "summary.json").read_text())
+        serial_summary = json.loads((serial / "logs" / run / "summary.json").read_text())
+        assert ray_summary["status"] == "finished"
+        # the same command: the same scheme, model, seed, steps and epochs
+        for key in ("train_type", "model", "seed", "steps_per_epoch", "tensor_names"):
+            assert ray_summary[key] == serial_summary[key], (run, key)
+        assert len(ray_summary["epochs"]) == len(serial_summary["epochs"]) == 12
+    # the figures were drawn here from the directories that came back
+    assert (tmp_path / "figs" / "fig15_bars.md").read_text().count("| smallcnn |") == 4

@@ -22,7 +22,7 @@ def _no_tensorflow(code):
 LIGHT_MODULES = ["elastictrainer", "elastictrainer.cli", "elastictrainer.common",
                  "elastictrainer.compat", "elastictrainer.config", "elastictrainer.schemes",
                  "elastictrainer.importance", "elastictrainer.selector",
-                 "elastictrainer.time_model", "elastictrainer.runlog",
+                 "elastictrainer.time_model", "elastictrainer.runlog", "elastictrainer.cluster",
                  "elastictrainer.plotting", "elastictrainer.figures", "elastictrainer.data",
                  "elastictrainer.models", "elastictrainer.profiler",
                  "elastictrainer.profiler.table", "elastictrainer.profiler.calibration"]
