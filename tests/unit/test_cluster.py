@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from elastictrainer import cli, cluster, common
+from elastictrainer import cli, cluster, cluster_node, common
 
 from helpers import ROOT
 
@@ -79,7 +79,7 @@ def test_a_run_directory_that_comes_back_replaces_the_old_copy_whole(tmp_path):
     assert sorted(os.listdir(dest)) == ["checkpoints", "summary.json"]
     assert (dest / "checkpoints" / "ckpt-1.index").read_bytes() == b"\x00\x01"
     with pytest.raises(ValueError, match="outside"):
-        cluster.write_files({os.path.join("..", "escape"): b""}, str(tmp_path / "x"))
+        cluster_node.write_files({os.path.join("..", "escape"): b""}, str(tmp_path / "x"))
 
 
 def test_the_test_command_installs_ray_so_that_ci_runs_the_cluster_tests():
