@@ -1,0 +1,116 @@
+"""model.fit's steps for ElasticCallback (keras.py): what the elastic runtime's hooks drive,
+over fit's batches, for Keras 3 and tf-keras models, on one device or under the model's
+tf.distribute strategy."""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import tensorflow as tf
+
+from elastictrainer import engine, flavors
+from elastictrainer.common import UserError
+from elastictrainer.importance import in_step_terms
+from elastictrainer.trainer import StepCache
+
+
+class FitSteps:
+    """What elastic.tf_side.ElasticHooks drives (trainer.Trainer's interface), over model.fit's
+    batches: one compiled step per selection (cached), each the model's own train step with
+    gradients for the selected tensors only, returning (loss, logs); and the probe step (every
+    gradient, no update, the loss and metrics updated) with the in-step importance terms.
+    Under the model's tf.distribute strategy a step all-reduces the selected tensors' gradients
+    only and updates every replica's copy, as the command line's distributed steps do
+    (engine.DistributedStep)."""
+
+    def __init__(self, model, optimizer, importance, strategy=None):
+        self.model, self.optimizer = model, optimizer
+        self.variables = list(model.trainable_weights)
+        self.flavor = flavors.for_model(model)
+        self.strategy = strategy
+        self._terms = in_step_terms(importance, optimizer, self.variables)
+        if self._terms is None:
+            raise UserError(f"ElasticCallback computes importance inside the step, which covers "
+                            f"SGD, Adam and AdamW without gradient clipping or variable "
+                            f"constraints; {type(optimizer).__name__} with these settings is not "
+                            f"covered")
+        self.in_step = True
+        self._reduce_op = self.flavor.losses_scaled_for_replicas()  # outside any trace
+        self.steps = StepCache(lambda sel: self._step([self.variables[k] for k in sel], True),
+                               size_fn=None if strategy is None else (lambda step: None))
+        self._probe = self._terms_fn = None
+
+    def step_for(self, selection):
+        return self.steps(tuple(selection))
+
+    def _step(self, var_list, train):
+        """data -> (loss, logs) training `var_list`; train false: (loss, logs, gradients)."""
+        model, flavor, optimizer = self.model, self.flavor, self.optimizer
+        update = flavors.for_optimizer(optimizer)
+
+        def forward_backward(data):
+            with tf.GradientTape() as tape:
+                x, y, sample_weight, y_pred, loss = flavor.fit_forward(model, data)
+            grads = tape.gradient(loss, var_list)
+            return loss, flavor.fit_metrics(model, x, y, y_pred, sample_weight), grads
+
+        strategy = self.strategy
+        # autograph off: the steps have no Python control flow on tensors to convert
+        if strategy is None:
+            @tf.function(autograph=False)
+            def step(data):
+                loss, logs, grads = forward_backward(data)
+                if not train:
+                    return loss, logs, grads
+                update.apply_updates(optimizer, grads, var_list)
+                return loss, logs
+
+            return step
+        # Keras scales each replica's loss by 1 / replicas (where it does), so that summed
+        # gradients are the global batch's mean
+        op = tf.distribute.ReduceOp.SUM if self._reduce_op else tf.distribute.ReduceOp.MEAN
+
+        def replica(data):
+            loss, logs, grads = forward_backward(data)
+            present = [k for k, g in enumerate(grads) if g is not None]
+            reduced = tf.distribute.get_replica_context().all_reduce(
+                op, [grads[k] for k in present])
+            for k, g in zip(present, reduced):
+                grads[k] = g
+            if train:
+                grads, _ = update.prepare_gradients(optimizer, grads, var_list)
+            return loss, logs, grads
+
+        @tf.function(autograph=False)
+        def distributed(data):
+            if train:
+                update.begin_update(optimizer)
+            loss, logs, grads = strategy.run(replica, args=(data,))
+            loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+            logs = strategy.experimental_local_results(logs)[0]
+            if not train:
+                return loss, logs, strategy.experimental_local_results(grads)[0]
+            for g, v in zip(grads, var_list):
+                strategy.extended.update(
+                    engine._tf_variable(v),
+                    lambda var, grad: update.update_variable(optimizer, grad, var),
+                    args=(g,), group=False)
+            update.finish_update(optimizer, var_list)
+            return loss, logs
+
+        return distributed
+
+    def probe_traced(self, want_terms=False):
+        from elastictrainer import compat
+
+        def has(fn):
+            return fn is not None and bool(compat.concrete_functions(fn))
+
+        return has(self._probe) and (not want_terms or has(self._terms_fn))
+
+    def probe_step(self, data, want_terms):
+        """Every tensor's gradient, no update; (loss, logs, terms)."""
+        if self._probe is None:
+            self._probe = self._step(self.variables, False)
+            self._terms_fn = tf.function(self._terms)
+        loss, logs, grads = self._probe(data)
+        terms = (self._terms_fn(grads) if want_terms
+                 else tf.zeros([len(self.variables)], tf.float64))
+        return loss, logs, terms
