@@ -11,11 +11,14 @@ against nothing through `apply_updates` here, which runs the same steps in the s
 (clipping, decoupled weight decay, the optimizer's public `update_step`, the iteration count,
 constraints) on one device.
 """
+import functools
+
 import keras
 import tensorflow as tf
 
 from elastictrainer import compat
 from elastictrainer.common import UserError
+from elastictrainer.flavors import shared
 from elastictrainer.config import lr_schedule_for
 
 NAME = "keras3"
@@ -162,15 +165,6 @@ def update_variable(optimizer, g, v):
         optimizer.update_step(g, v, learning_rate)
 
 
-def finish_update(optimizer, variables):
-    """The iteration count, then the variables' constraints."""
-    if not variables:
-        return optimizer.iterations
-    iteration = optimizer.iterations.assign_add(1)
-    for v in variables:
-        if v.constraint is not None:
-            v.assign(v.constraint(v))
-    return iteration
 
 
 def fresh_step_supported(optimizer, variables):
@@ -207,14 +201,8 @@ def fresh_step(optimizer, grads, variables):
                                   else lr, None, None, decay)
         return scalars[dtype]
 
-    out = []
-    for g, v in zip(grads, variables):
-        scale, root, eps, decay = coefficients(v.dtype)
-        dw = -scale * g if root is None else -(scale * g) / (root * tf.abs(g) + eps)
-        if decay is not None and compat.keras3_use_weight_decay(optimizer, v):
-            dw = dw - tf.convert_to_tensor(v) * decay
-        out.append(dw)
-    return out
+    return shared.first_step(grads, variables, coefficients,
+                             lambda v: compat.keras3_use_weight_decay(optimizer, v))
 
 
 # ---------------------------------------------------------------------------- models
@@ -234,23 +222,12 @@ def own_trainable_weights(layer):
     return compat.keras3_own_trainable_variables(layer)
 
 
-def made_by(tensor):
-    """(layer, node_index) of the call that made a functional model's tensor, or None."""
-    history = compat.keras_history(tensor)
-    return None if history is None else (history[0], history[1])
 
 
-def norm_layer_types():
-    return (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
-            keras.layers.GroupNormalization)
 
 
-def dense_type():
-    return keras.layers.Dense
 
 
-def functional_model(inputs, outputs, name):
-    return keras.Model(inputs, outputs, name=name)
 
 
 def random_state_variables(model):
@@ -267,12 +244,8 @@ def random_state_variables(model):
     return states
 
 
-def set_random_seed(seed):
-    keras.utils.set_random_seed(seed)
 
 
-def load_model(path):
-    return keras.models.load_model(path, compile=False)
 
 
 # ---------------------------------------------------------------------------- model.fit
@@ -309,3 +282,13 @@ def steps_per_execution(model):
 
 def callback_base():
     return keras.callbacks.Callback
+
+
+# the same in both Kerases (shared.py), bound to this one
+made_by = shared.made_by
+finish_update = shared.finish_update
+norm_layer_types = functools.partial(shared.norm_layer_types, keras)
+dense_type = functools.partial(shared.dense_type, keras)
+functional_model = functools.partial(shared.functional_model, keras)
+set_random_seed = functools.partial(shared.set_random_seed, keras)
+load_model = functools.partial(shared.load_model, keras)

@@ -2,11 +2,14 @@
 distribution machinery, per-tensor Adam bias correction, the closed-form fresh step, and what
 the rest of the package needs to know about its models.  Private tf-keras API through
 compat.py."""
+import functools
+
 import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer import compat
 from elastictrainer.common import UserError
+from elastictrainer.flavors import shared
 from elastictrainer.config import lr_schedule_for
 
 NAME = "tf_keras"
@@ -162,7 +165,6 @@ def fresh_step(optimizer, grads, variables):
             decay = (None if optimizer.weight_decay is None
                      else tf.cast(optimizer.weight_decay, dtype) * lr)
             if adam:
-                b1 = tf.cast(optimizer.beta_1, dtype)
                 root = tf.sqrt(1 - tf.cast(optimizer.beta_2, dtype))
                 eps = tf.cast(optimizer.epsilon, dtype)
                 if getattr(optimizer, "adaptive_epsilon", False):  # as _adam_update
@@ -174,14 +176,8 @@ def fresh_step(optimizer, grads, variables):
                                   else lr, None, None, decay)
         return scalars[dtype]
 
-    out = []
-    for g, v in zip(grads, variables):
-        scale, root, eps, decay = coefficients(v.dtype)
-        dw = -scale * g if root is None else -(scale * g) / (root * tf.abs(g) + eps)
-        if decay is not None and compat.use_weight_decay(optimizer, v):
-            dw = dw - v * decay
-        out.append(dw)
-    return out
+    return shared.first_step(grads, variables, coefficients,
+                             lambda v: compat.use_weight_decay(optimizer, v))
 
 
 def apply_updates(optimizer, grads, variables):
@@ -241,15 +237,6 @@ def update_variable(optimizer, g, v):
         compat.update_step(optimizer, g, v)
 
 
-def finish_update(optimizer, variables):
-    """The iteration count, then the variables' constraints."""
-    if not variables:
-        return optimizer.iterations
-    iteration = optimizer.iterations.assign_add(1)
-    for v in variables:
-        if v.constraint is not None:
-            v.assign(v.constraint(v))
-    return iteration
 
 
 def is_model(obj):
@@ -275,23 +262,12 @@ def own_trainable_weights(layer):
     return compat.own_trainable_weights(layer)
 
 
-def made_by(tensor):
-    """(layer, node_index) of the call that made a functional model's tensor, or None."""
-    history = compat.keras_history(tensor)
-    return None if history is None else (history[0], history[1])
 
 
-def norm_layer_types():
-    return (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
-            keras.layers.GroupNormalization)
 
 
-def dense_type():
-    return keras.layers.Dense
 
 
-def functional_model(inputs, outputs, name):
-    return keras.Model(inputs, outputs, name=name)
 
 
 def random_state_variables(model):
@@ -301,12 +277,8 @@ def random_state_variables(model):
     return [g.state for g in gens if g is not None]
 
 
-def set_random_seed(seed):
-    keras.utils.set_random_seed(seed)
 
 
-def load_model(path):
-    return keras.models.load_model(path, compile=False)
 
 
 # ---------------------------------------------------------------------------- model.fit
@@ -341,3 +313,13 @@ def steps_per_execution(model):
 
 def callback_base():
     return keras.callbacks.Callback
+
+
+# the same in both Kerases (shared.py), bound to this one
+made_by = shared.made_by
+finish_update = shared.finish_update
+norm_layer_types = functools.partial(shared.norm_layer_types, keras)
+dense_type = functools.partial(shared.dense_type, keras)
+functional_model = functools.partial(shared.functional_model, keras)
+set_random_seed = functools.partial(shared.set_random_seed, keras)
+load_model = functools.partial(shared.load_model, keras)

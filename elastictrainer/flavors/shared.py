@@ -1,0 +1,57 @@
+"""What the two Kerases do alike, written once: each flavor module binds these to its own
+`keras` (the layer API and the optimizer's bookkeeping are the same in tf-keras and Keras 3)."""
+from elastictrainer import compat
+
+
+def made_by(tensor):
+    """(layer, node_index) of the call that made a functional model's tensor, or None."""
+    history = compat.keras_history(tensor)
+    return None if history is None else (history[0], history[1])
+
+
+def norm_layer_types(keras):
+    return (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+            keras.layers.GroupNormalization)
+
+
+def dense_type(keras):
+    return keras.layers.Dense
+
+
+def functional_model(keras, inputs, outputs, name):
+    return keras.Model(inputs, outputs, name=name)
+
+
+def set_random_seed(keras, seed):
+    keras.utils.set_random_seed(seed)
+
+
+def load_model(keras, path):
+    return keras.models.load_model(path, compile=False)
+
+
+def finish_update(optimizer, variables):
+    """The iteration count, then the variables' constraints (both Kerases' order)."""
+    if not variables:
+        return optimizer.iterations
+    iteration = optimizer.iterations.assign_add(1)
+    for v in variables:
+        if v.constraint is not None:
+            v.assign(v.constraint(v))
+    return iteration
+
+
+def first_step(grads, variables, coefficients, use_weight_decay):
+    """fresh_step's closed form per tensor, from the flavor's per-dtype coefficients
+    (scale, root, eps, decay): SGD's -scale g (root None), Adam's first step
+    -scale g / (root |g| + eps); then decoupled weight decay, -decay w."""
+    import tensorflow as tf
+
+    out = []
+    for g, v in zip(grads, variables):
+        scale, root, eps, decay = coefficients(v.dtype)
+        dw = -scale * g if root is None else -(scale * g) / (root * tf.abs(g) + eps)
+        if decay is not None and use_weight_decay(v):
+            dw = dw - tf.convert_to_tensor(v) * decay
+        out.append(dw)
+    return out
