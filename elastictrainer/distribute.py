@@ -70,6 +70,21 @@ def parse_tf_config(text):
     return cluster, task
 
 
+def local_cluster(workers):
+    """TF_CONFIG values of a cluster of `workers` processes on this machine, on free ports: to
+    try multi_worker here (the tests and scripts/bench_distributed.py do)."""
+    import socket
+
+    ports = []
+    for _ in range(workers):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(s.getsockname()[1])
+    hosts = [f"localhost:{p}" for p in ports]
+    return [json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})
+            for i in range(workers)]
+
+
 def _cluster_resolver():
     import tensorflow as tf
 
@@ -179,8 +194,6 @@ class Distribution:
     def checksums(self, variables):
         """(checksums, agree): one float per local replica (sum of the weights and of their
         squares, in float64), and whether every replica of every worker holds the same."""
-        import numpy as np
-
         if not self.strategy:
             return [_checksum([v.numpy() for v in variables])], True
         import tensorflow as tf

@@ -270,7 +270,7 @@ class DistributedStep:
         return self.step(x, y)
 
 
-class DistributedProbeStep:
+class DistributedProbeStep(ProbeStep):
     """ProbeStep under a strategy: every gradient of the global batch, all-reduced, and the
     importance terms from them; no update.  (loss, stats, terms)."""
 
@@ -285,17 +285,3 @@ class DistributedProbeStep:
     @property
     def allreduce_bytes(self):
         return self.inner.allreduce_bytes
-
-    def traced(self, want_terms=False):
-        def has(fn):
-            return bool(compat.concrete_functions(fn))
-
-        return has(self.step) and (not want_terms or self.terms is None or has(self.terms))
-
-    def __call__(self, x, y, want_terms=False):
-        loss, stats, grads = self.step(x, y)
-        if want_terms and self.terms is not None:
-            terms = self.terms(grads)
-        else:
-            terms = tf.zeros([self.n], tf.float64)
-        return loss, stats, terms

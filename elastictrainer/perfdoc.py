@@ -55,6 +55,19 @@ def update_for(out_path):
         update(os.path.basename(stem))
 
 
+def write_benchmark(out, results, text):
+    """A benchmark's results: `out`.json (the numbers) and `out`.md (`text`, its table), both
+    whole or absent, and its block of the doc when `out` is in this clone's figures/."""
+    import json
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    for path, content in ((out + ".json", json.dumps(results, indent=1)), (out + ".md", text)):
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(content)
+        os.replace(path + ".tmp", path)
+    update_for(out + ".md")
+
+
 def main():
     with open(DOC, encoding="utf-8") as f:
         names = list(blocks(f.read()))

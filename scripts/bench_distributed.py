@@ -17,15 +17,14 @@ would gain.
 Writes figures/bench_distributed.{md,json} (and its block of docs/performance.md).
 """
 import datetime
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 
 from elastictrainer import perfdoc, runlog
 from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
+from elastictrainer.distribute import local_cluster
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPOLOGIES = {
@@ -47,12 +46,6 @@ def build_parser():
     return p
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def run(args, workdir, topology, name, train_type, rho):
     """One run on `topology`; its summary.json (the chief's)."""
     cmd = [sys.executable, os.path.join(HERE, "main.py"), "--model_name", "smallcnn",
@@ -65,14 +58,9 @@ def run(args, workdir, topology, name, train_type, rho):
            os.path.join(workdir, "logs"), "--run_name", name, "--quiet",
            "--energy", "none"] + TOPOLOGIES[topology]
     if "multi_worker" in cmd:
-        ports = [_free_port(), _free_port()]
-        procs = []
-        for index in range(2):
-            env = dict(os.environ, TF_CONFIG=json.dumps({
-                "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                "task": {"type": "worker", "index": index}}))
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True))
+        procs = [subprocess.Popen(cmd, env=dict(os.environ, TF_CONFIG=config),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for config in local_cluster(2)]
         errors = [p.communicate()[1] for p in procs]
         codes = [p.returncode for p in procs]
     else:
@@ -131,14 +119,8 @@ def main(argv=None):
             bar.update(1)
         results["topologies"][topology] = rows
     bar.close()
-    out = os.path.abspath(args.out)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out + ".json", "w") as f:
-        json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(out + ".md", "w") as f:
-        f.write(text)
-    perfdoc.update_for(out + ".md")
+    perfdoc.write_benchmark(os.path.abspath(args.out), results, text)
     print(text)
     return 0
 

@@ -15,7 +15,6 @@ one process, interleaved per repeat, so that load that comes and goes falls on b
 Writes figures/bench_keras.{md,json} (and its block of docs/performance.md).
 """
 import datetime
-import json
 import os
 import statistics
 import tempfile
@@ -174,14 +173,8 @@ def main(argv=None):
                 bar.update(1)
         results["cells"][name] = cell
     bar.close()
-    out = os.path.abspath(args.out)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out + ".json", "w") as f:
-        json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(out + ".md", "w") as f:
-        f.write(text)
-    perfdoc.update_for(out + ".md")
+    perfdoc.write_benchmark(os.path.abspath(args.out), results, text)
     print(text)
     return 0
 

@@ -191,3 +191,55 @@ def keras3_cnn(num_classes=5, size=16, augment=False, name="k3cnn"):
         x = keras3.layers.Dropout(0.3)(x)
     outputs = keras3.layers.Dense(num_classes)(x)
     return keras3.Model(inp, outputs, name=name)
+
+
+def assert_fresh_step_matches_general_probe(tr, data, covered, monkeypatch):
+    """engine.fresh_step (no snapshot, update or restore) against importance.probe_terms, which
+    takes the step with the optimizer itself from zeroed slots and restores everything: the
+    same importance on `data`, the weights and slots untouched; `covered`: whether the closed
+    form covers the optimizer (else the general path is the one taken)."""
+    import numpy as np
+
+    from elastictrainer import engine, importance
+    bn0 = snapshot(tr.model.non_trainable_weights)
+    general = importance.probe_terms(tr, data, fresh_state=True, after=False)[0]
+    for v, w in zip(tr.model.non_trainable_weights, bn0):
+        v.assign(w)
+    assert engine.fresh_step_supported(tr.optimizer, tr.variables) == covered
+    if covered:  # the closed form must not fall back to the general path
+        monkeypatch.setattr(importance, "probe_terms", None)
+    w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
+    fast = importance.taylor_importance(tr, data)
+    # the general path's dw is a difference of float32 weights: rounding, not the formula
+    np.testing.assert_allclose(fast, general, rtol=2e-3, atol=1e-9)
+    assert np.all(np.abs(fast) > 0)
+    assert all(np.array_equal(a, b) for a, b in zip(w0, snapshot(tr.variables)))
+    assert all(np.array_equal(a, b) for a, b in zip(o0, snapshot(tr.optimizer.variables)))
+
+
+def updates_by_keras_and_ours(make_model, make_optimizer, x, y, steps=4):
+    """Final weights and iteration count after `steps` steps on (x, y) of the model's tensors
+    but its first, updated by Keras' own apply_gradients and by engine.apply_updates (the path
+    without merge_call): two lists to compare."""
+    from elastictrainer import engine
+    loss_fn = engine.make_loss()
+    finals = []
+    for mode in ("keras", "ours"):
+        model, opt = make_model(), make_optimizer()
+        engine.prepare_optimizer(opt, model.trainable_weights)
+        subset = model.trainable_weights[1:]  # the first kernel stays frozen
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, subset)
+            if mode == "keras":
+                opt.apply_gradients(zip(grads, subset))
+            else:
+                engine.apply_updates(opt, grads, subset)
+
+        for _ in range(steps):
+            step(x, y)
+        finals.append([v.numpy() for v in model.trainable_weights] + [opt.iterations.numpy()])
+    return finals

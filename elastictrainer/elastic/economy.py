@@ -127,12 +127,17 @@ class Economy:
         if self.s.selection is None:
             return True  # the first selection: the plan decided the run selects
         ok = self._affordable(self.probe_batches * self._grad_s(), global_step)
-        if not ok and not getattr(self, "_said_probes", False):
-            self._said_probes = True
-            self.log(f"elastic: re-selections from step {global_step} on are skipped: their "
-                     f"probes would take the re-selection overhead past {OVERHEAD_SHARE:.0%} of "
-                     f"training (the selection is kept)")
+        if not ok:
+            self._say_once("probes", f"elastic: re-selections from step {global_step} on are "
+                           f"skipped: their probes would take the re-selection overhead past "
+                           f"{OVERHEAD_SHARE:.0%} of training (the selection is kept)")
         return ok
+
+    def _say_once(self, what, line):
+        said = self.__dict__.setdefault("_said", set())
+        if what not in said:
+            said.add(what)
+            self.log(line)
 
     def _measure_affordable(self, global_step, mask):
         """Whether measuring `mask`'s step (FULL_STEPS timed full steps per round) fits the
@@ -142,11 +147,11 @@ class Economy:
         if not self.is_compiled(selection):
             extra += self._compile_estimate(self.ctl.model.predicted_ratio(mask)) or 0.0
         ok = self._affordable(extra, global_step, self.ctl.model.predicted_ratio(mask))
-        if not ok and not getattr(self, "_said_measure", False):
-            self._said_measure = True
-            self.log(f"elastic: selections from step {global_step} on train on the time model's "
-                     f"word, unmeasured: timing full steps beside them would take the "
-                     f"re-selection overhead past {OVERHEAD_SHARE:.0%} of training")
+        if not ok:
+            self._say_once("measure", f"elastic: selections from step {global_step} on train on "
+                           f"the time model's word, unmeasured: timing full steps beside them "
+                           f"would take the re-selection overhead past {OVERHEAD_SHARE:.0%} of "
+                           f"training")
         return ok
 
     def _worth_compiling(self, selection, global_step):

@@ -19,7 +19,6 @@ import tensorflow as tf
 from elastictrainer import compat
 from elastictrainer.common import UserError
 from elastictrainer.flavors import shared
-from elastictrainer.config import lr_schedule_for
 
 NAME = "keras3"
 # Keras 3 releases whose optimizer internals (compat.py's Keras 3 part) were tested: the one
@@ -36,27 +35,9 @@ def is_optimizer(obj):
 
 
 # ---------------------------------------------------------------------------- optimizers
-def make_optimizer(name, learning_rate, weight_decay, total_steps,
-                   per_tensor_bias_correction=True, schedule=None):
-    """engine.make_optimizer's optimizers, in Keras 3."""
-    lr = learning_rate
-    if lr_schedule_for(name, schedule) == "cosine":
-        lr = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
-    if name == "adam":
-        optimizer = keras.optimizers.Adam(lr)
-        optimizer.per_tensor_bias_correction = per_tensor_bias_correction
-        return optimizer
-    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=weight_decay or None)
-
-
 def check_optimizer(optimizer):
     """Refuse, with one line, what apply_updates does not do as Keras would."""
-    version = tuple(int(p) for p in keras.__version__.split(".")[:2])
-    if not TESTED_KERAS[0] <= version <= TESTED_KERAS[1]:
-        lo, hi = (".".join(map(str, v)) for v in TESTED_KERAS)
-        raise UserError(f"Keras {keras.__version__} is outside the range this project was "
-                        f"tested with ({lo} to {hi}); its optimizer internals may differ: "
-                        f"install keras {lo}.* to {hi}.*")
+    shared.check_version(keras, TESTED_KERAS, "Keras", "keras")
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise UserError("LossScaleOptimizer (mixed precision) is not supported")
     if getattr(optimizer, "use_ema", False):
@@ -292,3 +273,4 @@ dense_type = functools.partial(shared.dense_type, keras)
 functional_model = functools.partial(shared.functional_model, keras)
 set_random_seed = functools.partial(shared.set_random_seed, keras)
 load_model = functools.partial(shared.load_model, keras)
+make_optimizer = functools.partial(shared.make_optimizer, keras)

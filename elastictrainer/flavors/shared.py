@@ -1,6 +1,32 @@
 """What the two Kerases do alike, written once: each flavor module binds these to its own
 `keras` (the layer API and the optimizer's bookkeeping are the same in tf-keras and Keras 3)."""
 from elastictrainer import compat
+from elastictrainer.common import UserError
+from elastictrainer.config import lr_schedule_for
+
+
+def make_optimizer(keras, name, learning_rate, weight_decay, total_steps,
+                   per_tensor_bias_correction=True, schedule=None):
+    """engine.make_optimizer's optimizers, in `keras`."""
+    lr = learning_rate
+    if lr_schedule_for(name, schedule) == "cosine":
+        lr = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
+    if name == "adam":
+        optimizer = keras.optimizers.Adam(lr)
+        optimizer.per_tensor_bias_correction = per_tensor_bias_correction
+        return optimizer
+    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=weight_decay or None)
+
+
+def check_version(keras, tested, label, package):
+    """Refuse, in one line, a `keras` outside the (lowest, highest) releases `tested`: its
+    optimizer internals (compat.py) may differ."""
+    version = tuple(int(p) for p in keras.__version__.split(".")[:2])
+    if not tested[0] <= version <= tested[1]:
+        lo, hi = (".".join(map(str, v)) for v in tested)
+        raise UserError(f"{label} {keras.__version__} is outside the range this project was "
+                        f"tested with ({lo} to {hi}); its optimizer internals may differ: "
+                        f"install {package} {lo}.* to {hi}.*")
 
 
 def made_by(tensor):

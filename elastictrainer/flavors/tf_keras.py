@@ -10,7 +10,6 @@ import tf_keras as keras
 from elastictrainer import compat
 from elastictrainer.common import UserError
 from elastictrainer.flavors import shared
-from elastictrainer.config import lr_schedule_for
 
 NAME = "tf_keras"
 # tf-keras releases whose optimizer internals `_apply` was tested against (.ci/run runs the tests
@@ -18,31 +17,9 @@ NAME = "tf_keras"
 TESTED_TF_KERAS = ((2, 16), (2, 21))
 
 
-def make_optimizer(name, learning_rate, weight_decay, total_steps,
-                   per_tensor_bias_correction=True, schedule=None):
-    """sgd: momentum 0.9 with decoupled weight decay applied as lr_t x weight_decay.  adam: Adam,
-    its bias correction counted per tensor (module docstring) unless
-    per_tensor_bias_correction=False.  `schedule` (config.LR_SCHEDULES; None: the optimizer's
-    own, as the reference) is lr_t: for sgd one cosine decay over all steps, the reference's
-    SGDW schedule exactly; for adam constant."""
-    lr = learning_rate
-    if lr_schedule_for(name, schedule) == "cosine":
-        lr = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))
-    if name == "adam":
-        optimizer = keras.optimizers.Adam(lr)
-        optimizer.per_tensor_bias_correction = per_tensor_bias_correction
-        return optimizer
-    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=weight_decay or None)
-
-
 def check_optimizer(optimizer):
     """Refuse, with one line, an optimizer that apply_updates cannot apply as Keras would."""
-    version = tuple(int(p) for p in keras.__version__.split(".")[:2])
-    if not TESTED_TF_KERAS[0] <= version <= TESTED_TF_KERAS[1]:
-        lo, hi = (".".join(map(str, v)) for v in TESTED_TF_KERAS)
-        raise UserError(f"tf-keras {keras.__version__} is outside the range this project was "
-                        f"tested with ({lo} to {hi}); its optimizer internals may differ: "
-                        f"install tf-keras {lo}.* to {hi}.*")
+    shared.check_version(keras, TESTED_TF_KERAS, "tf-keras", "tf-keras")
     missing = compat.missing_optimizer_api(optimizer)
     if missing:
         raise UserError(f"optimizer {type(optimizer).__name__} lacks {', '.join(missing)}: "
@@ -323,3 +300,4 @@ dense_type = functools.partial(shared.dense_type, keras)
 functional_model = functools.partial(shared.functional_model, keras)
 set_random_seed = functools.partial(shared.set_random_seed, keras)
 load_model = functools.partial(shared.load_model, keras)
+make_optimizer = functools.partial(shared.make_optimizer, keras)

@@ -7,7 +7,6 @@ then resumes."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from elastictrainer import runlog
+from elastictrainer.distribute import local_cluster
 from elastictrainer.run_hooks import FAULT_AT_STEP_ENV
 from helpers import ROOT
 
@@ -109,20 +109,11 @@ def test_mirrored_on_two_logical_cpus_trains_as_one_device(work, train_type):
         assert two["allreduce_bytes_per_step"] < full  # frozen tensors are not all-reduced
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def _workers(tmp, name, fault=None):
     """Two workers of one run on localhost; (chief, worker 1) CompletedProcess-likes."""
-    ports = [_free_port(), _free_port()]
     procs = []
-    for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps({
-            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-            "task": {"type": "worker", "index": index}}))
+    for index, config in enumerate(local_cluster(2)):
+        env = dict(os.environ, TF_CONFIG=config)
         if fault is not None and index == 1:
             env[FAULT_AT_STEP_ENV] = str(fault)
         procs.append(subprocess.Popen(

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from helpers import tiny_mlp
+from helpers import tiny_mlp, updates_by_keras_and_ours
 from elastictrainer import engine
 
 
@@ -26,26 +26,7 @@ def test_apply_updates_matches_apply_gradients(name):
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(8, 6)), tf.float32)
     y = tf.constant(rng.integers(0, 3, 8), tf.int32)
-    loss_fn = engine.make_loss()
-    finals = []
-    for mode in ("keras", "ours"):
-        model = tiny_mlp(1)
-        opt = engine.prepare_optimizer(OPTIMIZERS[name](), model.trainable_weights)
-        subset = model.trainable_weights[1:]  # d1's kernel stays frozen
-
-        @tf.function
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x))
-            grads = tape.gradient(loss, subset)
-            if mode == "keras":
-                opt.apply_gradients(zip(grads, subset))
-            else:
-                engine.apply_updates(opt, grads, subset)
-
-        for _ in range(4):
-            step(x, y)
-        finals.append([v.numpy() for v in model.trainable_weights] + [opt.iterations.numpy()])
+    finals = updates_by_keras_and_ours(lambda: tiny_mlp(1), OPTIMIZERS[name], x, y)
     for a, b in zip(*finals):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert finals[1][-1] == 4

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from helpers import batch, paper_taylor_by_hand, snapshot, tiny_model
+from helpers import (assert_fresh_step_matches_general_probe, batch, paper_taylor_by_hand,
+                     snapshot, tiny_model)
 from elastictrainer import config, engine, importance, loop, schemes, trainer
 from elastictrainer.data.loaders import synthetic_dataset
 from elastictrainer.roles import tensor_roles
@@ -169,22 +170,8 @@ def test_taylors_closed_form_step_matches_the_general_probe(kind, monkeypatch):
     for s in range(3):  # training state that a fresh step must ignore
         tr.step_for(range(8))(*batch(seed=s))
     tr.step_for((6, 7))(*batch(seed=3))
-    data = [batch(seed=s) for s in (7, 8)]
-    bn0 = snapshot(tr.model.non_trainable_weights)
-    general = importance.probe_terms(tr, data, fresh_state=True, after=False)[0]
-    for v, w in zip(tr.model.non_trainable_weights, bn0):
-        v.assign(w)
-    covered = kind != "clipped"
-    assert engine.fresh_step_supported(tr.optimizer, tr.variables) == covered
-    if covered:  # the closed form must not fall back to the general path
-        monkeypatch.setattr(importance, "probe_terms", None)
-    w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
-    fast = importance.taylor_importance(tr, data)
-    # the general path's dw is a difference of float32 weights: rounding, not the formula
-    np.testing.assert_allclose(fast, general, rtol=2e-3, atol=1e-9)
-    assert np.all(np.abs(fast) > 0)
-    assert all(np.array_equal(a, b) for a, b in zip(w0, snapshot(tr.variables)))
-    assert all(np.array_equal(a, b) for a, b in zip(o0, snapshot(tr.optimizer.variables)))
+    assert_fresh_step_matches_general_probe(tr, [batch(seed=s) for s in (7, 8)],
+                                            kind != "clipped", monkeypatch)
 
 
 def test_taylor_paper_is_eq_6_from_trainings_optimizer_state():

@@ -12,8 +12,9 @@ import pytest
 import keras as keras3
 import tensorflow as tf
 
-from helpers import keras3_cnn, snapshot
-from elastictrainer import compat, engine, flavors, importance, runlog, schemes, trainer
+from helpers import (assert_fresh_step_matches_general_probe, keras3_cnn,
+                     updates_by_keras_and_ours)
+from elastictrainer import compat, engine, flavors, runlog, schemes, trainer
 from elastictrainer.common import UserError
 from elastictrainer.roles import tensor_roles
 
@@ -37,30 +38,16 @@ OPTIMIZERS = {
 def test_apply_updates_matches_keras3s_apply_gradients(name):
     """The update without merge_call is Keras 3's own, number for number, on a subset too
     (Keras' global bias correction here: per_tensor_bias_correction off)."""
-    x, y = _data()
-    loss_fn = engine.make_loss()
-    finals = []
-    for mode in ("keras", "ours"):
+    def model():
         keras3.utils.set_random_seed(1)
-        model = keras3_cnn()
+        return keras3_cnn()
+
+    def optimizer():
         opt = OPTIMIZERS[name]()
         opt.per_tensor_bias_correction = False
-        engine.prepare_optimizer(opt, model.trainable_weights)
-        subset = model.trainable_weights[1:]  # the first kernel stays frozen
+        return opt
 
-        @tf.function
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x, training=True))
-            grads = tape.gradient(loss, subset)
-            if mode == "keras":
-                opt.apply_gradients(zip(grads, subset))
-            else:
-                engine.apply_updates(opt, grads, subset)
-
-        for _ in range(4):
-            step(x, y)
-        finals.append([v.numpy() for v in model.trainable_weights] + [opt.iterations.numpy()])
+    finals = updates_by_keras_and_ours(model, optimizer, *_data())
     for a, b in zip(*finals):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert finals[1][-1] == 4
@@ -108,28 +95,14 @@ def test_taylors_closed_form_step_matches_the_general_probe(kind, monkeypatch):
     every = range(len(tr.variables))
     for s in range(3):  # training state that a fresh step must ignore
         tr.step_for(every)(*_data(seed=s))
-    data = [_data(seed=s) for s in (7, 8)]
-    bn0 = snapshot(model.non_trainable_weights)
-    general = importance.probe_terms(tr, data, fresh_state=True, after=False)[0]
-    for v, w in zip(model.non_trainable_weights, bn0):
-        v.assign(w)
-    covered = kind != "clipped"
-    assert engine.fresh_step_supported(tr.optimizer, tr.variables) == covered
-    if covered:
-        monkeypatch.setattr(importance, "probe_terms", None)
-    w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
-    fast = importance.taylor_importance(tr, data)
-    np.testing.assert_allclose(fast, general, rtol=2e-3, atol=1e-9)
-    assert np.all(np.abs(fast) > 0)
-    assert all(np.array_equal(a, b) for a, b in zip(w0, snapshot(tr.variables)))
-    assert all(np.array_equal(a, b) for a, b in zip(o0, snapshot(tr.optimizer.variables)))
+    assert_fresh_step_matches_general_probe(tr, [_data(seed=s) for s in (7, 8)],
+                                            kind != "clipped", monkeypatch)
 
 
 def test_a_train_step_per_selection_does_not_grow_memory():
     """Thirty train steps of changing selections traced and dropped: through Keras 3's own
     `apply` each one kept about 1.5 MB for good (its merge_call holds the graph); through
     apply_updates resident memory stays put."""
-    from elastictrainer.common import peak_rss_mb  # noqa: F401  (the RSS reader's module)
     import gc
 
     def rss_mb():
