@@ -198,9 +198,7 @@ class Distribution:
             return [_checksum([v.numpy() for v in variables])], True
         import tensorflow as tf
 
-        def tf_variable(v):  # a Keras 3 variable wraps the distributed tf.Variable
-            value = getattr(v, "value", None)
-            return value if isinstance(value, tf.Variable) else v
+        from elastictrainer.engine import tf_variable
 
         copies = [self.strategy.experimental_local_results(tf_variable(v)) for v in variables]
         local = [_checksum([c[r].numpy() for c in copies]) for r in range(len(copies[0]))]

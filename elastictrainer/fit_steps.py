@@ -59,7 +59,7 @@ class FitSteps:
                 loss, logs, grads = forward_backward(data)
                 if not train:
                     return loss, logs, grads
-                update.apply_updates(optimizer, grads, var_list)
+                engine.apply_updates(optimizer, grads, var_list)
                 return loss, logs
 
             return step
@@ -89,7 +89,7 @@ class FitSteps:
                 return loss, logs, strategy.experimental_local_results(grads)[0]
             for g, v in zip(grads, var_list):
                 strategy.extended.update(
-                    engine._tf_variable(v),
+                    engine.tf_variable(v),
                     lambda var, grad: update.update_variable(optimizer, grad, var),
                     args=(g,), group=False)
             update.finish_update(optimizer, var_list)

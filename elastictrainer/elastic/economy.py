@@ -134,9 +134,8 @@ class Economy:
         return ok
 
     def _say_once(self, what, line):
-        said = self.__dict__.setdefault("_said", set())
-        if what not in said:
-            said.add(what)
+        if what not in self.said:
+            self.said.add(what)
             self.log(line)
 
     def _measure_affordable(self, global_step, mask):

@@ -75,6 +75,7 @@ class ElasticRuntime(Economy, Accounting):
         self.s = ElasticState()
         self.n = len(model.t_dw)
         self.is_compiled = lambda selection: False  # the TF side says which steps exist
+        self.said = set()  # the notes the economy gives once
 
     # ------------------------------------------------------------------ the start
     def plan(self):

@@ -7,12 +7,10 @@ A Keras 3 optimizer is built once for every trainable variable and then applies 
 any subset of them (it refuses a variable it was not built with: "Unknown variable").  Its own
 `apply` runs the update inside tf.distribute's merge_call, which keeps every graph it was traced
 in alive: a fresh train step per selection grew RSS by 1.5 MB per trace on a 8-tensor CNN (Adam),
-against nothing through `apply_updates` here, which runs the same steps in the same order
+against nothing through engine.apply_updates with the parts here, which run the same steps in the same order
 (clipping, decoupled weight decay, the optimizer's public `update_step`, the iteration count,
 constraints) on one device.
 """
-import functools
-
 import keras
 import tensorflow as tf
 
@@ -107,16 +105,6 @@ def _adam_update(optimizer, gradient, variable, learning_rate, count):
         v = v_hat
     optimizer.assign_sub(variable, (m * alpha) / (tf.sqrt(v) + optimizer.epsilon))
     count.assign_add(tf.ones((), count.dtype))
-
-
-def apply_updates(optimizer, grads, variables):
-    """optimizer.apply's steps, in its order, on one device (module docstring); its parts are
-    apart for distribute.py, which runs update_variable on every replica's copy."""
-    begin_update(optimizer)
-    grads, variables = prepare_gradients(optimizer, grads, variables)
-    for g, v in zip(grads, variables):
-        update_variable(optimizer, g, v)
-    return finish_update(optimizer, variables)
 
 
 def begin_update(optimizer):
@@ -261,16 +249,9 @@ def steps_per_execution(model):
     return int(getattr(model, "steps_per_execution", 1) or 1)
 
 
-def callback_base():
-    return keras.callbacks.Callback
 
 
 # the same in both Kerases (shared.py), bound to this one
-made_by = shared.made_by
-finish_update = shared.finish_update
-norm_layer_types = functools.partial(shared.norm_layer_types, keras)
-dense_type = functools.partial(shared.dense_type, keras)
-functional_model = functools.partial(shared.functional_model, keras)
-set_random_seed = functools.partial(shared.set_random_seed, keras)
-load_model = functools.partial(shared.load_model, keras)
-make_optimizer = functools.partial(shared.make_optimizer, keras)
+made_by, finish_update = shared.made_by, shared.finish_update
+(norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
+ make_optimizer) = shared.bound(keras)

@@ -1,5 +1,7 @@
 """What the two Kerases do alike, written once: each flavor module binds these to its own
 `keras` (the layer API and the optimizer's bookkeeping are the same in tf-keras and Keras 3)."""
+import functools
+
 from elastictrainer import compat
 from elastictrainer.common import UserError
 from elastictrainer.config import lr_schedule_for
@@ -81,3 +83,11 @@ def first_step(grads, variables, coefficients, use_weight_decay):
             dw = dw - tf.convert_to_tensor(v) * decay
         out.append(dw)
     return out
+
+
+def bound(keras):
+    """norm_layer_types, dense_type, functional_model, set_random_seed, load_model and
+    make_optimizer, bound to `keras`."""
+    return tuple(functools.partial(f, keras) for f in (
+        norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
+        make_optimizer))

@@ -2,8 +2,6 @@
 distribution machinery, per-tensor Adam bias correction, the closed-form fresh step, and what
 the rest of the package needs to know about its models.  Private tf-keras API through
 compat.py."""
-import functools
-
 import tensorflow as tf
 import tf_keras as keras
 
@@ -157,25 +155,6 @@ def fresh_step(optimizer, grads, variables):
                              lambda v: compat.use_weight_decay(optimizer, v))
 
 
-def apply_updates(optimizer, grads, variables):
-    """`optimizer.apply_gradients` on one device, without its tf.distribute merge_call.
-
-    The merge_call path keeps every graph it was traced in alive: with a new train step traced
-    per tensor selection, RSS grew 14.4 MB per selection (MobileNetV2 at 64 px, 30 distinct
-    selections), against 0.5 MB on this path.  What Keras does that this path does too, in its
-    order: learning rate of this iteration, gradient clipping, sparse-gradient de-duplication,
-    decoupled weight decay, the update rule (XLA-compiled where Keras would), iteration count,
-    variable constraints.  What it refuses is refused up front by check_optimizer.  Its parts
-    are apart for distribute.py, which runs update_variable on every replica's copy.
-    """
-    with tf.name_scope(optimizer.name or "optimizer"):  # traces read 'SGD/...' as with keras
-        begin_update(optimizer)
-        grads, variables = prepare_gradients(optimizer, grads, variables)
-        for g, v in zip(grads, variables):
-            update_variable(optimizer, g, v)
-        return finish_update(optimizer, variables)
-
-
 # The steps apply_gradients runs inside tf.distribute's merge_call (see apply_updates), all
 # private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
 # (tests/integration/test_engine.py compares with apply_gradients); check_optimizer refuses other
@@ -288,16 +267,9 @@ def steps_per_execution(model):
     return compat.steps_per_execution(model)
 
 
-def callback_base():
-    return keras.callbacks.Callback
 
 
 # the same in both Kerases (shared.py), bound to this one
-made_by = shared.made_by
-finish_update = shared.finish_update
-norm_layer_types = functools.partial(shared.norm_layer_types, keras)
-dense_type = functools.partial(shared.dense_type, keras)
-functional_model = functools.partial(shared.functional_model, keras)
-set_random_seed = functools.partial(shared.set_random_seed, keras)
-load_model = functools.partial(shared.load_model, keras)
-make_optimizer = functools.partial(shared.make_optimizer, keras)
+made_by, finish_update = shared.made_by, shared.finish_update
+(norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
+ make_optimizer) = shared.bound(keras)
