@@ -1,5 +1,6 @@
 """The same architecture in tf-keras and in Keras 3: what the profiler attributes, how long a
-full step takes, and the step ratio an elastic run at rho measures.
+full step takes, and the step ratio an elastic run at rho measures, from the command line's loop
+and from model.fit.
 
 Why: the built-in models use tf-keras (fused BatchNormalization, stable op names); users bring
 Keras 3 models, whose BatchNormalization is computed from its parts.  Each cell builds one
@@ -19,7 +20,7 @@ import os
 import statistics
 import tempfile
 
-from elastictrainer import perfdoc
+from elastictrainer import perfdoc, runlog
 from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,29 +121,57 @@ def elastic_run(flavor, arch, size, batch, classes, table, args, workdir, repeat
             "selected": summary["epochs"][-1]["selected"], "train_time_s": summary["train_time_s"]}
 
 
+def fit_run(flavor, arch, size, batch, classes, table, args, workdir, repeat):
+    """The same training through model.fit with ElasticCallback."""
+    from elastictrainer.keras import ElasticCallback
+
+    keras = keras_module(flavor)
+    keras.utils.set_random_seed(repeat)
+    model = build(keras, arch, size, classes)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    epochs = 3
+    per_epoch = max(args.steps // epochs, 1)
+    train, test = data(size, batch, classes, min(per_epoch, 32), seed=repeat)
+    out = os.path.join(workdir, "fit", f"{arch}_{flavor}_{repeat}")
+    model.fit(train, epochs=epochs, steps_per_epoch=per_epoch, validation_data=test, verbose=0,
+              callbacks=[ElasticCallback(rho=args.rho, interval=1, logdir=out, timing_table=table,
+                                         log=None)])
+    summary = runlog.read_summary(out)
+    return {"measured_ratio": summary["measured_ratio"], "wall_ratio": summary["wall_ratio"],
+            "selected": summary["epochs"][-1]["selected"], "train_time_s": summary["train_time_s"]}
+
+
+def _ratios(runs):
+    ratios = [run["measured_ratio"] for run in runs if run["measured_ratio"]]
+    if not ratios:
+        return "n/a"
+    return f"{statistics.median(ratios):.3f} ({', '.join(f'{v:.3f}' for v in ratios)})"
+
+
 def markdown(results):
     head = results["machine"]
     lines = [f"Machine: {head}; run {results['date']}.", "",
              "| architecture | Keras | tensors | op time attributed | full step ms | forward / "
              "full | compiling a selection | elastic step ratio at rho "
-             f"{results['rho']:g} (runs) | tensors trained |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"{results['rho']:g}, command line (runs) | the same in model.fit (runs) | "
+             "tensors trained |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, cell in results["cells"].items():
         for flavor in KERASES:
             r = cell[flavor]
             p = r["profile"]
-            ratios = [run["measured_ratio"] for run in r["runs"] if run["measured_ratio"]]
-            shown = (f"{statistics.median(ratios):.3f} ({', '.join(f'{v:.3f}' for v in ratios)})"
-                     if ratios else "n/a")
+            shown, fit_shown = (_ratios(r[key]) for key in ("runs", "fit_runs"))
             lines.append(
                 f"| {cell['architecture']} {cell['input_size']} px, batch {cell['batch_size']} | "
                 f"{'Keras 3' if flavor == 'keras3' else 'tf-keras'} | {p['tensors']} | "
                 f"{100 * p['coverage']:.1f}% | {p['full_step_ms']:.1f} | "
-                f"{p['forward_share']:.2f} | {p['compile_ms']:.0f} ms | {shown} | "
+                f"{p['forward_share']:.2f} | {p['compile_ms']:.0f} ms | {shown} | {fit_shown} | "
                 f"{r['runs'][-1]['selected']} of {p['tensors']} |")
     lines += ["", f"Each elastic run: {results['steps']} steps of Adam 1e-3 on random data, "
-              "re-selecting every epoch of a third of them, through elastictrainer.run with the "
-              "cell's own timing table; the two Kerases interleaved per repeat."]
+              "re-selecting every epoch of a third of them, with the cell's own timing table, "
+              "through elastictrainer.run (the command line's loop) and through model.fit with "
+              "ElasticCallback; the two Kerases interleaved per repeat."]
     return "\n".join(lines) + "\n"
 
 
@@ -164,12 +193,13 @@ def main(argv=None):
         tables = {}
         for flavor in KERASES:
             tables[flavor], prof = profile(flavor, arch, size, batch, classes, workdir)
-            cell[flavor] = {"profile": prof, "runs": []}
+            cell[flavor] = {"profile": prof, "runs": [], "fit_runs": []}
             bar.update(1)
         for repeat in range(args.repeats):
             for flavor in KERASES:
-                cell[flavor]["runs"].append(elastic_run(flavor, arch, size, batch, classes,
-                                                        tables[flavor], args, workdir, repeat))
+                for key, how in (("runs", elastic_run), ("fit_runs", fit_run)):
+                    cell[flavor][key].append(how(flavor, arch, size, batch, classes,
+                                                 tables[flavor], args, workdir, repeat))
                 bar.update(1)
         results["cells"][name] = cell
     bar.close()

@@ -15,6 +15,6 @@ def test_the_keras_comparison_writes_both_kerases_rows(tmp_path):
         profile = cell[flavor]["profile"]
         assert profile["tensors"] == 14 and profile["coverage"] >= 0.99
         assert profile["full_step_ms"] > 0 and 0 < profile["forward_share"] < 1
-        assert len(cell[flavor]["runs"]) == 1
+        assert len(cell[flavor]["runs"]) == len(cell[flavor]["fit_runs"]) == 1
     text = open(out + ".md").read()
     assert text.startswith("Machine: ") and "| cnn 64 px, batch 32 | Keras 3 | 14 |" in text
