@@ -16,33 +16,9 @@ from elastictrainer.common import UserError
 from elastictrainer.data import choices_help as datasets_help
 from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer.models import MODELS, choices_help as models_help
+from elastictrainer.optim import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
+                                  lr_schedule_for)
 from elastictrainer.schemes import SCHEMES, choices_help as schemes_help
-
-# --optimizer choices (engine.make_optimizer builds them).
-OPTIMIZERS = {
-    "sgd": "SGD, momentum 0.9, decoupled weight decay lr_t x --weight_decay, cosine schedule "
-           "(the reference's SGDW)",
-    "adam": "plain Adam (advised for vit)",
-}
-# --lr_schedule choices; None (the default) is each optimizer's own, the reference's: cosine
-# for sgd, constant for adam.
-LR_SCHEDULES = {
-    "cosine": "one cosine decay from --learning_rate to 0 over all training steps",
-    "constant": "--learning_rate throughout",
-}
-DEFAULT_LR_SCHEDULE = {"sgd": "cosine", "adam": "constant"}
-
-
-def lr_schedule_for(optimizer, schedule=None):
-    """The LR_SCHEDULES name `optimizer` trains with: `schedule`, or the optimizer's own for None.
-    An unknown optimizer or schedule is a UserError naming the valid ones."""
-    if optimizer not in OPTIMIZERS:
-        raise UserError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-    schedule = schedule or DEFAULT_LR_SCHEDULE[optimizer]
-    if schedule not in LR_SCHEDULES:
-        raise UserError(f"unknown --lr_schedule {schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-    return schedule
-
 
 # ----------------------------------------------------------------------------------- flags
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def make_optimizer(name, learning_rate, weight_decay, total_steps,
                    per_tensor_bias_correction=True, schedule=None, flavor="tf_keras"):
     """sgd: momentum 0.9 with decoupled weight decay applied as lr_t x weight_decay.  adam: Adam,
     its bias correction counted per tensor (module docstring) unless
-    per_tensor_bias_correction=False.  `schedule` (config.LR_SCHEDULES; None: the optimizer's
+    per_tensor_bias_correction=False.  `schedule` (optim.LR_SCHEDULES; None: the optimizer's
     own, as the reference) is lr_t: for sgd one cosine decay over all steps, the reference's
     SGDW schedule exactly; for adam constant.  flavor: the Keras of the model it trains
     (flavors.FLAVORS)."""

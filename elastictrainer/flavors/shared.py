@@ -4,7 +4,7 @@ import functools
 
 from elastictrainer import compat
 from elastictrainer.common import UserError
-from elastictrainer.config import lr_schedule_for
+from elastictrainer.optim import lr_schedule_for
 
 
 def make_optimizer(keras, name, learning_rate, weight_decay, total_steps,

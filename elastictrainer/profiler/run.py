@@ -35,7 +35,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     then traces `num_iterations` full steps under tf.profiler and attributes their ops.
     With `calibrate`, a few reference selections are then timed for real to fit separate
     t_dw / t_dy scales (calibration.fit_calibration).  `optimizer` is the training run's
-    (config.OPTIMIZERS), or an optimizer object whose kind is profiled (a fresh one of its
+    (optim.OPTIMIZERS), or an optimizer object whose kind is profiled (a fresh one of its
     class and configuration; the table names it by its class): its update ops are part of
     every tensor's t_dw.  The model's weights are restored afterwards.  `clock`: seconds, read
     around every timed step (a test's fake clock decides what the timings say).  `batch`: an
