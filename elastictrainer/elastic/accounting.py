@@ -95,9 +95,7 @@ class Accounting:
     def measured_so_far(self):
         """The selections' step-weighted measured ratio so far, closing nothing (None before
         any measurement): what a run reports while it goes on."""
-        done = [r for r in self.s.records if r["measured_ratio"] is not None and r["steps"]]
-        weight = sum(r["steps"] for r in done)
-        return sum(r["measured_ratio"] * r["steps"] for r in done) / weight if weight else None
+        return _weighted_ratio(self.s.records)
 
     def finish(self, train_time_s):
         """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
@@ -105,16 +103,28 @@ class Accounting:
         s = self.s
         s.probing = 0  # a run may end inside a re-selection: its probes are booked already
         self._close_record()
-        done = [r for r in s.records if r["measured_ratio"] is not None and r["steps"]]
-        weight = sum(r["steps"] for r in done)
+        # steps that filled the prefix cache trained their batches: full training would
+        # have spent a full step on each
+        fill_full_s = s.fill_steps * self._t_full_s() if s.fill_steps else 0.0
         return {
-            "measured_ratio": (sum(r["measured_ratio"] * r["steps"] for r in done) / weight
-                               if weight else None),
+            "measured_ratio": _weighted_ratio(s.records),
             "reselection_overhead_s": self.overhead_s,
             "reselection_overhead_parts_s": dict(s.overhead_parts),
-            "wall_ratio": wall_ratio(train_time_s, s.step_s, self.overhead_s, s.full_s),
+            "wall_ratio": wall_ratio(train_time_s, s.step_s + s.fill_s, self.overhead_s,
+                                     s.full_s + fill_full_s),
         }
 
+
+
+def _weighted_ratio(records):
+    """The selections' measured ratios weighted by their steps, steps that filled the prefix
+    cache left out (the ratio is their cached steps'); None before any measurement."""
+    def steps(r):
+        return r["steps"] - r.get("fill_steps", 0)
+
+    done = [r for r in records if r["measured_ratio"] is not None and steps(r)]
+    weight = sum(steps(r) for r in done)
+    return sum(r["measured_ratio"] * steps(r) for r in done) / weight if weight else None
 
 
 def wall_ratio(train_time_s, step_s, overhead_s, full_s):

@@ -161,10 +161,19 @@ class ElasticRuntime(Economy, Accounting):
         self._overhead("importance", seconds)
         self._select(global_step, np.asarray(importance, float), importance_ms=seconds * 1e3)
 
-    def step_done(self, global_step, kind, seconds, compiled=False, terms=None):
+    def step_done(self, global_step, kind, seconds, compiled=False, terms=None, filled=False):
         """Book one trained step of `kind` that took `seconds` (`compiled`: its function was
-        traced for this call).  Returns True when the selection changed."""
+        traced for this call; `filled`: a selection step that ran the whole forward pass to
+        fill the prefix cache).  Returns True when the selection changed."""
         s = self.s
+        if filled and kind == "selection":
+            # it trains its batch, at the cost of a step without the cache: booked apart, so
+            # that the closed loop measures the cached steps the selection was priced for
+            s.fill_steps += 1
+            s.fill_s += seconds
+            s.records[-1]["steps"] += 1
+            s.records[-1]["fill_steps"] += 1
+            return False
         if kind == "probe":
             self._book_full(seconds, compiled, probe=True)
             s.probes_run += 1
@@ -347,7 +356,7 @@ class ElasticRuntime(Economy, Accounting):
                 mask, importance, self.rho, resolution=self.resolution),
             solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
             measured_before=measured_before, importance_ms=importance_ms,
-            full_step_ms=self._full_ms())
+            full_step_ms=self._full_ms(), cut=self._cut_name(mask))
         everything = bool(mask.all())
         if everything:  # the full step itself: its ratio is 1, nothing to measure
             record.measured_ratio, record.limited_by = 1.0, "budget"
@@ -365,6 +374,15 @@ class ElasticRuntime(Economy, Accounting):
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
+
+    def _cut_name(self, mask):
+        model = self.ctl.model
+        cut = model.cut_of(mask)
+        return None if cut is None else model.cache["cuts"][cut]["name"]
+
+    def cache_off(self):
+        """The prefix cache is off for the rest of the run (it failed): select without it."""
+        self.ctl.drop_cache()
 
     # ------------------------------------------------------------------ checkpoints
     def state(self):
