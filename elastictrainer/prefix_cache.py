@@ -155,19 +155,16 @@ class PrefixCache:
         self.store, self.builds, self.off = None, [], None
         self.on_off = None  # called once when the cache turns off (the runtime's time model)
         self.served_steps = self.fill_steps = self.uncached_steps = 0
-        self.fill_s = 0.0
-        self._models = {}
+        self.fill_s, self._models = 0.0, {}
         self.lookup_ms = [0.0] * len(cuts)  # host work of a cached step (time_lookups)
 
     # ------------------------------------------------------------------ planning
     def time_lookups(self, batch_size, input_shape, repeats=5):
         """Time what a cached step adds on the host, per cut: hashing a batch's images and
         reading its rows (from memory; a disk store's page cache reads alike)."""
-        x = np.zeros((batch_size,) + tuple(input_shape), np.float32)
-        rows = np.arange(batch_size)
+        x, rows = np.zeros((batch_size,) + tuple(input_shape), np.float32), np.arange(batch_size)
         for i, c in enumerate(self.cuts):
-            data = np.zeros((batch_size,) + tuple(c.shape), np.float32)
-            times = []
+            data, times = np.zeros((batch_size,) + tuple(c.shape), np.float32), []
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 self.keys(x)
@@ -177,10 +174,8 @@ class PrefixCache:
 
     def for_time_model(self):
         """The cuts as time_model.TimeModel takes them (plain data)."""
-        return {"cuts": [{"name": c.name, "forward_share": c.forward_share,
-                          "lookup_ms": ms, "bytes": c.bytes_per_example * self.capacity,
-                          "store": w}
-                         for c, w, ms in zip(self.cuts, self.where, self.lookup_ms)],
+        return {"cuts": [{"name": c.name, "forward_share": c.forward_share, "lookup_ms": ms}
+                         for c, ms in zip(self.cuts, self.lookup_ms)],
                 "tensor_cut": list(self.tensor_cut)}
 
     def cut_of(self, selection):
@@ -376,10 +371,10 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
                         f"leave the cache off")
     fits = [c for c in usable if c.bytes_per_example * capacity <= max(budget, disk)]
     if not fits:
+        smallest = min((c.bytes_per_example for c in usable), default=0) * capacity / 2**20
         why = ("no cut point whose prefix is deterministic per example" if not usable else
-               f"the smallest cut ({min(c.bytes_per_example for c in usable) * capacity / 2**20:.0f}"
-               f" MB for {capacity} examples) fits neither --cache_budget_mb "
-               f"{cfg.cache_budget_mb:g} nor the disk under {run_dir}")
+               f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
+               f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
         log(f"warning: --cache_frozen_prefix: {why}; training uncached")
         return None
     everything = graph.tensor_cuts(variables)

@@ -73,9 +73,9 @@ class TimeModel:
         # steps; 1 for tables without t_grads_ms (the update's share then counts as nothing)
         grads = table.get("t_grads_ms")
         self.full_over_grads = max(self.t_full / grads, 1.0) if grads else 1.0
-        self._set_cache(cache, float(table["t_fp_ms"]))
+        self.use_cache(cache, float(table["t_fp_ms"]))
 
-    def _set_cache(self, cache, fp_ms):
+    def use_cache(self, cache, fp_ms):
         """The forward increments by depth (eq3_parts' t_fw, output-first) and what the cut of
         each depth saves of the forward pass (`saved`), from the cuts' suffix shares of the
         timed forward pass `fp_ms`."""
@@ -99,7 +99,7 @@ class TimeModel:
     def without_cache(self):
         """This model for a run whose cache is off (eq. 3 as the paper has it)."""
         out = copy.copy(self)
-        out._set_cache(None, 0.0)
+        out.use_cache(None, 0.0)
         return out
 
     @property
@@ -122,6 +122,11 @@ class TimeModel:
             return None
         cut = int(np.min(np.asarray(self.cache["tensor_cut"], int)[mask]))
         return None if cut < 0 else cut
+
+    def cut_name(self, mask):
+        """The name of cut_of(mask), None without one."""
+        cut = self.cut_of(mask)
+        return None if cut is None else self.cache["cuts"][cut]["name"]
 
     def forward_saved(self, mask):
         """Forward time (ms) a selection's cached steps leave out (as eq. 3's cost prices

@@ -30,6 +30,18 @@ class Accounting:
     def selection(self):
         return None if self.s.selection is None else tuple(self.s.selection)
 
+    def _book_fill(self, seconds):
+        """A selection step that filled the prefix cache: it trains its batch, dearer than
+        the cached steps the selection was priced for, so it is booked apart from the closed
+        loop's measurements.  False: the selection stays."""
+        s = self.s
+        s.fill_steps += 1
+        s.fill_s += seconds
+        rec = s.records[-1]
+        rec["steps"] += 1
+        rec["fill_steps"] = rec.get("fill_steps", 0) + 1  # records of older checkpoints lack it
+        return False
+
     def _remember(self, selection, measured):
         key = [int(k) for k in selection]
         self.s.measured = [m for m in self.s.measured if m[0] != key] + [[key, measured]]

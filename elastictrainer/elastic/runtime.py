@@ -84,9 +84,11 @@ class ElasticRuntime(Economy, Accounting):
         plan = Plan(total_steps=self.total_steps, forward_floor=model.rho_floor,
                     affordable_tensors=int(mask.sum()), num_tensors=self.n,
                     near_floor=self.rho - model.rho_floor < FLOOR_MARGIN)
+        cached = (f" with the prefix cached, {model.without_cache().rho_floor:.2f} without"
+                  if model.cache else "")
         self.log(f"elastic: forward floor {plan.forward_floor:.2f} of a full step (training "
-                 f"nothing); rho {self.rho:g} affords up to {plan.affordable_tensors} of "
-                 f"{self.n} tensors under the time model")
+                 f"nothing{cached}); rho {self.rho:g} affords up to {plan.affordable_tensors} "
+                 f"of {self.n} tensors under the time model")
         if plan.near_floor:
             self.log(f"warning: rho {self.rho:g} is within {FLOOR_MARGIN:g} of the forward floor "
                      f"({plan.forward_floor:.2f}): few tensors fit, expect the accuracy of "
@@ -167,13 +169,7 @@ class ElasticRuntime(Economy, Accounting):
         fill the prefix cache).  Returns True when the selection changed."""
         s = self.s
         if filled and kind == "selection":
-            # it trains its batch, at the cost of a step without the cache: booked apart, so
-            # that the closed loop measures the cached steps the selection was priced for
-            s.fill_steps += 1
-            s.fill_s += seconds
-            s.records[-1]["steps"] += 1
-            s.records[-1]["fill_steps"] += 1
-            return False
+            return self._book_fill(seconds)
         if kind == "probe":
             self._book_full(seconds, compiled, probe=True)
             s.probes_run += 1
@@ -356,7 +352,7 @@ class ElasticRuntime(Economy, Accounting):
                 mask, importance, self.rho, resolution=self.resolution),
             solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
             measured_before=measured_before, importance_ms=importance_ms,
-            full_step_ms=self._full_ms(), cut=self._cut_name(mask))
+            full_step_ms=self._full_ms(), cut=model.cut_name(mask))
         everything = bool(mask.all())
         if everything:  # the full step itself: its ratio is 1, nothing to measure
             record.measured_ratio, record.limited_by = 1.0, "budget"
@@ -374,11 +370,6 @@ class ElasticRuntime(Economy, Accounting):
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
-
-    def _cut_name(self, mask):
-        model = self.ctl.model
-        cut = model.cut_of(mask)
-        return None if cut is None else model.cache["cuts"][cut]["name"]
 
     def cache_off(self):
         """The prefix cache is off for the rest of the run (it failed): select without it."""

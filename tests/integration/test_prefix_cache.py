@@ -2,6 +2,8 @@
 and uncached runs that agree step by step, and the ways a cache turns itself off."""
 import errno
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -124,6 +126,26 @@ def test_a_cached_run_trains_as_the_uncached_one_step_by_step(tmp_path, monkeypa
     assert pc["fill_steps"] == steps // 3 and pc["served_steps"] == 2 * steps // 3
     assert pc["served_share"] == pytest.approx(2 / 3) and pc["fill_s"] > 0
     assert summary["version"] == runlog.SUMMARY_VERSION and pc["off"] is None
+
+
+def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
+        tmp_path, monkeypatch):
+    def run(name, cached, log=lambda m: None):
+        c = cfg(tmp_path, name, cache_frozen_prefix=cached)
+        return loop.run(c, log=log, model=nested_model(), data=data())
+
+    def ctrl_c_after_the_first_epoch(message):
+        if message.startswith("epoch 1:"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    plain, _ = losses_of(monkeypatch, lambda: run("plain", False))
+    first, stopped = losses_of(monkeypatch, lambda: run("resumed", True,
+                                                        ctrl_c_after_the_first_epoch))
+    assert stopped["status"] == "interrupted" and len(first) == 5
+    rest, summary = losses_of(monkeypatch, lambda: run("resumed", True))
+    np.testing.assert_allclose(np.concatenate([first, rest]), plain, rtol=2e-5, atol=1e-6)
+    pc = summary["prefix_cache"]
+    assert pc["fill_steps"] == 5 and pc["served_steps"] == 5  # filled again, then served
 
 
 def test_random_augmentation_is_refused_or_cached_as_fixed_views(tmp_path, monkeypatch):
