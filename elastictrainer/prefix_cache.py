@@ -190,7 +190,7 @@ class PrefixCache:
         """The train step of `selection` (tuple of indices): a CachedStep when it has a cut,
         else `plain()`, the uncached step."""
         cut = self.cut_of(selection)
-        if cut is None:
+        if cut is None or self.off:
             return plain()
         prefix, suffix = self._sub_models(cut)
         var_list = [variables[k] for k in selection]

@@ -119,7 +119,8 @@ def command1(args):
             if kind == "full_training":
                 full_time = summary["train_time_s"]
             pc = summary.get("prefix_cache") or {}
-            cuts = sorted({s["cut"] for s in summary.get("selections", []) if s.get("cut")})
+            cuts = sorted({s["cut"] for s in summary.get("selections", []) if s.get("cut")}
+                          | {b["cut"] for b in pc.get("builds", [])})
             rows.append({
                 "seed": seed, "run": label, "rho": rho, "cache": cached,
                 "best": summary["best_test_accuracy"], "last3": last_epochs_accuracy(summary),
@@ -155,6 +156,33 @@ def command1_table(rows):
             f"{f(r['wall_ratio'], '{:.2f}')} | {f(r['step_ratio'], '{:.2f}')} | "
             f"{r['tensors']}/20 | {', '.join(r['cuts'])} | {cache} | "
             f"{f(r['fill_s'], '{:.1f} s')} | {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    return "\n".join(lines)
+
+
+def command1_means(rows):
+    """One row per run over the seeds: mean best accuracy and its points under the same seed's
+    full training, mean of the last 3 epochs, mean time ratio and cached step ratio."""
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    full = {r["seed"]: r for r in rows if r["run"] == "full training"}
+    lines = ["| run | rho | seeds | best accuracy | under full training's | last 3 epochs | "
+             "time / full training's | cached step ratio |", "|---|---|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["run"], r["rho"]) for r in rows):
+        group = [r for r in rows if (r["run"], r["rho"]) == key and "error" not in r]
+        if not group:
+            lines.append(f"| {key[0]} | {key[1]:g} | | refused: below the forward floor | | | "
+                         f"| |")
+            continue
+        under = mean([full[r["seed"]]["best"] - r["best"] for r in group if r["seed"] in full])
+        ratio = mean([r["step_ratio"] for r in group])
+        lines.append(
+            f"| {key[0]} | {'' if key[1] is None else f'{key[1]:g}'} | {len(group)} | "
+            f"{mean([r['best'] for r in group]):.1f}% | {under:.1f} | "
+            f"{mean([r['last3'] for r in group]):.1f}% | "
+            f"{mean([r['time_ratio'] for r in group]):.2f} | "
+            f"{'' if ratio is None else f'{ratio:.2f}'} |")
     return "\n".join(lines)
 
 
@@ -285,7 +313,8 @@ def main(argv=None):
     if "command1" in results:
         text += (f"README command 1 (`{COMMAND_1} --rho R --seed S`; the cached runs add "
                  f"`--cache_frozen_prefix true --cache_fixed_views true`)\n\n"
-                 f"{command1_table(results['command1'])}\n\n")
+                 f"Mean over the seeds\n\n{command1_means(results['command1'])}\n\n"
+                 f"Each run\n\n{command1_table(results['command1'])}\n\n")
     if "resnet50" in results:
         text += (f"ResNet50, 224 px, batch 4, SGD, random weights: step ratios against full "
                  f"steps timed in the same rounds\n\n{resnet50_table(results['resnet50'])}\n")
