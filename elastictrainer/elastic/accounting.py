@@ -7,7 +7,10 @@ nothing), plus compiling each selection's step C, plus solving and out-of-step i
 probes P.  Full training of the same steps would take L + S/r (each measurement window's steps
 over the ratio r measured in it) + G x full_over_grads (their batches trained at a full step's
 cost).  `wall_ratio` is T over that; the re-selection overhead is C + P + G: what the elastic
-run spends beyond training its selections.
+run spends beyond training its selections.  Selection steps that store images in the
+prefix cache (--cache_frozen_prefix) train their batches at more than a cached step's cost:
+they are booked apart from the windows the closed loop measures, and full training would have
+spent a full step on each.
 """
 import statistics
 

@@ -165,8 +165,8 @@ class ElasticRuntime(Economy, Accounting):
 
     def step_done(self, global_step, kind, seconds, compiled=False, terms=None, filled=False):
         """Book one trained step of `kind` that took `seconds` (`compiled`: its function was
-        traced for this call; `filled`: a selection step that ran the whole forward pass to
-        fill the prefix cache).  Returns True when the selection changed."""
+        traced for this call; `filled`: a selection step that stored images in the prefix
+        cache, running its prefix on them first).  Returns True when the selection changed."""
         s = self.s
         if filled and kind == "selection":
             return self._book_fill(seconds)

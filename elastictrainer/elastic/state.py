@@ -32,7 +32,7 @@ class SelectionRecord:
     steps: int = 0
     full_steps: int = 0  # probe and timed full steps trained while this selection was current
     cut: Optional[str] = None  # the cut its steps run from once its frozen prefix is cached
-    fill_steps: int = 0  # its steps that ran the whole forward pass to fill the prefix cache
+    fill_steps: int = 0  # its steps that stored images in the prefix cache (ran the prefix)
 
     def to_dict(self):
         return dataclasses.asdict(self)
