@@ -230,3 +230,13 @@ def nested_table(tmp_path_factory):
     path = tmp_path_factory.mktemp("table") / "nested.json"
     ptable.save_table(table, str(path))
     return path, TimeModel(table).rho_floor
+
+
+def test_a_keras3_model_trains_uncached_with_one_warning(tmp_path):
+    from helpers import keras3_cnn
+
+    lines = []
+    summary = loop.run(cfg(tmp_path, "k3", cache_frozen_prefix=True, num_epochs=1),
+                       log=lines.append, model=keras3_cnn(num_classes=CLASSES), data=data())
+    assert summary["status"] == "finished" and summary["prefix_cache"] is None
+    assert sum("not a tf-keras functional model; training uncached" in m for m in lines) == 1
