@@ -118,3 +118,68 @@ def test_cache_flags_are_checked_before_anything_loads():
     with pytest.raises(UserError, match="does not combine with --strategy mirrored"):
         Config(cache_frozen_prefix=True, strategy="mirrored").validate()
     Config(cache_frozen_prefix=True, cache_budget_mb=0).validate()  # on disk only
+
+
+def drive_cached(rt, model, steps, fill_steps, importance, loop_s=1e-3):
+    """The loop with a cached prefix on a scripted device: the selection's first `fill_steps`
+    steps store images and cost an uncached step of it, the later ones what the cached model
+    predicts; probes and timed full steps a full step.  Returns the run's seconds."""
+    plain, now = model.without_cache(), 0.0
+    filled = 0
+    for g in range(steps):
+        if rt.reselect_due(g):
+            rt.begin_reselection(g, probes=1)
+        kind = rt.step_kind()
+        mask = np.zeros(8, bool)
+        fill = False
+        if kind == "selection":
+            mask[list(rt.selection)] = True
+            fill = filled < fill_steps
+            filled += fill
+            ms = (plain if fill else model).predicted_ratio(mask) * model.t_full
+        else:
+            ms = model.t_full
+        now += ms / 1e3 + loop_s
+        rt.step_done(g, kind, ms / 1e3, terms=importance if kind == "probe" else None,
+                     filled=fill)
+    return now
+
+
+def test_steps_that_fill_the_cache_are_booked_apart_from_the_measured_cached_steps():
+    from elastictrainer.elastic import ElasticRuntime
+
+    model = TimeModel(chain_table(), cache=CACHE)
+    rt = ElasticRuntime(model, 0.3, feedback=True, economy=False, steps_per_epoch=100,
+                        total_steps=300, interval=10, log=lambda m: None, clock=lambda: 0.0)
+    importance = np.linspace(0.1, 1.0, 8)
+    seconds = drive_cached(rt, model, 300, 100, importance)
+    record, = rt.s.records
+    mask = np.array(record["mask"], bool)
+    assert model.cut_of(mask) is not None and record["cut"] in ("low", "high")
+    assert record["fill_steps"] == 100 and rt.s.fill_steps == 100
+    # the closed loop measured the cached steps only: their ratio, not the fill steps'
+    assert record["measured_ratio"] == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
+    assert model.predicted_ratio(mask) < 0.3 < model.without_cache().predicted_ratio(mask)
+    result = rt.finish(seconds)
+    assert result["measured_ratio"] == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
+    # the fill steps count in the wall clock, as steps full training would have run in full
+    assert result["wall_ratio"] == pytest.approx(seconds / (300 * (model.t_full / 1e3 + 1e-3)),
+                                                 rel=1e-6)
+
+
+def test_a_switch_that_moves_the_cut_is_priced_an_epoch_of_filling():
+    from elastictrainer.elastic import ElasticRuntime
+
+    model = TimeModel(chain_table(), cache=CACHE)
+    rt = ElasticRuntime(model, 0.5, feedback=False, steps_per_epoch=100, total_steps=300,
+                        interval=10, log=lambda m: None, clock=lambda: 0.0)
+    rt.is_compiled = lambda selection: True  # no compile to pay: the refill alone
+    high = np.array([0, 0, 0, 0, 0, 1, 1, 1], bool)
+    low = np.array([0, 0, 1, 1, 1, 1, 1, 1], bool)
+    rt.s.importance = [1.0] * 8
+    rt._open(0, high, None, "interval")
+    assert rt._refill_s(np.array([0, 0, 0, 0, 0, 0, 1, 1], bool)) == 0.0  # the same cut
+    refill = rt._refill_s(low)
+    assert refill == pytest.approx(100 * model.forward_saved(low) / 1e3)
+    assert rt._worth_compiling((5, 6, 7), 10)
+    assert not rt._worth_compiling(tuple(np.flatnonzero(low)), 10)  # 8% of 300 steps < refill
