@@ -79,6 +79,9 @@ tf-keras layers and the functional graph
     steps_per_execution (`Model._steps_per_execution`): the batches a tf-keras model.fit
         train function call runs (compile's steps_per_execution); ElasticCallback times and
         selects every step, so it needs 1.  No public accessor (Keras 3 has one).
+    is_random_layer (`Layer._random_generator`): whether a layer draws random numbers (tf-keras
+        gives every augmentation, dropout and noise layer one; prefix_graph.py keeps such layers
+        out of a cached prefix).  No public base class or flag says so.
     layer_random_generator (`Layer._random_generator._generator`): the tf.random.Generator
         of a random (augmentation) layer, whose state a run saves and restores
         (run_setup.py).  Public `keras.utils.set_random_seed` reseeds, but cannot read a
@@ -300,6 +303,11 @@ def steps_per_execution(model):
     """A compiled tf-keras model's steps_per_execution (1 when not compiled)."""
     value = getattr(model, "_steps_per_execution", None)
     return 1 if value is None else int(value.numpy())
+
+
+def is_random_layer(layer):
+    """Whether `layer` draws random numbers when it runs in training mode."""
+    return getattr(layer, "_random_generator", None) is not None
 
 
 def layer_random_generator(layer):

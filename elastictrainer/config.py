@@ -130,6 +130,21 @@ class Config:
         "run re-selects and corrects less, and trains every tensor when no selection would pay "
         "for its compile); false: re-select and correct as the paper does, whatever the run's "
         "length"))
+    cache_frozen_prefix: bool = field(default=False, metadata=flag(
+        "when every tensor below a cut point (a block's output) is frozen for the current "
+        "selection, keep that point's activations for each training example once computed, and "
+        "train from them, running only the layers above it; probes and evaluation run the "
+        "whole model. The time model prices selections so, and the solver trades a deeper "
+        "selection (which breaks the cache) against a cached one (docs/usage.md)"))
+    cache_budget_mb: float = field(default=1024.0, metadata=flag(
+        "memory the prefix cache may hold; a cut point whose activations for the whole training "
+        "set take more is cached in a file under the run directory when the disk has room, "
+        "otherwise not at all"))
+    cache_fixed_views: bool = field(default=False, metadata=flag(
+        "--cache_frozen_prefix on a model that augments its input at random (the built-in "
+        "models' RandomFlip and RandomRotation): cache the augmented view each image draws in "
+        "the step that fills the cache, fixed until the cache is rebuilt. false refuses such a "
+        "model with one line"))
     seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
     weights: str = field(default="imagenet", metadata=flag(
         "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz) | "
@@ -211,6 +226,12 @@ class Config:
         if not 0 < self.rho <= 1:
             raise UserError(f"--rho is the elastic step time / full step time and must be in "
                             f"(0, 1], got {self.rho}")
+        if not 0 <= self.cache_budget_mb < float("inf"):
+            raise UserError(f"--cache_budget_mb must be a size in MB >= 0 (0: on disk only), "
+                            f"got {self.cache_budget_mb}")
+        if self.cache_frozen_prefix and self.strategy != "one_device":
+            raise UserError(f"--cache_frozen_prefix trains on one device; it does not combine "
+                            f"with --strategy {self.strategy}")
         lr_schedule_for(self.optimizer, self.lr_schedule)
         SCHEMES.get_or_fail(self.train_type)
         from elastictrainer.distribute import check_flags

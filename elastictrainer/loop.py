@@ -96,6 +96,8 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
                 break
         result = elastic.on_train_end(st.train_time, st.global_step) if elastic else None
     summary = rec.finish(st, stop.requested, result)
+    if setup.prefix_cache is not None:
+        setup.prefix_cache.close()
     dist.barrier()  # workers leave together: one gone early reads as a lost worker to the rest
     return summary
 

@@ -149,6 +149,7 @@ class RunRecorder:
             log(f"warning: skipped {len(bundle.skipped)} file(s) of {cfg.dataset_name} that "
                 f"are not JPEG/PNG/GIF/BMP images: {shown}")
         self.writer = None
+        self._steps = 0  # the run's steps so far, for the prefix cache's share
 
     def start(self):
         """The loop state to begin from: a fresh one, or the latest checkpoint's."""
@@ -186,9 +187,12 @@ class RunRecorder:
         if self.elastic:
             rt = self.elastic.rt.s
             self.summary.selections, self.summary.corrections = rt.records, rt.corrections
+        if self.setup.prefix_cache is not None:
+            self.summary.prefix_cache = self.setup.prefix_cache.summary(self._steps)
         runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
 
     def checkpoint(self, st):
+        self._steps = st.global_step
         self.save_summary()
         state = {"loop": dataclasses.asdict(st), "summary": self.summary.to_dict(),
                  "random": get_random_state(self.setup.model),
@@ -292,6 +296,7 @@ class RunRecorder:
             if tr.steps_run:
                 summary.allreduce_bytes_per_step = tr.allreduce_bytes / tr.steps_run
         summary.peak_rss_mb = peak_rss_mb()
+        self._steps = st.global_step
         self.save_summary()
         train_time, best = st.train_time, max(st.best, 0.0)
         hours = train_time / 3600

@@ -42,6 +42,7 @@ class RunSetup:
     table: Optional[dict] = None
     table_path: Optional[str] = None
     dist: Any = None  # distribute.Distribution
+    prefix_cache: Any = None  # prefix_cache.PrefixCache (--cache_frozen_prefix)
 
 
 def setup_run(cfg, log=print, model=None, data=None):
@@ -109,29 +110,40 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
         raise UserError(f"--strategy {cfg.strategy}: {cfg.train_type} with --optimizer "
                         f"{cfg.optimizer} needs importance probes of its own, which a "
                         f"distributed run does not take; use elastic_training (SGD or Adam)")
+    if cfg.cache_frozen_prefix:
+        from elastictrainer import prefix_cache
+
+        examples = bundle.num_train or steps_per_epoch * cfg.batch_size
+        setup.prefix_cache = trainer.prefix_cache = prefix_cache.plan(
+            model, trainer.variables, cfg, examples, setup.out, log)
     if scheme.elastic and dist.is_chief:
         # a model object cannot be rebuilt from its name in a child process
         setup.time_model, setup.table, setup.table_path = _load_time_model(
-            cfg, model, num_classes, log, in_child=not given_model)
+            cfg, model, num_classes, log, in_child=not given_model, cache=setup.prefix_cache)
     restore_random_state(model, rng_state, cfg.seed)
     setup.resume = _resumable(setup.out, cfg, log)
     os.makedirs(setup.out, exist_ok=True)
     return setup
 
 
-def _load_time_model(cfg, model, num_classes, log, in_child=True):
+def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None):
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
     table = load_or_profile(path, model, cfg.model_name, cfg.input_size, cfg.batch_size,
                             num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
                             optimizer=cfg.optimizer, in_child=in_child)
-    tm = TimeModel(table)
+    tm = TimeModel(table, cache=cache.for_time_model() if cache is not None else None)
     if not tm.calibrated:
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
             f"version); re-run profiler.py so that rho holds when backward ops overlap")
     if cfg.rho < tm.rho_floor:
         raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
                         f"alone is {tm.rho_floor:.3f} of a full training step ({path})")
+    uncached = tm.without_cache().rho_floor
+    if cache is not None and cfg.rho < uncached:
+        log(f"prefix cache: rho {cfg.rho:g} is below the forward floor without the cache "
+            f"({uncached:.2f}): only cached selections fit it, and the steps that fill the "
+            f"cache run at a step ratio above {uncached:.2f}")
     return tm, table, path
 
 

@@ -29,7 +29,7 @@ SCALAR_EVERY_STEPS = 200  # the reference's logging period for train scalars
 
 
 # Version of summary.json's layout (RunSummary); readers accept any earlier one.
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 
 
 @dataclasses.dataclass
@@ -89,6 +89,9 @@ class RunSummary:
     ran: List[list] = dataclasses.field(default_factory=list)
     replica_checksums: Optional[List[float]] = None
     replicas_agree: Optional[bool] = None
+    # --cache_frozen_prefix: its cut points, stores (cut, size, memory or file, fill time),
+    # and the share of the run's steps served from it (prefix_cache.PrefixCache.summary)
+    prefix_cache: Optional[dict] = None
     error: Optional[str] = None
     version: int = SUMMARY_VERSION
 

@@ -196,22 +196,33 @@ class SelectionResult:
         return np.flatnonzero(self.mask)
 
 
-def eq3_parts(t_dw, t_dy, mask):
+def eq3_parts(t_dw, t_dy, mask, t_fw=None):
     """The terms of eq. 3's backward cost of `mask` (all arrays output-first): the t_dw of each
     selected tensor, and the t_dy of every tensor from the output down to the deepest selected
-    one.  This is the one definition of the cost; time_model.py reorders its tables to use it."""
+    one.  This is the one definition of the cost; time_model.py reorders its tables to use it.
+
+    Added to the paper: `t_fw`, the forward pass a selection runs when its frozen prefix is
+    cached (prefix_cache.py).  Such a step runs the forward pass only from the cut below its
+    deepest tensor, so its forward time grows with the depth d as the error-gradient chain
+    does: t_fw[j] is what the cut for depth j adds to the cut for depth j-1 (>= 0: the
+    suffixes nest), and the third term is t_fw of every tensor down to the deepest selected
+    one.  Folded into t_dy, it keeps eq. 3's form, so the DP below stays exact.  Returns
+    (dw, dy, fw); fw is empty without t_fw (the paper's cost, a forward pass that does not
+    depend on the selection)."""
     t_dw, t_dy = np.asarray(t_dw, dtype=np.float64), np.asarray(t_dy, dtype=np.float64)
+    t_fw = t_dy[:0] if t_fw is None else np.asarray(t_fw, dtype=np.float64)
     sel = np.flatnonzero(mask)
     if sel.size == 0:
-        return t_dw[:0], t_dy[:0]
-    return t_dw[sel], t_dy[: int(sel[-1]) + 1]
+        return t_dw[:0], t_dy[:0], t_fw[:0]
+    depth = int(sel[-1]) + 1
+    return t_dw[sel], t_dy[:depth], t_fw[:depth]
 
 
-def eq3_cost(t_dw, t_dy, mask):
-    """Eq. 3's backward cost of `mask`, summed with math.fsum: fsum is correctly rounded, so if
-    the exact cost is <= a float budget, the reported cost is too."""
-    dw, dy = eq3_parts(t_dw, t_dy, mask)
-    return math.fsum(np.concatenate([dw, dy]).tolist())
+def eq3_cost(t_dw, t_dy, mask, t_fw=None):
+    """Eq. 3's backward cost of `mask` (plus the forward increments t_fw, eq3_parts), summed
+    with math.fsum: fsum is correctly rounded, so if the exact cost is <= a float budget, the
+    reported cost is too."""
+    return math.fsum(np.concatenate(eq3_parts(t_dw, t_dy, mask, t_fw)).tolist())
 
 
 def _ceil_units(times, budget_ms, resolution):
@@ -230,7 +241,7 @@ def _ceil_units(times, budget_ms, resolution):
     return out
 
 
-def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000):
+def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000, t_fw_ms=None):
     """Pick the tensors to train under a time budget in milliseconds (eq. 3).
 
     Discretisation: one unit is ``u = budget_ms / resolution``, so the budget
@@ -251,6 +262,7 @@ def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000):
         importance: per-tensor importance (finite floats, any sign).
         budget_ms: time budget for the backward pass in ms.
         resolution: number of integer units in the budget (>= 1).
+        t_fw_ms: forward increments of a cached prefix by depth (eq3_parts), or None.
 
     Returns:
         :class:`SelectionResult`.
@@ -260,9 +272,16 @@ def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000):
     if t_dw.ndim != 1 or t_dy.shape != t_dw.shape:
         raise ValueError(f"t_dw_ms and t_dy_ms must be vectors of equal length, "
                          f"got shapes {t_dw.shape} and {t_dy.shape}")
-    for name, arr in (("t_dw_ms", t_dw), ("t_dy_ms", t_dy)):
+    t_fw = np.zeros_like(t_dy) if t_fw_ms is None else np.asarray(t_fw_ms, dtype=np.float64)
+    if t_fw.shape != t_dy.shape:
+        raise ValueError(f"t_fw_ms must be a vector as long as t_dy_ms, got shape {t_fw.shape}")
+    for name, arr in (("t_dw_ms", t_dw), ("t_dy_ms", t_dy), ("t_fw_ms", t_fw)):
         if not np.all(np.isfinite(arr)) or np.any(arr < 0):
             raise ValueError(f"{name} must be finite and non-negative")
+    fw = None if t_fw_ms is None else t_fw
+    dy_alone = t_dy
+    # the DP sees the forward increments as part of the error-gradient chain (eq3_parts)
+    t_dy = t_dy + t_fw
     imp = _as_importance(importance, t_dw.shape[0])
     resolution = int(resolution)
     if resolution < 1:
@@ -277,13 +296,13 @@ def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000):
 
     if math.fsum(t_dw.tolist() + t_dy.tolist()) <= budget_ms:
         mask = imp > 0
-        return SelectionResult(mask, float(imp[mask].sum()), eq3_cost(t_dw, t_dy, mask),
-                               budget_ms)
+        return SelectionResult(mask, float(imp[mask].sum()),
+                               eq3_cost(t_dw, dy_alone, mask, fw), budget_ms)
 
     dw_u = _ceil_units(t_dw, budget_ms, resolution)
     dy_u = _ceil_units(t_dy, budget_ms, resolution)
     mask = _solve_units(dy_u, dw_u, imp, resolution)
     sel = np.flatnonzero(mask)
     cost_units = int(dw_u[sel].sum() + dy_u[: sel[-1] + 1].sum()) if sel.size else 0
-    return SelectionResult(mask, float(imp[mask].sum()), eq3_cost(t_dw, t_dy, mask),
+    return SelectionResult(mask, float(imp[mask].sum()), eq3_cost(t_dw, dy_alone, mask, fw),
                            budget_ms, budget_ms / resolution, cost_units)

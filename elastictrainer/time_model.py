@@ -2,7 +2,11 @@
 
 A selection whose deepest tensor (from the output back) is d costs
     T(sel) = t_fp + sum_{k in sel} t_dw[k] + sum_{j <= d} t_dy[j]        (ms)
-and ElasticTrainer keeps T(sel) <= rho * t_full.  The per-tensor op times of the table are scaled
+and ElasticTrainer keeps T(sel) <= rho * t_full.  With the frozen prefix cached
+(--cache_frozen_prefix, prefix_cache.py; not in the paper) t_fp becomes the forward pass of
+the suffix above the cut below d: the part of the timed forward pass the suffix holds
+(its estimated share), plus the fixed cost; selector.eq3_parts adds it to eq. 3 as a term
+that grows with d.  The per-tensor op times of the table are scaled
 so that training everything predicts the measured full step: with the profiler's calibration
 (profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
 fixed cost a partial step pays beyond its ops (fit_fixed_cost), otherwise both by one uniform
@@ -31,7 +35,7 @@ def selection_sums(t_dw, t_dy, rank, mask):
     the two terms of eq. 3's backward cost, for arrays in trainable order with each tensor's
     rank (0 = output-most)."""
     o = output_first(rank)
-    dw, dy = selector.eq3_parts(np.asarray(t_dw, float)[o], np.asarray(t_dy, float)[o],
+    dw, dy, _ = selector.eq3_parts(np.asarray(t_dw, float)[o], np.asarray(t_dy, float)[o],
                                 np.asarray(mask, bool)[o])
     return math.fsum(dw.tolist()), math.fsum(dy.tolist())
 
@@ -44,9 +48,10 @@ def uniform_scale(t_dw, t_dy, t_fp, t_full):
 
 
 class TimeModel:
-    """Eq. 3 with a table's times, scaled as the module doc says."""
+    """Eq. 3 with a table's times, scaled as the module doc says; `cache`, the cut points a
+    run may cache its frozen prefix at (prefix_cache.CachePlan.for_time_model), or None."""
 
-    def __init__(self, table):
+    def __init__(self, table, cache=None):
         tensors = table["tensors"]
         self.rank = np.array([t["rank"] for t in tensors])
         self.order = output_first(self.rank)
@@ -68,6 +73,66 @@ class TimeModel:
         # steps; 1 for tables without t_grads_ms (the update's share then counts as nothing)
         grads = table.get("t_grads_ms")
         self.full_over_grads = max(self.t_full / grads, 1.0) if grads else 1.0
+        self.use_cache(cache, float(table["t_fp_ms"]))
+
+    def use_cache(self, cache, fp_ms):
+        """The forward increments by depth (eq3_parts' t_fw, output-first) and what the cut of
+        each depth saves of the forward pass (`saved`), from the cuts' suffix shares of the
+        timed forward pass `fp_ms`."""
+        self.cache = cache
+        n = len(self.order)
+        self.cut_at = np.full(n, -1)
+        self.saved = np.zeros(n)
+        self.t_fw = None
+        if not cache or not cache["cuts"]:
+            return
+        cut = np.asarray(cache["tensor_cut"], int)[self.order]
+        # the cut for depth j must hold every tensor from the output down to j in its suffix
+        self.cut_at = np.minimum.accumulate(cut)
+        # a cut saves the forward pass below it, less the host work of reading its rows
+        saved = np.array([(1.0 - c["forward_share"]) * fp_ms - c.get("lookup_ms", 0.0)
+                          for c in cache["cuts"]] + [0.0])
+        # a deeper selection never saves more (conservative where reading costs more)
+        self.saved = np.minimum.accumulate(np.maximum(saved[self.cut_at], 0.0))
+        self.t_fw = np.concatenate([[0.0], self.saved[:-1] - self.saved[1:]])
+
+    def without_cache(self):
+        """This model for a run whose cache is off (eq. 3 as the paper has it)."""
+        out = copy.copy(self)
+        out.use_cache(None, 0.0)
+        return out
+
+    @property
+    def cached_forward_ms(self):
+        """The forward pass of the cheapest selection: the whole forward pass without a cache."""
+        return max(self.t_fp - (float(self.saved[0]) if len(self.saved) else 0.0), 0.0)
+
+    def _depth(self, mask):
+        sel = np.flatnonzero(np.asarray(mask, bool)[self.order])
+        return int(sel[-1]) if sel.size else None
+
+    def cut_of(self, mask):
+        """Index (in the cache's cuts) of the cut a selection's steps start from (the
+        output-most one below all its tensors, as prefix_cache.PrefixCache.cut_of), None when
+        its steps run the whole forward pass.  The cost above prices the cut below every
+        tensor down to the deepest selected one: the same cut when tensors are ranked block by
+        block (chains, ResNet blocks), else a lower one, an upper bound."""
+        mask = np.asarray(mask, bool)
+        if not self.cache or not mask.any():
+            return None
+        cut = int(np.min(np.asarray(self.cache["tensor_cut"], int)[mask]))
+        return None if cut < 0 else cut
+
+    def cut_name(self, mask):
+        """The name of cut_of(mask), None without one."""
+        cut = self.cut_of(mask)
+        return None if cut is None else self.cache["cuts"][cut]["name"]
+
+    def forward_saved(self, mask):
+        """Forward time (ms) a selection's cached steps leave out (as eq. 3's cost prices
+        them), 0 without a cut."""
+        d = self._depth(mask)
+        return 0.0 if d is None else float(self.saved[d])
 
     def corrected(self, dw_scale, dy_scale):
         """This model with t_dw and t_dy scaled again (by what a run measured), the full step
@@ -84,25 +149,29 @@ class TimeModel:
 
     @property
     def rho_floor(self):
-        """The forward pass's share of a step: no selection is faster than this."""
-        return self.t_fp / self.t_full
+        """The forward pass's share of a step: no selection is faster than this (with a cache,
+        the forward pass of the smallest suffix)."""
+        return self.cached_forward_ms / self.t_full
 
     def backward_budget_ms(self, rho):
-        return rho * self.t_full - self.t_fp
+        return rho * self.t_full - self.cached_forward_ms
 
     def cost_ms(self, mask):
-        """Backward cost of a selection (mask in trainable order)."""
+        """Cost of a selection beyond rho_floor's forward pass (mask in trainable order): eq. 3's
+        backward cost, plus the forward pass below the cheapest cut that its cut adds."""
         o = self.order
-        return selector.eq3_cost(self.t_dw[o], self.t_dy[o], np.asarray(mask, bool)[o])
+        return selector.eq3_cost(self.t_dw[o], self.t_dy[o], np.asarray(mask, bool)[o],
+                                 self.t_fw)
 
     def predicted_ratio(self, mask):
-        return (self.t_fp + self.cost_ms(mask)) / self.t_full
+        return (self.cached_forward_ms + self.cost_ms(mask)) / self.t_full
 
     def select(self, importance, rho, resolution=10000):
         """Exact DP selection (selector.select_tensors) within rho; mask in trainable order."""
         o = self.order
         res = selector.select_tensors(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
-                                      self.backward_budget_ms(rho), resolution=resolution)
+                                      self.backward_budget_ms(rho), resolution=resolution,
+                                      t_fw_ms=self.t_fw)
         mask = np.zeros(len(o), bool)
         mask[o] = np.asarray(res.mask, bool)
         return mask

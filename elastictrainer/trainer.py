@@ -106,7 +106,9 @@ def resident_bytes(step):
 def graph_bytes(step):
     """Serialized size of the graphs a tf.function has traced so far, None before its first
     trace: a proxy for the memory its concrete functions hold."""
-    fns = compat.concrete_functions(step)
+    # a step with its prefix cached (prefix_cache.CachedStep) holds several functions
+    fns = [f for fn in (step.tf_functions() if hasattr(step, "tf_functions") else [step])
+           for f in compat.concrete_functions(fn)]
     if not fns:
         return None
     return sum(f.graph.as_graph_def().ByteSize() for f in fns)
@@ -114,9 +116,12 @@ def graph_bytes(step):
 
 class Trainer:
     """Holds the model, the optimizer (built once for all trainable weights) and the compiled
-    steps; `step_for(selection)` gives the train step of a selection (tuple of indices)."""
+    steps; `step_for(selection)` gives the train step of a selection (tuple of indices).
+    prefix_cache: a prefix_cache.PrefixCache, whose steps then train the selections that leave
+    a frozen prefix (--cache_frozen_prefix)."""
 
-    def __init__(self, model, optimizer, scheme, roles, dist=None, global_batch=None):
+    def __init__(self, model, optimizer, scheme, roles, dist=None, global_batch=None,
+                 prefix_cache=None):
         self.model = model
         self.variables = list(model.trainable_weights)
         self.optimizer = optimizer
@@ -137,9 +142,8 @@ class Trainer:
         if self.dist:  # bounded by count: a distributed step is not one tf.function
             self.steps = StepCache(self._counted_step, size_fn=lambda step: None)
         else:
-            self.steps = StepCache(lambda sel: engine.make_train_step(
-                model, optimizer, self.loss_fn, [self.variables[k] for k in sel],
-                penalty_fn=penalty))
+            self.steps = StepCache(self._step)
+        self.prefix_cache = prefix_cache
         # every tensor's gradient, no update: the importance probes that need their own
         # backward passes (importance.py), and the profiler
         self.grads_fn = engine.make_gradient_step(model, self.loss_fn, self.variables)
@@ -160,6 +164,16 @@ class Trainer:
 
     def step_for(self, selection):
         return self.steps(tuple(selection))
+
+    def _step(self, selection):
+        def plain():
+            return engine.make_train_step(self.model, self.optimizer, self.loss_fn,
+                                          [self.variables[k] for k in selection],
+                                          penalty_fn=self._penalty)
+        if self.prefix_cache is None:
+            return plain()
+        return self.prefix_cache.step(selection, self.variables, self.optimizer, self.loss_fn,
+                                      self._penalty, plain)
 
     def probe_traced(self, want_terms=False):
         """Whether a probe step with `want_terms` runs without compiling anything."""

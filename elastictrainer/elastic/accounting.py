@@ -7,7 +7,10 @@ nothing), plus compiling each selection's step C, plus solving and out-of-step i
 probes P.  Full training of the same steps would take L + S/r (each measurement window's steps
 over the ratio r measured in it) + G x full_over_grads (their batches trained at a full step's
 cost).  `wall_ratio` is T over that; the re-selection overhead is C + P + G: what the elastic
-run spends beyond training its selections.
+run spends beyond training its selections.  Selection steps that store images in the
+prefix cache (--cache_frozen_prefix) train their batches at more than a cached step's cost:
+they are booked apart from the windows the closed loop measures, and full training would have
+spent a full step on each.
 """
 import statistics
 
@@ -29,6 +32,18 @@ class Accounting:
     @property
     def selection(self):
         return None if self.s.selection is None else tuple(self.s.selection)
+
+    def _book_fill(self, seconds):
+        """A selection step that filled the prefix cache: it trains its batch, dearer than
+        the cached steps the selection was priced for, so it is booked apart from the closed
+        loop's measurements.  False: the selection stays."""
+        s = self.s
+        s.fill_steps += 1
+        s.fill_s += seconds
+        rec = s.records[-1]
+        rec["steps"] += 1
+        rec["fill_steps"] = rec.get("fill_steps", 0) + 1  # records of older checkpoints lack it
+        return False
 
     def _remember(self, selection, measured):
         key = [int(k) for k in selection]
@@ -95,9 +110,7 @@ class Accounting:
     def measured_so_far(self):
         """The selections' step-weighted measured ratio so far, closing nothing (None before
         any measurement): what a run reports while it goes on."""
-        done = [r for r in self.s.records if r["measured_ratio"] is not None and r["steps"]]
-        weight = sum(r["steps"] for r in done)
-        return sum(r["measured_ratio"] * r["steps"] for r in done) / weight if weight else None
+        return _weighted_ratio(self.s.records)
 
     def finish(self, train_time_s):
         """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
@@ -105,16 +118,28 @@ class Accounting:
         s = self.s
         s.probing = 0  # a run may end inside a re-selection: its probes are booked already
         self._close_record()
-        done = [r for r in s.records if r["measured_ratio"] is not None and r["steps"]]
-        weight = sum(r["steps"] for r in done)
+        # steps that filled the prefix cache trained their batches: full training would
+        # have spent a full step on each
+        fill_full_s = s.fill_steps * self._t_full_s() if s.fill_steps else 0.0
         return {
-            "measured_ratio": (sum(r["measured_ratio"] * r["steps"] for r in done) / weight
-                               if weight else None),
+            "measured_ratio": _weighted_ratio(s.records),
             "reselection_overhead_s": self.overhead_s,
             "reselection_overhead_parts_s": dict(s.overhead_parts),
-            "wall_ratio": wall_ratio(train_time_s, s.step_s, self.overhead_s, s.full_s),
+            "wall_ratio": wall_ratio(train_time_s, s.step_s + s.fill_s, self.overhead_s,
+                                     s.full_s + fill_full_s),
         }
 
+
+
+def _weighted_ratio(records):
+    """The selections' measured ratios weighted by their steps, steps that filled the prefix
+    cache left out (the ratio is their cached steps'); None before any measurement."""
+    def steps(r):
+        return r["steps"] - r.get("fill_steps", 0)
+
+    done = [r for r in records if r["measured_ratio"] is not None and steps(r)]
+    weight = sum(steps(r) for r in done)
+    return sum(r["measured_ratio"] * steps(r) for r in done) / weight if weight else None
 
 
 def wall_ratio(train_time_s, step_s, overhead_s, full_s):

@@ -17,6 +17,9 @@ from the full step's own first call).
   the run's re-selection overhead, that spending included, stays within PLANNED_SHARE of its
   training time.  What the budget leaves out is skipped: the selection is kept, or trained
   on the time model's word without measuring it, and the run says so once.
+- With the frozen prefix cached (--cache_frozen_prefix), a switch that moves the cut fills the
+  cache again: an epoch of steps each running the new prefix once more.  It is priced with the
+  switch's compile, so a selection that breaks the cache must fit the same budget.
 """
 import statistics
 
@@ -37,8 +40,9 @@ PLANNED_SHARE = 0.8 * OVERHEAD_SHARE
 
 class Economy:
     """The economy half of ElasticRuntime (which it is mixed into): reads its state `self.s`,
-    time model `self.ctl`, `self.rho`, `self.total_steps`, `self.every`, `self.probe_batches`,
-    `self.n`, `self.compile_ms`, `self.economy` and `self.is_compiled`."""
+    time model `self.ctl`, `self.rho`, `self.total_steps`, `self.steps_per_epoch`,
+    `self.every`, `self.probe_batches`, `self.n`, `self.compile_ms`, `self.economy`,
+    `self.is_compiled`."""
 
     def _say_if_short(self, compile_s):
         """Say once, at the start, when re-selecting will be held back to stay worth it."""
@@ -155,20 +159,36 @@ class Economy:
 
     def _worth_compiling(self, selection, global_step):
         """Whether a later switch (a re-selection or a correction) to `selection` may compile
-        its step: the overhead so far, this compile, the full steps that will measure it and
-        the probes of the re-selections still to come must fit the budget (_affordable); and
-        the compile within OVERHEAD_SHARE of the time the steps left will take."""
-        compile_s = self._compile_estimate(self.rho)
-        if compile_s is None or self.is_compiled(tuple(selection)):
-            return True
+        its step and, when it moves the prefix cache's cut, fill the cache again (_refill_s):
+        the overhead so far, these, the full steps that will measure it and the probes of the
+        re-selections still to come must fit the budget (_affordable); and the compile and
+        refill within OVERHEAD_SHARE of the time the steps left will take."""
         mask = np.zeros(self.n, bool)
         mask[list(selection)] = True
+        compile_s = self._compile_estimate(self.rho)
+        if compile_s is None or self.is_compiled(tuple(selection)):
+            compile_s = 0.0
+        once = compile_s + self._refill_s(mask)
+        if once == 0:
+            return True
         ratio = self.ctl.model.predicted_ratio(mask)
         left = self._steps_left(global_step)
         probes_s = left / max(self.every, 1) * self.probe_batches * self._grad_s()
-        return (self._affordable(compile_s + FULL_STEPS * self._grad_s() + probes_s,
+        return (self._affordable(once + FULL_STEPS * self._grad_s() + probes_s,
                                  global_step, ratio)
-                and compile_s <= OVERHEAD_SHARE * left * self._lowest_step_s(ratio))
+                and once <= OVERHEAD_SHARE * left * self._lowest_step_s(ratio))
+
+    def _refill_s(self, mask):
+        """What moving the prefix cache to `mask`'s cut costs: an epoch's steps each running
+        the new prefix once more (the forward pass the cut saves), 0 when the cut stays or
+        the selection has none."""
+        s, model = self.s, self.ctl.model
+        if not self.economy or not s.records or model.cut_of(mask) is None:
+            return 0.0
+        if model.cut_name(mask) == s.records[-1].get("cut"):
+            return 0.0
+        device = self._t_full_s() / (self.ctl.base.t_full / 1e3)  # this run's device speed
+        return self.steps_per_epoch * model.forward_saved(mask) / 1e3 * device
 
     def _t_full_s(self):
         """A full step in seconds: measured in this run (feedback on), else the table's."""

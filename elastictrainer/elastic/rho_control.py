@@ -69,7 +69,7 @@ class RhoController:
         self.max_corrections = int(max_corrections)
         self.dw_scale = 1.0
         self.dy_scale = 1.0
-        self.points = []  # (DW, DY, measured ratio), table ms
+        self.points = []  # (DW, DY, measured ratio, forward saved by a cached prefix), table ms
         self.model = base
 
     def judge(self, measured, limited_by, was_over=False, predicted=None):
@@ -116,11 +116,17 @@ class RhoController:
         """Add one measurement (a selection's mask and its measured ratio), refit the scales and
         return the corrected model (also `self.model`)."""
         dw, dy = selection_sums(self.base.t_dw, self.base.t_dy, self.base.rank, mask)
-        self.points = (self.points + [(dw, dy, float(measured))])[-HISTORY:]
+        saved = self.base.forward_saved(mask)
+        self.points = (self.points + [(dw, dy, float(measured), saved)])[-HISTORY:]
         a, b = fit_scales(self.base, self.points, (self.dw_scale, self.dy_scale))
         self.dw_scale, self.dy_scale = a, b
         self.model = self.base.corrected(a, b)
         return self.model
+
+    def drop_cache(self):
+        """The run's prefix cache is off from now on: select as without one."""
+        self.base = self.base.without_cache()
+        self.model = self.base.corrected(self.dw_scale, self.dy_scale)
 
     def state(self):
         return {"dw_scale": self.dw_scale, "dy_scale": self.dy_scale,
@@ -167,13 +173,14 @@ def prefer_measured(mask, importance, measured, rho, tolerance=TOLERANCE):
 
 def fit_scales(base, points, current):
     """Scales (a, b) of t_dw and t_dy, both the one backward scale s of the module doc that
-    best explains `points` [(DW, DY, ratio)], ridge-pulled toward `current` and damped by
-    MAX_FACTOR."""
+    best explains `points` [(DW, DY, ratio[, forward saved])], ridge-pulled toward `current`
+    and damped by MAX_FACTOR.  A step of a cached prefix leaves out part of the forward pass
+    as well (TimeModel.forward_saved), which the fit takes off its 1 - r."""
     backward_all = float(np.sum(base.t_dw) + np.sum(base.t_dy))
     s0 = float(np.sqrt(current[0] * current[1]))
     # 1 - r = s * u, one row per point: u is the backward work the selection leaves out
-    u = np.array([(backward_all - dw - dy) / base.t_full for dw, dy, _ in points])
-    y = np.array([1.0 - r for _, _, r in points])
+    u = np.array([(backward_all - p[0] - p[1]) / base.t_full for p in points])
+    y = np.array([1.0 - p[2] - (p[3] if len(p) > 3 else 0.0) / base.t_full for p in points])
     lam = _RIDGE * float(np.mean(u * u)) + 1e-12
     s = float((u @ y + lam * s0) / (u @ u + lam))
     s = float(np.clip(s, s0 / MAX_FACTOR, s0 * MAX_FACTOR))

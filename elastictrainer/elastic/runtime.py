@@ -85,9 +85,11 @@ class ElasticRuntime(Economy, Accounting):
         plan = Plan(total_steps=self.total_steps, forward_floor=model.rho_floor,
                     affordable_tensors=int(mask.sum()), num_tensors=self.n,
                     near_floor=self.rho - model.rho_floor < FLOOR_MARGIN)
+        cached = (f" with the prefix cached, {model.without_cache().rho_floor:.2f} without"
+                  if model.cache else "")
         self.log(f"elastic: forward floor {plan.forward_floor:.2f} of a full step (training "
-                 f"nothing); rho {self.rho:g} affords up to {plan.affordable_tensors} of "
-                 f"{self.n} tensors under the time model")
+                 f"nothing{cached}); rho {self.rho:g} affords up to {plan.affordable_tensors} "
+                 f"of {self.n} tensors under the time model")
         if plan.near_floor:
             self.log(f"warning: rho {self.rho:g} is within {FLOOR_MARGIN:g} of the forward floor "
                      f"({plan.forward_floor:.2f}): few tensors fit, expect the accuracy of "
@@ -162,10 +164,13 @@ class ElasticRuntime(Economy, Accounting):
         self._overhead("importance", seconds)
         self._select(global_step, np.asarray(importance, float), importance_ms=seconds * 1e3)
 
-    def step_done(self, global_step, kind, seconds, compiled=False, terms=None):
+    def step_done(self, global_step, kind, seconds, compiled=False, terms=None, filled=False):
         """Book one trained step of `kind` that took `seconds` (`compiled`: its function was
-        traced for this call).  Returns True when the selection changed."""
+        traced for this call; `filled`: a selection step that stored images in the prefix
+        cache, running its prefix on them first).  Returns True when the selection changed."""
         s = self.s
+        if filled and kind == "selection":
+            return self._book_fill(seconds)
         if kind == "probe":
             self._book_full(seconds, compiled, probe=True)
             s.probes_run += 1
@@ -348,7 +353,7 @@ class ElasticRuntime(Economy, Accounting):
                 mask, importance, self.rho, resolution=self.resolution),
             solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
             measured_before=measured_before, importance_ms=importance_ms,
-            full_step_ms=self._full_ms())
+            full_step_ms=self._full_ms(), cut=model.cut_name(mask))
         everything = bool(mask.all())
         if everything:  # the full step itself: its ratio is 1, nothing to measure
             record.measured_ratio, record.limited_by = 1.0, "budget"
@@ -366,6 +371,10 @@ class ElasticRuntime(Economy, Accounting):
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
+
+    def cache_off(self):
+        """The prefix cache is off for the rest of the run (it failed): select without it."""
+        self.ctl.drop_cache()
 
     # ------------------------------------------------------------------ checkpoints
     def state(self):

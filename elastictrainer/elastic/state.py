@@ -31,6 +31,8 @@ class SelectionRecord:
     step_ms: Optional[float] = None
     steps: int = 0
     full_steps: int = 0  # probe and timed full steps trained while this selection was current
+    cut: Optional[str] = None  # the cut its steps run from once its frozen prefix is cached
+    fill_steps: int = 0  # its steps that stored images in the prefix cache (ran the prefix)
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -79,6 +81,8 @@ class ElasticState:
     windows: List[list] = dataclasses.field(default_factory=lambda: [[0.0, None]])
     overhead_parts: dict = dataclasses.field(
         default_factory=lambda: dict.fromkeys(OVERHEAD_PARTS, 0.0))
+    fill_steps: int = 0                 # selection steps that filled the prefix cache
+    fill_s: float = 0.0                 # ... and their seconds (they train their batches)
     step_s: float = 0.0                 # selections' own steps of closed records
     full_s: float = 0.0                 # what full training would spend on them, probes' and
                                         # timed full steps' batches included

@@ -37,8 +37,12 @@ class ElasticHooks:
         self.probe_batches = int(probe_batches)
         self.clock = runtime.clock
         runtime.is_compiled = lambda sel: tuple(sel) in trainer.steps
+        cache = getattr(trainer, "prefix_cache", None)
+        if cache is not None:  # a cache that fails: the time model prices without it
+            cache.on_off = runtime.cache_off
         self._kind = None
         self._compiled = False
+        self._step = None
         # announce(global_step, kind, selection) before each step: a multi-worker run's chief
         # tells the other workers what to run (distribute.Decisions)
         self.announce = None
@@ -75,14 +79,19 @@ class ElasticHooks:
             return functools.partial(tr.probe_step, want_terms=want)
         selection = tuple(rt.selection)
         self._compiled = selection not in tr.steps
-        return tr.step_for(selection)
+        self._step = tr.step_for(selection)
+        return self._step
 
     def after_step(self, global_step, seconds, outputs):
         """Book the step `before_step` gave; True when the selection changed."""
         kind = self._kind
         terms = outputs[2].numpy() if kind == "probe" else None
-        changed = self.rt.step_done(global_step, kind, seconds, compiled=self._compiled,
-                                    terms=terms)
+        # a step with its prefix cached says whether it filled the cache and compiled
+        step = self._step if kind == "selection" else None
+        filled = bool(getattr(step, "filled", False))
+        compiled = getattr(step, "compiled", self._compiled) or self._compiled
+        changed = self.rt.step_done(global_step, kind, seconds, compiled=compiled,
+                                    terms=terms, filled=filled)
         self.flush_events()
         return changed
 

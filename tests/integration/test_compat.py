@@ -231,6 +231,15 @@ def test_layer_random_generator_holds_the_state_that_draws_advance():
     assert compat.layer_random_generator(keras.layers.Dense(2)) is None
 
 
+def test_is_random_layer_tells_augmentation_dropout_and_noise_from_the_rest():
+    for layer in (keras.layers.RandomFlip("horizontal"), keras.layers.RandomRotation(0.2),
+                  keras.layers.Dropout(0.5), keras.layers.GaussianNoise(0.1)):
+        assert compat.is_random_layer(layer), layer
+    for layer in (keras.layers.Dense(2), keras.layers.BatchNormalization(),
+                  keras.layers.Rescaling(0.5), keras.layers.ReLU()):
+        assert not compat.is_random_layer(layer), layer
+
+
 def test_tensorboard_without_tensorflow():
     # with TensorFlow loaded (as here) it leaves TensorBoard alone
     compat.tensorboard_without_tensorflow()

@@ -1,0 +1,252 @@
+"""A tf-keras functional model as one flat graph of layer calls, its cut points, and the
+sub-models on either side of a cut (the frozen prefix and the trained suffix; prefix_cache.py).
+
+Nested functional models (the built-in models' backbones) are flattened: each of their layer
+calls becomes a call of the flat graph, with the training mode the nesting gives it (a backbone
+called with training=False runs its BatchNorm layers in inference mode, whatever the step's
+mode).  A subclassed model or layer stays one opaque call.  Sub-models call the same layer
+objects again (public functional API), so they share every weight with the model.
+
+A cut is a tensor every path from the input to the output goes through: the calls after it
+(the suffix) need nothing from before it but the cut itself.  For a ResNet these are the block
+outputs, for a plain CNN every layer's output.  Cuts are totally ordered (each one dominates
+the output), so suffixes are nested; the time model and the cache index them from the input
+(0) up.
+"""
+from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import dataclasses
+from typing import Any, List, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from elastictrainer import compat, flavors
+
+# Relative cost of one output element of any layer (normalisation, activation, resampling,
+# adds), against one multiply-add of a kernel counted as two: a memory-bound element costs
+# about what a few multiply-adds do on a CPU.  Only for the forward shares of the suffixes,
+# which the time model scales to the profiled forward pass; the closed loop measures the steps.
+ELEMENT_COST = 8.0
+# Layers whose output depends on the batch they run in when they run in training mode.
+_BATCH_DEPENDENT = (keras.layers.BatchNormalization,)
+
+
+@dataclasses.dataclass
+class Call:
+    """One layer call of the flat graph."""
+    layer: Any
+    args: Any                 # (call_args, call_kwargs), KerasTensors as in the model
+    inputs: List[int]         # value ids it reads
+    outputs: List[int]        # value ids it makes
+    training: Optional[bool]  # fixed by an enclosing call, None: the step's mode
+    tensors: Any = None       # its output KerasTensors
+
+
+@dataclasses.dataclass
+class Cut:
+    """A cut point: the value `value`, made by call `position` of the flat graph."""
+    name: str
+    value: int
+    position: int
+    shape: tuple              # per example
+    dtype: Any
+    suffix: frozenset         # positions of the calls after it
+    forward_share: float = 0.0  # the suffix's share of the forward pass (estimated)
+    augmentation: tuple = ()    # random layers in training mode before the first weights
+    random_prefix: tuple = ()   # other random layers in training mode before it (dropout)
+    batch_prefix: tuple = ()    # batch-dependent layers in training mode before it
+
+    @property
+    def bytes_per_example(self):
+        return int(np.prod(self.shape)) * tf.as_dtype(self.dtype).size
+
+
+class FlatGraph:
+    """The model's layer calls in topological order (`calls`), its input and output values,
+    and its cuts from the input up (`cuts`).  UserError-free: `why_not` says why a model has
+    no cut (not a tf-keras functional model, several inputs or outputs)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls, self.why_not = [], None
+        self._canon, self._kt = {}, {}
+        if not (isinstance(model, keras.Model) and getattr(model, "outputs", None)):
+            self.why_not = "it is not a tf-keras functional model"
+            return
+        if len(model.inputs) != 1 or len(model.outputs) != 1:
+            self.why_not = "it has more than one input or output"
+            return
+        self.input = self._key(model.inputs[0])
+        self._walk(model, None)
+        self.output = self._key(model.outputs[0])
+        self.cuts = self._find_cuts()
+
+    # ------------------------------------------------------------------ flattening
+    def _key(self, kt):
+        k = id(kt)
+        self._kt.setdefault(k, kt)
+        return self._canon.get(k, k)
+
+    def _walk(self, model, training):
+        for layer, node in _topological_nodes(model):
+            args = (node.call_args, node.call_kwargs)
+            mode = node.call_kwargs.get("training", training)
+            mode = training if mode is None else bool(mode)
+            inner = isinstance(layer, keras.Model) and getattr(layer, "outputs", None)
+            if inner:
+                for t, a in zip(layer.inputs, node.keras_inputs):
+                    self._canon[id(t)] = self._key(a)
+                self._walk(layer, mode)
+                for t, o in zip(tf.nest.flatten(node.outputs), layer.outputs):
+                    self._canon[id(t)] = self._key(o)
+                continue
+            self.calls.append(Call(
+                layer=layer, args=args, training=mode,
+                inputs=[self._key(t) for t in node.keras_inputs],
+                outputs=[self._key(t) for t in tf.nest.flatten(node.outputs)],
+                tensors=tf.nest.flatten(node.outputs)))
+
+    # ------------------------------------------------------------------ cuts
+    def _find_cuts(self):
+        made_at = {v: i for i, c in enumerate(self.calls) for v in c.outputs}
+        readers = {}
+        for i, c in enumerate(self.calls):
+            for v in c.inputs:
+                readers.setdefault(v, []).append(i)
+        costs = [call_cost(c) for c in self.calls]
+        total = sum(costs) or 1.0
+        weighted = [i for i, c in enumerate(self.calls) if c.layer.weights]
+        first_weighted = weighted[0] if weighted else len(self.calls)
+
+        def random_in(prefix, augmentation):
+            return tuple(self.calls[j].layer.name for j in prefix
+                         if self.calls[j].training is not False
+                         and is_random(self.calls[j].layer)
+                         and (j < first_weighted) == augmentation)
+
+        cuts = []
+        for i, c in enumerate(self.calls):
+            if len(c.outputs) != 1 or c.outputs[0] == self.output:
+                continue
+            v = c.outputs[0]
+            suffix, todo = set(), list(readers.get(v, []))
+            while todo:
+                j = todo.pop()
+                if j not in suffix:
+                    suffix.add(j)
+                    todo += [r for o in self.calls[j].outputs for r in readers.get(o, [])]
+            closed = all(u == v or made_at.get(u) in suffix
+                         for j in suffix for u in self.calls[j].inputs)
+            if not suffix or not closed or made_at.get(self.output) not in suffix:
+                continue
+            prefix = [j for j in range(len(self.calls)) if j not in suffix]
+            kt = c.tensors[0]
+            cuts.append(Cut(
+                name=c.layer.name, value=v, position=i, shape=tuple(kt.shape[1:]),
+                dtype=kt.dtype, suffix=frozenset(suffix),
+                forward_share=sum(costs[j] for j in suffix) / total,
+                augmentation=random_in(prefix, True), random_prefix=random_in(prefix, False),
+                batch_prefix=tuple(self.calls[j].layer.name for j in prefix
+                                   if self.calls[j].training is not False
+                                   and is_batch_dependent(self.calls[j].layer))))
+        return cuts
+
+    def tensor_cuts(self, variables):
+        """For each of `variables` (the model's trainable weights), the index in `cuts` of the
+        output-most cut whose suffix holds it and whose prefix does not, -1 for none."""
+        where = {}
+        for i, c in enumerate(self.calls):
+            for w in c.layer.trainable_weights:
+                where.setdefault(id(w), set()).add(i)
+        out = []
+        for v in variables:
+            calls = where.get(id(v))
+            best = -1
+            for k, cut in enumerate(self.cuts):
+                if calls and calls <= cut.suffix:
+                    best = k
+            out.append(best)
+        return out
+
+    # ------------------------------------------------------------------ sub-models
+    def prefix_model(self, cut):
+        """input -> cut, the model's layers (shared weights)."""
+        keep = set(range(len(self.calls))) - set(cut.suffix)
+        return self._rebuild(self.input, self.model.inputs[0], keep, cut.value, "prefix")
+
+    def suffix_model(self, cut):
+        """cut -> output, the model's layers (shared weights)."""
+        kt = self._kt[cut.value]
+        start = keras.Input(shape=kt.shape[1:], dtype=kt.dtype, name=f"{cut.name}_cached")
+        return self._rebuild(cut.value, start, set(cut.suffix), self.output, "suffix")
+
+    def _rebuild(self, source, start, keep, target, name):
+        values = {source: start}
+        for i, c in enumerate(self.calls):
+            if i not in keep:
+                continue
+            call_args, call_kwargs = tf.nest.map_structure(
+                lambda a: values[self._key(a)] if id(a) in self._kt else a, c.args)
+            call_kwargs = dict(call_kwargs)
+            if c.training is not None and "training" not in call_kwargs:
+                call_kwargs["training"] = c.training
+            out = tf.nest.flatten(c.layer(*call_args, **call_kwargs))
+            for k, t in zip(c.outputs, out):
+                values[k] = t
+        return flavors.for_model(self.model).functional_model(
+            start, values[target], f"{self.model.name}_{name}")
+
+
+def _topological_nodes(model):
+    """(layer, node) of every call of `model`'s own graph, inputs first (input layers left
+    out), by depth-first search back from its outputs."""
+    order, seen = [], set()
+    inputs = {id(t) for t in model.inputs}
+
+    def visit(kt):
+        if id(kt) in inputs:
+            return
+        history = compat.keras_history(kt)
+        layer, index = history[0], history[1]
+        node = layer.inbound_nodes[index]
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for t in node.keras_inputs:
+            visit(t)
+        if not node.is_input:
+            order.append((layer, node))
+
+    for t in model.outputs:
+        visit(t)
+    return order
+
+
+def is_random(layer):
+    """Whether `layer` draws random numbers when it runs in training mode (augmentation,
+    dropout, noise)."""
+    return compat.is_random_layer(layer)
+
+
+def is_batch_dependent(layer):
+    """Whether `layer`'s output for one example depends on the rest of its batch in training
+    mode (BatchNorm's batch statistics; a layer not trainable runs in inference mode)."""
+    return isinstance(layer, _BATCH_DEPENDENT) and layer.trainable
+
+
+def call_cost(call):
+    """A call's forward cost, estimated: two per multiply-add of each kernel (weights of two
+    or more dimensions) at every output position, plus ELEMENT_COST per output element."""
+    elements = 0
+    channels = 1
+    for t in call.tensors or []:
+        shape = [d for d in t.shape[1:]]
+        if None in shape:
+            continue
+        elements += int(np.prod(shape)) if shape else 1
+        channels = shape[-1] if shape else 1
+    positions = elements / max(channels, 1)
+    macs = sum(int(np.prod(w.shape)) for w in call.layer.weights if len(w.shape) >= 2)
+    return 2.0 * macs * positions + ELEMENT_COST * elements

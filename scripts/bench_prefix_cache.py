@@ -1,0 +1,332 @@
+"""Past the forward floor: the frozen prefix cached (--cache_frozen_prefix) against the same runs
+without it.
+
+Usage (from the repo root; figures/bench_prefix_cache.{json,md} came from the default line):
+    python scripts/bench_prefix_cache.py [--seeds 0] [--rhos 0.3,0.4,0.5] [--fixed 12]
+        [--parts command1,resnet50] [--logdir logs/bench_prefix_cache]
+        [--out figures/bench_prefix_cache.json]
+
+command1: README command 1's settings (smallcnn fine-tuned from --weights synthetic on the
+synthetic data, Adam 1e-3, 12 epochs, 4800 images): full training, then ElasticTrainer at each
+rho without the cache and with it (--cache_fixed_views true: the built-in models augment their
+input at random, so each image keeps the view it drew when the cache was filled), and the
+selection "tensor k to the output" held fixed for the whole run (--fixed; 12: the last stage
+and the head, what rho 0.5 affords without the cache) without and with the cache: the same
+tensors trained on fresh augmented views each epoch or on fixed ones, the accuracy cost of
+the views alone.  Without
+the cache a rho below the forward floor is refused; those cells stay empty.  Each row gives the
+best test accuracy and the mean of the last 3 epochs, the training time against full
+training's (two runs minutes apart) and against the run's own estimate (wall_ratio, full steps
+timed in the same minutes), the measured step ratio of the cached steps, the cut points, the
+share of steps served from the cache and the time spent filling it, and the load average
+around the run.  Finished runs in --logdir are read, not run again.
+
+resnet50: the ResNet50 224 px, batch 4 step bench (random weights, SGD, 200 classes; profiled
+first when its table is missing): for each rho, the selection eq. 3 makes with every tensor
+equally important, without the cache and with it, and the last stage (conv5 and the head)
+selected by hand; each selection's step timed without and with the cache (its batches cached
+first), interleaved with full steps, medians of --repeats rounds of --steps steps.
+"""
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+import time
+
+from elastictrainer import perfdoc
+from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
+
+COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
+             "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
+             "--learning_rate 0.001")
+PARTS = ("command1", "resnet50")
+
+
+def build_parser():
+    ap = ArgumentParser(prog="bench_prefix_cache.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0", type=comma_list(int, "integers"), help="seeds")
+    ap.add_argument("--rhos", default="0.3,0.4,0.5", type=comma_list(float, "numbers"),
+                    help="rho of the elastic runs and of the step bench")
+    ap.add_argument("--fixed", default="12", type=comma_list(int, "integers"),
+                    help="command1: fixed selections, tensor k to the output, for each k")
+    ap.add_argument("--parts", default=",".join(PARTS), type=comma_list(str, "names"),
+                    help=f"which parts to run: {', '.join(PARTS)}")
+    ap.add_argument("--repeats", type=int, default=3, help="resnet50: interleaved rounds")
+    ap.add_argument("--steps", type=int, default=3, help="resnet50: timed steps per round")
+    ap.add_argument("--logdir", default="logs/bench_prefix_cache", help="where runs go")
+    ap.add_argument("--out", default="figures/bench_prefix_cache.json",
+                    help="JSON results; a Markdown table is written beside it (.md)")
+    return ap
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+# ------------------------------------------------------------------ README command 1
+def command1(args):
+    import importlib.util
+
+    from elastictrainer import cli
+    from elastictrainer.compare import compare, last_epochs_accuracy
+
+    # the fixed selections' scheme, from the script beside this one (scripts are no package)
+    spec = importlib.util.spec_from_file_location("bench_fixed_selection", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "bench_fixed_selection.py"))
+    fixed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixed)
+    register_fixed = fixed.register_fixed
+
+    rows = []
+    for seed in args.seeds:
+        base = cli.config_from_args(cli.train_parser().parse_args(
+            COMMAND_1.split() + ["--seed", str(seed), "--quiet", "--logdir", args.logdir]))
+        variants = [("full training", None, False)]
+        variants += [(f"ElasticTrainer{' + cache' if cached else ''}", rho, cached)
+                     for rho in args.rhos for cached in (False, True)]
+        variants += [(f"tensors {k}-19 fixed{' + cache' if cached else ''}", -k, cached)
+                     for k in args.fixed for cached in (False, True)]
+        full_time = None
+        for label, rho, cached in variants:
+            suffix = "_cached" if cached else ""
+            name = ("full" if rho is None else f"fixed{-rho}{suffix}" if rho < 0 else
+                    f"rho{rho:g}{suffix}")
+            cfg = dataclasses.replace(
+                base, rho=rho if rho and rho > 0 else base.rho, cache_frozen_prefix=cached,
+                cache_fixed_views=cached, run_name=f"s{seed}_{name}")
+            kind = ("full_training" if rho is None else register_fixed(-rho) if rho < 0 else
+                    "elastic_training")
+            rho = rho if rho and rho > 0 else None
+            before = load()
+            try:
+                summary, = compare(cfg, [kind])
+            except Exception as e:  # noqa: BLE001  (rho below the floor: a UserError)
+                print(f"{label} rho {rho}: {e}", flush=True)
+                rows.append({"seed": seed, "run": label, "rho": rho, "cache": cached,
+                             "error": str(e)})
+                continue
+            # the load around the run, kept beside it: a finished run is read, not run again
+            load_file = os.path.join(args.logdir, f"{cfg.run_name}_{kind}", "bench_load.json")
+            if os.path.exists(load_file):
+                with open(load_file) as f:
+                    around = json.load(f)
+            else:
+                around = [before, load()]
+                with open(load_file, "w") as f:
+                    json.dump(around, f)
+            if kind == "full_training":
+                full_time = summary["train_time_s"]
+            pc = summary.get("prefix_cache") or {}
+            cuts = sorted({s["cut"] for s in summary.get("selections", []) if s.get("cut")}
+                          | {b["cut"] for b in pc.get("builds", [])})
+            rows.append({
+                "seed": seed, "run": label, "rho": rho, "cache": cached,
+                "best": summary["best_test_accuracy"], "last3": last_epochs_accuracy(summary),
+                "train_time_s": summary["train_time_s"],
+                "time_ratio": summary["train_time_s"] / full_time if full_time else None,
+                "wall_ratio": summary.get("wall_ratio"),
+                "step_ratio": summary.get("measured_ratio"), "cuts": cuts,
+                "served_share": pc.get("served_share"), "fill_s": pc.get("fill_s"),
+                "cache_mb": max((b["bytes"] / 2**20 for b in pc.get("builds", [])), default=None),
+                "tensors": summary["epochs"][-1]["selected"] if summary["epochs"] else None,
+                "load": around})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def command1_table(rows):
+    def f(v, fmt):
+        return "" if v is None else fmt.format(v)
+
+    lines = ["| seed | run | rho | best accuracy | last 3 epochs | training time | / full "
+             "training's | run's estimate | cached step ratio | tensors (last epoch) | cut | "
+             "steps served from the cache | filling it | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['seed']} | {r['run']} | {r['rho']:g} | refused: below the "
+                         f"forward floor |  |  |  |  |  |  |  |  |  |  |")
+            continue
+        cache = (f"{100 * r['served_share']:.0f}%" if r["served_share"] is not None else "")
+        lines.append(
+            f"| {r['seed']} | {r['run']} | {f(r['rho'], '{:g}')} | {r['best']:.1f}% | "
+            f"{r['last3']:.1f}% | {r['train_time_s']:.1f} s | {f(r['time_ratio'], '{:.2f}')} | "
+            f"{f(r['wall_ratio'], '{:.2f}')} | {f(r['step_ratio'], '{:.2f}')} | "
+            f"{r['tensors']}/20 | {', '.join(r['cuts'])} | {cache} | "
+            f"{f(r['fill_s'], '{:.1f} s')} | {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    return "\n".join(lines)
+
+
+def command1_means(rows):
+    """One row per run over the seeds: mean best accuracy and its points under the same seed's
+    full training, mean of the last 3 epochs, mean time ratio and cached step ratio."""
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    full = {r["seed"]: r for r in rows if r["run"] == "full training"}
+    lines = ["| run | rho | seeds | best accuracy | under full training's | last 3 epochs | "
+             "time / full training's | cached step ratio |", "|---|---|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["run"], r["rho"]) for r in rows):
+        group = [r for r in rows if (r["run"], r["rho"]) == key and "error" not in r]
+        if not group:
+            lines.append(f"| {key[0]} | {key[1]:g} | | refused: below the forward floor | | | "
+                         f"| |")
+            continue
+        under = mean([full[r["seed"]]["best"] - r["best"] for r in group if r["seed"] in full])
+        ratio = mean([r["step_ratio"] for r in group])
+        lines.append(
+            f"| {key[0]} | {'' if key[1] is None else f'{key[1]:g}'} | {len(group)} | "
+            f"{mean([r['best'] for r in group]):.1f}% | {under:.1f} | "
+            f"{mean([r['last3'] for r in group]):.1f}% | "
+            f"{mean([r['time_ratio'] for r in group]):.2f} | "
+            f"{'' if ratio is None else f'{ratio:.2f}'} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the ResNet50 step bench
+def resnet50(args, workdir):
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from elastictrainer import config, engine, prefix_cache
+    from elastictrainer.models.build import build_sized
+    from elastictrainer.profiler.run import load_or_profile
+    from elastictrainer.profiler.table import default_table_path
+    from elastictrainer.roles import tensor_roles
+    from elastictrainer.schemes import SCHEMES
+    from elastictrainer.time_model import TimeModel
+    from elastictrainer.trainer import Trainer
+
+    size, batch, classes, batches = 224, 4, 200, 4
+    keras.utils.set_random_seed(0)
+    model, _, _ = build_sized("resnet50", size, classes, "none")
+    path = default_table_path("resnet50", size, batch, classes)
+    table = load_or_profile(path, model, "resnet50", size, batch, classes)
+    trainer = Trainer(model, engine.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
+                      SCHEMES["elastic_training"], tensor_roles(model))
+    trainer.steps.maxsize = 16
+    cfg = config.Config(cache_frozen_prefix=True, cache_fixed_views=True)
+    cache = prefix_cache.plan(model, trainer.variables, cfg, batches * batch, workdir)
+    trainer.prefix_cache = cache
+    plain_tm, cached_tm = TimeModel(table), TimeModel(table, cache=cache.for_time_model())
+    n = len(trainer.variables)
+    names = [v.name for v in trainer.variables]
+    importance = np.ones(n)
+    selections = {}
+    for rho in args.rhos:
+        for label, tm in (("uncached", plain_tm), ("cached", cached_tm)):
+            if rho > tm.rho_floor:
+                mask = tm.select(importance, rho)
+                selections[f"rho {rho:g}, eq. 3 {label}"] = tuple(
+                    int(k) for k in np.flatnonzero(mask))
+    selections["last stage (conv5 + head)"] = tuple(
+        k for k, name in enumerate(names) if name.startswith(("conv5_", "classifier")))
+    rng = np.random.default_rng(0)
+    data = [(tf.constant(rng.uniform(0, 255, (batch, size, size, 3)), tf.float32),
+             tf.constant(rng.integers(0, classes, batch), tf.int32)) for _ in range(batches)]
+    full = engine.make_train_step(model, trainer.optimizer, trainer.loss_fn, trainer.variables)
+    steps = {"full": full}
+    for label, sel in selections.items():
+        steps[(label, "uncached")] = engine.make_train_step(
+            model, trainer.optimizer, trainer.loss_fn, [trainer.variables[k] for k in sel])
+        steps[(label, "cached")] = cache.step(  # the uncached step where it has no cut
+            sel, trainer.variables, trainer.optimizer, trainer.loss_fn, None,
+            lambda label=label: steps[(label, "uncached")])
+
+    warm = set()
+
+    def ready(key, step):
+        """Compile it and, for a cached step, fill its store (one store at a time: a step
+        of another cut replaced it), untimed."""
+        store = cache.store
+        if key not in warm or (isinstance(step, prefix_cache.CachedStep) and (
+                store is None or store.cut is not cache.cuts[step.cut] or not store.complete)):
+            for x, y in data:
+                engine.first_output(step(x, y)).numpy()
+            warm.add(key)
+
+    times = {k: [] for k in steps}
+    for _ in range(args.repeats):
+        for key, step in steps.items():
+            ready(key, step)
+            for i in range(args.steps):
+                x, y = data[i % batches]
+                t0 = time.perf_counter()
+                engine.first_output(step(x, y)).numpy()
+                times[key].append(time.perf_counter() - t0)
+        print(f"round done, load {load():.1f}", flush=True)
+    full_s = statistics.median(times["full"])
+    rows = []
+    for label, sel in selections.items():
+        mask = np.zeros(n, bool)
+        mask[list(sel)] = True
+        cut = cached_tm.cut_of(mask)
+        row = {"selection": label, "tensors": len(sel),
+               "cut": None if cut is None else cache.cuts[cut].name,
+               "predicted_uncached": plain_tm.predicted_ratio(mask),
+               "predicted_cached": cached_tm.predicted_ratio(mask),
+               "full_step_ms": 1e3 * full_s}
+        for kind in ("uncached", "cached"):
+            row[f"{kind}_ms"] = 1e3 * statistics.median(times[(label, kind)])
+            row[f"{kind}_ratio"] = row[f"{kind}_ms"] / row["full_step_ms"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    cache.close()
+    return {"rows": rows, "forward_floor": plain_tm.rho_floor,
+            "cached_floor": cached_tm.rho_floor, "table": path, "load": load()}
+
+
+def resnet50_table(result):
+    lines = [f"Forward floor without the cache {result['forward_floor']:.2f} of a full step "
+             f"({result['rows'][0]['full_step_ms']:.0f} ms); load {result['load']:.1f} at the "
+             f"end.\n",
+             "| selection | tensors | cut | step ratio uncached (predicted) | step ratio cached "
+             "(predicted) |", "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['selection']} | {r['tensors']} | {r['cut'] or ''} | "
+                     f"{r['uncached_ratio']:.2f} ({r['predicted_uncached']:.2f}) | "
+                     f"{r['cached_ratio']:.2f} ({r['predicted_cached']:.2f}) |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    for part in args.parts:
+        if part not in PARTS:
+            raise SystemExit(f"unknown part {part!r}; valid: {', '.join(PARTS)}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    previous = {}
+    if os.path.exists(args.out):  # a part not run again keeps its last results
+        with open(args.out) as f:
+            previous = json.load(f)
+    results = dict(previous.get("results", {}))
+    if "command1" in args.parts:
+        results["command1"] = command1(args)
+    if "resnet50" in args.parts:
+        results["resnet50"] = resnet50(args, os.path.join(args.logdir, "resnet50_steps"))
+    when = datetime.date.today().isoformat()
+    text = f"Machine: {machine_text(machine_info())}; run {when}.\n\n"
+    if "command1" in results:
+        text += (f"README command 1 (`{COMMAND_1} --rho R --seed S`; the cached runs add "
+                 f"`--cache_frozen_prefix true --cache_fixed_views true`)\n\n"
+                 f"Mean over the seeds\n\n{command1_means(results['command1'])}\n\n"
+                 f"Each run\n\n{command1_table(results['command1'])}\n\n")
+    if "resnet50" in results:
+        text += (f"ResNet50, 224 px, batch 4, SGD, random weights: step ratios against full "
+                 f"steps timed in the same rounds\n\n{resnet50_table(results['resnet50'])}\n")
+    print(text)
+    with open(args.out, "w") as f:
+        json.dump({"args": vars(args), "command": COMMAND_1, "machine": machine_info(),
+                   "date": when, "results": results}, f, indent=1)
+    md = os.path.splitext(args.out)[0] + ".md"
+    with open(md, "w") as f:
+        f.write(text)
+    perfdoc.update_for(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""--cache_frozen_prefix (prefix_cache.py, prefix_graph.py): the cut points of a model, cached
+and uncached runs that agree step by step, and the ways a cache turns itself off."""
+import errno
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from elastictrainer import config, loop, prefix_cache, runlog
+from elastictrainer.common import UserError
+from elastictrainer.prefix_graph import FlatGraph
+from elastictrainer.trainer import Trainer
+
+SIZE, CLASSES, EXAMPLES, BATCH = 16, 4, 40, 8
+
+
+def nested_model(bn_training=False, augment=False, seed=0):
+    """Input -> [RandomFlip] -> Rescaling -> a nested conv-BN-ReLU backbone called in
+    inference mode (as the built-in models call theirs; bn_training: in the step's mode) ->
+    pool -> dropout -> dense.  Seeded."""
+    keras.utils.set_random_seed(seed)
+    image = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.RandomFlip("horizontal", name="flip")(image) if augment else image
+    x = keras.layers.Rescaling(1 / 255.0, name="scale")(x)
+    inner = keras.Input((SIZE, SIZE, 3))
+    h = inner
+    for i, width in enumerate((8, 12)):
+        h = keras.layers.Conv2D(width, 3, strides=2, padding="same", use_bias=False,
+                                name=f"conv{i}")(h)
+        h = keras.layers.BatchNormalization(name=f"bn{i}")(h)
+        h = keras.layers.ReLU(name=f"relu{i}")(h)
+    x = keras.Model(inner, h, name="backbone")(x, training=None if bn_training else False)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    x = keras.layers.Dropout(0.2, name="dropout", force_generator=True)(x)
+    return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="nested")
+
+
+def data(seed=0):
+    """(train, test): EXAMPLES fixed images, reshuffled every epoch under the seed."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 255, (EXAMPLES, SIZE, SIZE, 3)).astype(np.float32)
+    y = (np.arange(EXAMPLES) % CLASSES).astype(np.int32)
+    tf.random.set_seed(seed)
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
+        EXAMPLES, seed=seed, reshuffle_each_iteration=True).batch(BATCH)
+    return train, tf.data.Dataset.from_tensor_slices((x[:16], y[:16])).batch(16)
+
+
+def cfg(tmp_path, name, **kw):
+    base = dict(train_type="traditional_tl_training", optimizer="adam", learning_rate=0.01,
+                num_epochs=3, logdir=str(tmp_path), run_name=name, progress=False,
+                energy="none")
+    return config.Config(**{**base, **kw})
+
+
+def losses_of(monkeypatch, run):
+    """The per-step training losses of `run()` (every trained batch, in order)."""
+    seen = []
+    original = Trainer.batch_stats
+
+    def record(self, outputs, y):
+        stats = original(self, outputs, y)
+        seen.append(stats[0])
+        return stats
+
+    monkeypatch.setattr(Trainer, "batch_stats", record)
+    summary = run()
+    monkeypatch.setattr(Trainer, "batch_stats", original)
+    return np.array(seen), summary
+
+
+def test_cut_points_of_a_nested_model_and_the_sub_models_share_its_weights():
+    model = nested_model()
+    graph = FlatGraph(model)
+    names = [c.name for c in graph.cuts]
+    # the backbone is flattened: its layers' outputs are cut points
+    assert names == ["scale", "conv0", "bn0", "relu0", "conv1", "bn1", "relu1", "pool",
+                     "dropout"]
+    relu0 = graph.cuts[names.index("relu0")]
+    assert relu0.shape == (8, 8, 8) and relu0.bytes_per_example == 8 * 8 * 8 * 4
+    assert 0 < relu0.forward_share < graph.cuts[names.index("scale")].forward_share < 1
+    # the backbone runs in inference mode: its BatchNorm makes no prefix batch-dependent
+    assert all(not c.batch_prefix for c in graph.cuts)
+    assert graph.cuts[names.index("dropout")].random_prefix == ("dropout",)
+    # conv0, bn0 gamma, beta, conv1, bn1 gamma, beta, head kernel, bias
+    tensor_cuts = graph.tensor_cuts(model.trainable_weights)
+    assert [names[k] for k in tensor_cuts] == ["scale", "conv0", "conv0", "relu0", "conv1",
+                                               "conv1", "dropout", "dropout"]
+    prefix, suffix = graph.prefix_model(relu0), graph.suffix_model(relu0)
+    assert [id(w) for w in suffix.trainable_weights] == [id(w) for w in
+                                                         model.trainable_weights[3:]]
+    x = tf.random.uniform((3, SIZE, SIZE, 3), 0, 255)
+    np.testing.assert_array_equal(suffix(prefix(x, training=False), training=False),
+                                  model(x, training=False))
+
+
+def test_batchnorm_in_the_steps_mode_keeps_the_cut_above_it():
+    graph = FlatGraph(nested_model(bn_training=True))
+    sound = [c.name for c in graph.cuts if not c.batch_prefix]
+    assert sound == ["scale", "conv0"]  # bn0 computes batch statistics: no cut after it
+
+
+@pytest.mark.parametrize("bn_training", [False, True])
+def test_a_cached_run_trains_as_the_uncached_one_step_by_step(tmp_path, monkeypatch,
+                                                              bn_training):
+    """The head trains (a fixed selection); its frozen prefix holds BatchNorm in the mode the
+    uncached run uses: inference (cached at the pool) or batch statistics (cached below)."""
+    def run(cached):
+        c = cfg(tmp_path, f"r{int(cached)}", cache_frozen_prefix=cached)
+        return loop.run(c, log=lambda m: None, model=nested_model(bn_training), data=data())
+
+    plain, _ = losses_of(monkeypatch, lambda: run(False))
+    cached, summary = losses_of(monkeypatch, lambda: run(True))
+    steps = 3 * EXAMPLES // BATCH
+    assert len(plain) == len(cached) == steps
+    np.testing.assert_allclose(cached, plain, rtol=2e-5, atol=1e-6)
+    pc = summary["prefix_cache"]
+    build, = pc["builds"]
+    assert build["cut"] == ("conv0" if bn_training else "pool")
+    assert build["rows"] == EXAMPLES and build["where"] == "memory"
+    # the first epoch filled the cache, the two others were served from it
+    assert pc["fill_steps"] == steps // 3 and pc["served_steps"] == 2 * steps // 3
+    assert pc["served_share"] == pytest.approx(2 / 3) and pc["fill_s"] > 0
+    assert summary["version"] == runlog.SUMMARY_VERSION and pc["off"] is None
+
+
+def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
+        tmp_path, monkeypatch):
+    def run(name, cached, log=lambda m: None):
+        c = cfg(tmp_path, name, cache_frozen_prefix=cached)
+        return loop.run(c, log=log, model=nested_model(), data=data())
+
+    def ctrl_c_after_the_first_epoch(message):
+        if message.startswith("epoch 1:"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    plain, _ = losses_of(monkeypatch, lambda: run("plain", False))
+    first, stopped = losses_of(monkeypatch, lambda: run("resumed", True,
+                                                        ctrl_c_after_the_first_epoch))
+    assert stopped["status"] == "interrupted" and len(first) == 5
+    rest, summary = losses_of(monkeypatch, lambda: run("resumed", True))
+    np.testing.assert_allclose(np.concatenate([first, rest]), plain, rtol=2e-5, atol=1e-6)
+    pc = summary["prefix_cache"]
+    assert pc["fill_steps"] == 5 and pc["served_steps"] == 5  # filled again, then served
+
+
+def test_random_augmentation_is_refused_or_cached_as_fixed_views(tmp_path, monkeypatch):
+    with pytest.raises(UserError, match="--cache_fixed_views true"):
+        loop.run(cfg(tmp_path, "refused", cache_frozen_prefix=True), log=lambda m: None,
+                 model=nested_model(augment=True), data=data())
+    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, cache_fixed_views=True),
+                       log=lambda m: None, model=nested_model(augment=True), data=data())
+    assert summary["prefix_cache"]["policy"] == "fixed augmented views"
+    assert summary["prefix_cache"]["served_steps"] == 10
+
+
+def test_beyond_the_memory_budget_the_cache_is_a_file_and_a_full_disk_turns_it_off(
+        tmp_path, monkeypatch):
+    lines = []
+    summary = loop.run(cfg(tmp_path, "disk", cache_frozen_prefix=True, cache_budget_mb=0),
+                       log=lines.append, model=nested_model(), data=data())
+    build, = summary["prefix_cache"]["builds"]
+    assert build["where"].startswith(str(tmp_path / "disk" / prefix_cache.CACHE_DIR))
+    assert summary["prefix_cache"]["served_steps"] == 10
+    assert not (tmp_path / "disk" / prefix_cache.CACHE_DIR).exists()  # removed at the end
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prefix_cache.os, "pwrite", full)
+    lines.clear()
+    summary = loop.run(cfg(tmp_path, "full", cache_frozen_prefix=True, cache_budget_mb=0),
+                       log=lines.append, model=nested_model(), data=data())
+    assert summary["status"] == "finished" and len(summary["epochs"]) == 3
+    pc = summary["prefix_cache"]
+    assert "No space left on device" in pc["off"] and pc["served_steps"] == 0
+    assert pc["uncached_steps"] == 15
+    assert sum("the prefix cache is off" in m for m in lines) == 1
+
+
+def test_no_room_anywhere_or_changing_images_leave_the_run_uncached(tmp_path, monkeypatch):
+    lines = []
+    monkeypatch.setattr(prefix_cache, "free_disk_bytes", lambda path: 0)
+    summary = loop.run(cfg(tmp_path, "tiny", cache_frozen_prefix=True, cache_budget_mb=0.001),
+                       log=lines.append, model=nested_model(), data=data())
+    assert summary["status"] == "finished" and summary["prefix_cache"] is None
+    assert any("fits neither --cache_budget_mb 0.001 nor the disk" in m for m in lines)
+
+    train, test = data()
+    # random preprocessing in the input pipeline: each epoch's images differ
+    noise = tf.data.Dataset.random(seed=1).map(lambda r: tf.cast(r % 1000, tf.float32) / 1000)
+    noisy = tf.data.Dataset.zip((train, noise)).map(lambda b, r: (b[0] + r, b[1]))
+    lines.clear()
+    summary = loop.run(cfg(tmp_path, "noisy", cache_frozen_prefix=True), log=lines.append,
+                       model=nested_model(), data=(noisy, test))
+    pc = summary["prefix_cache"]
+    assert "more distinct images than its 40 examples" in pc["off"]
+    assert pc["served_steps"] == 0 and summary["status"] == "finished"
+
+
+def test_an_elastic_run_below_the_uncached_forward_floor_trains_from_the_cache(
+        tmp_path, nested_table):
+    path, floor = nested_table
+    summary = loop.run(cfg(tmp_path, "elastic", train_type="elastic_training", rho=0.9 * floor,
+                           rho_feedback=False, economy=False, interval=1.0, timing_table=str(path),
+                           cache_frozen_prefix=True, num_epochs=3),
+                       log=lambda m: None, model=nested_model(), data=data())
+    pc = summary["prefix_cache"]
+    sels = summary["selections"]
+    assert sels and all(s["cut"] is not None for s in sels)
+    assert all(s["predicted_ratio"] <= 0.9 * floor + 1e-9 for s in sels)
+    assert {b["cut"] for b in pc["builds"]} == {s["cut"] for s in sels}
+    assert sum(s["fill_steps"] for s in sels) == pc["fill_steps"] > 0
+    assert pc["served_steps"] > 0
+    assert json.load(open(tmp_path / "elastic" / runlog.SUMMARY_FILE))["prefix_cache"] == pc
+
+
+@pytest.fixture(scope="module")
+def nested_table(tmp_path_factory):
+    from elastictrainer.profiler import run as prun
+    from elastictrainer.profiler import table as ptable
+    from elastictrainer.time_model import TimeModel
+
+    table = prun.profile_model(nested_model(), "nested", SIZE, BATCH, CLASSES,
+                               num_iterations=2, progress=False, optimizer="adam")
+    path = tmp_path_factory.mktemp("table") / "nested.json"
+    ptable.save_table(table, str(path))
+    return path, TimeModel(table).rho_floor
+
+
+def test_a_keras3_model_trains_uncached_with_one_warning(tmp_path):
+    from helpers import keras3_cnn
+
+    lines = []
+    summary = loop.run(cfg(tmp_path, "k3", cache_frozen_prefix=True, num_epochs=1),
+                       log=lines.append, model=keras3_cnn(num_classes=CLASSES), data=data())
+    assert summary["status"] == "finished" and summary["prefix_cache"] is None
+    assert sum("not a tf-keras functional model; training uncached" in m for m in lines) == 1

@@ -1,0 +1,39 @@
+"""scripts/bench_prefix_cache.py: its tables from the rows its runs give."""
+from helpers import load_script
+
+
+def row(seed, run, rho, best, time_ratio, **kw):
+    base = {"seed": seed, "run": run, "rho": rho, "cache": "cache" in run, "best": best,
+            "last3": best - 1, "train_time_s": 100 * time_ratio, "time_ratio": time_ratio,
+            "wall_ratio": None, "step_ratio": None, "cuts": [], "served_share": None,
+            "fill_s": None, "cache_mb": None, "tensors": 20, "load": [1.0, 2.0]}
+    return {**base, **kw}
+
+
+def test_the_mean_table_sets_each_run_against_its_seeds_full_training():
+    script = load_script("bench_prefix_cache")
+    rows = [row(0, "full training", None, 80.0, 1.0), row(1, "full training", None, 82.0, 1.0),
+            {"seed": 0, "run": "ElasticTrainer", "rho": 0.3, "cache": False, "error": "floor"},
+            row(0, "ElasticTrainer + cache", 0.3, 79.0, 0.3, step_ratio=0.2, tensors=10,
+                cuts=["stage2_block2_conv"], served_share=0.9, fill_s=3.0),
+            row(1, "ElasticTrainer + cache", 0.3, 80.0, 0.4, step_ratio=0.3)]
+    means = script.command1_means(rows).splitlines()
+    assert means[2] == "| full training |  | 2 | 81.0% | 0.0 | 80.0% | 1.00 |  |"
+    assert means[3].startswith("| ElasticTrainer | 0.3 | | refused")
+    # 1.0 and 2.0 points under, times 0.3 and 0.4
+    assert means[4] == "| ElasticTrainer + cache | 0.3 | 2 | 79.5% | 1.5 | 78.5% | 0.35 | 0.25 |"
+    each = script.command1_table(rows).splitlines()
+    assert each[5] == ("| 0 | ElasticTrainer + cache | 0.3 | 79.0% | 78.0% | 30.0 s | 0.30 |  | "
+                       "0.20 | 10/20 | stage2_block2_conv | 90% | 3.0 s | 1.0-2.0 |")
+
+
+def test_the_resnet50_table_gives_both_ratios_with_their_predictions():
+    script = load_script("bench_prefix_cache")
+    result = {"forward_floor": 0.36, "load": 1.5, "rows": [{
+        "selection": "last stage (conv5 + head)", "tensors": 42, "cut": "conv4_block6_out",
+        "full_step_ms": 700.0, "uncached_ratio": 0.43, "predicted_uncached": 0.5,
+        "cached_ratio": 0.19, "predicted_cached": 0.25}]}
+    lines = script.resnet50_table(result).splitlines()
+    assert lines[0].startswith("Forward floor without the cache 0.36 of a full step (700 ms)")
+    assert lines[-1] == ("| last stage (conv5 + head) | 42 | conv4_block6_out | 0.43 (0.50) | "
+                         "0.19 (0.25) |")
