@@ -24,8 +24,9 @@ def smoke_args(root):
 def smoke_env(root):
     # its own Keras home: the smoke runs pretrain smallcnn at 64 px, and a test must not write
     # the user's ~/.keras cache (nor a cluster node's working folders to the user's ~/.cache)
+    # and this interpreter, wherever the clone's own .venv is
     return dict(os.environ, SMOKE="1", KERAS_HOME=str(root / "keras_home"),
-                XDG_CACHE_HOME=str(root / "cache"))
+                XDG_CACHE_HOME=str(root / "cache"), PYTHON=sys.executable)
 
 
 @pytest.fixture(scope="module")

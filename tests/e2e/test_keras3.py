@@ -39,7 +39,7 @@ def _cmd(tmp, name):
     return [sys.executable, os.path.join(ROOT, "main.py"), "--model_name",
             str(tmp / "k3aug.keras"), "--input_size", "16", "--dataset_name", "synthetic",
             "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
-            "--num_epochs", "4", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.7",
+            "--num_epochs", "4", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.9",
             "--rho_feedback", "false", "--economy", "false", "--seed", "3",
             "--timing_table", str(tmp / "table.json"), "--logdir", str(tmp / "logs"),
             "--run_name", name, "--quiet"]
