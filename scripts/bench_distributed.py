@@ -11,7 +11,7 @@ full steps moving every gradient).  On a machine of few cores the replicas share
 step times say what the all-reduce and the selection cost there, not what separate devices
 would gain.
 
-    python scripts/bench_distributed.py            # about 8 minutes on 2 cores
+    python scripts/bench_distributed.py            # about 2 minutes on 2 cores
     python scripts/bench_distributed.py --rhos 0.5 --epochs 2 --out /tmp/d   # a quick look
 
 Writes figures/bench_distributed.{md,json} (and its block of docs/performance.md).
