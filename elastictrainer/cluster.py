@@ -133,6 +133,10 @@ def keep_name(run_dir):
     return f"{os.path.basename(run_dir)}-{key}"
 
 
+# seconds a wait for Ray tasks blocks before Python looks at its signals again
+WAIT_S = 1.0
+
+
 class RayRunner:
     """Runs a figures.Driver's commands as Ray tasks on the cluster at `address` ('local': a Ray
     instance started here, on this machine's cores), pinned to nodes that advertise
@@ -190,7 +194,8 @@ class RayRunner:
         for ref in refs:
             self.ray.cancel(ref)
         try:
-            self.ray.wait(refs, num_returns=len(refs))
+            while refs:
+                _, refs = self.ray.wait(refs, num_returns=len(refs), timeout=WAIT_S)
         except KeyboardInterrupt:  # a second Ctrl-C: stop at once
             pass
 
@@ -218,7 +223,12 @@ class RayRunner:
                    disable=None if self.progress is None else not self.progress)
         try:
             while refs:
-                (ref,), _ = ray.wait(list(refs), num_returns=1)
+                # a bounded wait, so that a Ctrl-C is seen within a second: Python runs its
+                # signal handlers only between calls, and a run may take hours
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
+                if not ready:
+                    continue
+                ref = ready[0]
                 key = refs.pop(ref)
                 try:
                     result = ray.get(ref)
