@@ -3,9 +3,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 import tf_keras as keras
 
 from helpers import ROOT
+
+pytestmark = pytest.mark.one_tf
 
 
 def test_bench_speedup_smoke(tmp_path):
