@@ -189,7 +189,11 @@ def test_a_run_that_fails_twice_is_reported_by_name_and_the_others_go_on(tmp_pat
 def sweep_in_a_process(tmp_path, address, python):
     """A pinned sweep by a driver process of its own, which writes its pid first (for the
     stand-in runs that stop it)."""
-    code = (f"import os\nopen({str(tmp_path / 'driver.pid')!r}, 'w').write(str(os.getpid()))\n"
+    # Ctrl-C as a terminal delivers it: a child inherits an ignored or blocked SIGINT from the
+    # test runner's process, whatever libraries loaded there did to it
+    code = ("import signal\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"import os\nopen({str(tmp_path / 'driver.pid')!r}, 'w').write(str(os.getpid()))\n"
             "from elastictrainer import cluster, common, figures\n"
             f"runner = cluster.RayRunner({address!r}, {{'pi4': 1}}, progress=False)\n"
             f"driver = figures.Driver('15', smoke=True, logdir={str(tmp_path / 'logs')!r}, "
