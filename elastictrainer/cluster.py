@@ -186,8 +186,10 @@ class RayRunner:
             self.ray = None
 
     def _cancel(self):
-        """Interrupted (Ctrl-C, or an error here): the runs still going stop and save their
-        checkpoints on their nodes before Ray goes away; the queued ones never start."""
+        """Interrupted (Ctrl-C, or an error here): the runs still going are asked to stop and
+        save their checkpoints on their nodes; the queued ones never start.  A cancelled
+        task's result is ready before its run has saved, so a run the cancel reaches after
+        Ray goes away resumes from its last epoch's checkpoint instead."""
         if not self.pending:
             return
         refs, self.pending = list(self.pending), {}
