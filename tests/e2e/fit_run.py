@@ -35,7 +35,7 @@ def main(flavor, mode, out, table=None):
         model.compile(optimizer=keras.optimizers.SGD(0.5), metrics=["accuracy"],
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(train, epochs=3, validation_data=test, verbose=0, callbacks=[
-        ElasticCallback(rho=0.7, interval=1, logdir=out, economy=False, rho_feedback=False,
+        ElasticCallback(rho=0.9, interval=1, logdir=out, economy=False, rho_feedback=False,
                         timing_table=table, profiles=os.path.join(out, "profiles"), log=None)])
     print(json.dumps({k: [float(v) for v in vs] for k, vs in history.history.items()}))
 

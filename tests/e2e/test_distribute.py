@@ -193,6 +193,8 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
     two, two_summary = fit("mirrored", table)
     assert [s["mask"] for s in one_summary["selections"]] == \
         [s["mask"] for s in two_summary["selections"]]
-    assert 0 < sum(one_summary["selections"][-1]["mask"]) < 6
+    # a partial selection (rho clear of this tiny model's forward floor, 0.6-0.75 of its step)
+    last = one_summary["selections"][-1]["mask"]
+    assert 0 < sum(last) < len(last)
     for key in ("loss", "val_loss", "val_accuracy"):
         np.testing.assert_allclose(one[key], two[key], rtol=1e-4, atol=1e-6)
