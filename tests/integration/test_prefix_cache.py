@@ -215,7 +215,7 @@ def test_an_elastic_run_below_the_uncached_forward_floor_trains_from_the_cache(
     assert all(s["predicted_ratio"] <= 0.9 * floor + 1e-9 for s in sels)
     assert {b["cut"] for b in pc["builds"]} == {s["cut"] for s in sels}
     assert sum(s["fill_steps"] for s in sels) == pc["fill_steps"] > 0
-    assert pc["served_steps"] > 0
+    assert pc["served_steps"] > 0, (pc, [(s["cut"], s["steps"], s["fill_steps"], s["reason"]) for s in sels])
     assert json.load(open(tmp_path / "elastic" / runlog.SUMMARY_FILE))["prefix_cache"] == pc
 
 
