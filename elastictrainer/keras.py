@@ -114,6 +114,13 @@ class ElasticCallback(_base()):
         self.strategy = strategy if strategy is not None and (
             strategy.num_replicas_in_sync > 1
             or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)) else None
+        if (self.strategy is not None and self.flavor.NAME == "keras3"
+                and tuple(int(p) for p in _keras3.__version__.split(".")[:2]) < (3, 15)):
+            # Keras 3.3 (TensorFlow 2.16's) fails to run the probe step's graph under a
+            # tf.distribute strategy (a placeholder in a cond left unfed); 3.15 runs it
+            raise UserError(f"ElasticCallback under a tf.distribute strategy needs Keras 3.15 "
+                            f"or later for a Keras 3 model (this is {_keras3.__version__}); "
+                            "train on one device, or use main.py --strategy")
         if self.flavor.steps_per_execution(model) != 1:
             raise UserError("ElasticCallback times and selects every step: compile with "
                             "steps_per_execution=1")
