@@ -31,6 +31,7 @@ import keras as _keras3
 import tensorflow as tf
 
 from elastictrainer import engine, flavors, runlog
+from elastictrainer.flavors import shared
 from elastictrainer.common import UserError
 from elastictrainer.config import Config
 from elastictrainer.elastic import ElasticRuntime
@@ -115,7 +116,7 @@ class ElasticCallback(_base()):
             strategy.num_replicas_in_sync > 1
             or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)) else None
         if (self.strategy is not None and self.flavor.NAME == "keras3"
-                and tuple(int(p) for p in _keras3.__version__.split(".")[:2]) < (3, 15)):
+                and shared.release(_keras3) < (3, 15)):
             # Keras 3.3 (TensorFlow 2.16's) fails to run the probe step's graph under a
             # tf.distribute strategy (a placeholder in a cond left unfed); 3.15 runs it
             raise UserError(f"ElasticCallback under a tf.distribute strategy needs Keras 3.15 "

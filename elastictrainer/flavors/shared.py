@@ -20,10 +20,15 @@ def make_optimizer(keras, name, learning_rate, weight_decay, total_steps,
     return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=weight_decay or None)
 
 
+def release(keras):
+    """(major, minor) of a Keras module."""
+    return tuple(int(p) for p in keras.__version__.split(".")[:2])
+
+
 def check_version(keras, tested, label, package):
     """Refuse, in one line, a `keras` outside the (lowest, highest) releases `tested`: its
     optimizer internals (compat.py) may differ."""
-    version = tuple(int(p) for p in keras.__version__.split(".")[:2])
+    version = release(keras)
     if not tested[0] <= version <= tested[1]:
         lo, hi = (".".join(map(str, v)) for v in tested)
         raise UserError(f"{label} {keras.__version__} is outside the range this project was "

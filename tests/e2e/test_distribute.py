@@ -191,7 +191,9 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
     one, one_summary = fit("one")
     table = str(tmp_path / "one" / "profiles" / os.listdir(tmp_path / "one" / "profiles")[0])
     import keras
-    if flavor == "keras3" and tuple(int(p) for p in keras.__version__.split(".")[:2]) < (3, 15):
+
+    from elastictrainer.flavors.shared import release
+    if flavor == "keras3" and release(keras) < (3, 15):
         r = subprocess.run([sys.executable, script, flavor, "mirrored", str(tmp_path / "m"),
                             table], capture_output=True, text=True, timeout=600)
         assert r.returncode != 0 and "needs Keras 3.15 or later" in r.stderr, r.stderr[-2000:]
