@@ -5,7 +5,7 @@
 The same as `elastictrainer compare`; see `python compare.py --help`.
 """
 from elastictrainer.cli import compare_main
-from elastictrainer.common import run_cli
+from elastictrainer.errors import run_cli
 
 
 def main(argv=None):

@@ -2,10 +2,10 @@
 
     python main.py --model_name resnet50 --dataset_name caltech_birds2011 --train_type elastic_training --rho 0.5
 
-The same as `elastictrainer train`; see `python main.py --help`.  The loop is elastictrainer/loop.py.
+The same as `elastictrainer train`; see `python main.py --help`.  The loop is elastictrainer/runs/loop.py.
 """
 from elastictrainer.cli import train_main
-from elastictrainer.common import run_cli
+from elastictrainer.errors import run_cli
 
 
 def main(argv=None):

@@ -4,7 +4,7 @@ The same as `elastictrainer plot`: curves (Fig. 15/16), bars (Fig. 17/19), selec
 profile (a timing table).  The drawing is in elastictrainer/plotting/.
 """
 from elastictrainer.cli import plot_main
-from elastictrainer.common import run_cli
+from elastictrainer.errors import run_cli
 
 
 def main(argv=None):

@@ -5,7 +5,7 @@
 The same as `elastictrainer profile`; the profiler is the package elastictrainer/profiler/.
 """
 from elastictrainer.cli import profile_main
-from elastictrainer.common import run_cli
+from elastictrainer.errors import run_cli
 
 
 def main(argv=None):

@@ -27,9 +27,9 @@ def __getattr__(name):
         def run(cfg, *args, **kwargs):
             """loop.run, after what the process needs before TensorFlow starts (--logical_cpus:
             distribute.prepare_process)."""
-            from elastictrainer.distribute import prepare_process
+            from elastictrainer.train.distribution import prepare_process
             prepare_process(cfg)
-            from elastictrainer.loop import run as loop_run
+            from elastictrainer.runs.loop import run as loop_run
             return loop_run(cfg, *args, **kwargs)
         return run
     if name == "Config":

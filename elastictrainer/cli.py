@@ -11,10 +11,12 @@ import sys
 import typing
 
 from elastictrainer import __version__
-from elastictrainer.common import ArgumentParser, UserError, comma_list, run_cli, str2bool
-from elastictrainer.compare import LAST_EPOCHS
+from elastictrainer.config import ArgumentParser, comma_list, str2bool
+from elastictrainer.errors import UserError, run_cli
+from elastictrainer.experiments.compare import LAST_EPOCHS
 from elastictrainer.config import Config
-from elastictrainer import config, schemes
+from elastictrainer import config
+from elastictrainer.method import schemes
 
 
 def _config_type(f):
@@ -61,9 +63,9 @@ def train_main(argv=None, prog="elastictrainer train"):
     args = train_parser(prog).parse_args(argv)
     cfg = config_from_args(args)
     cfg.validate()  # bad flags fail before TensorFlow, data or model is loaded
-    from elastictrainer.distribute import prepare_process
+    from elastictrainer.train.distribution import prepare_process
     prepare_process(cfg)
-    from elastictrainer.loop import run
+    from elastictrainer.runs.loop import run
 
     summary = run(cfg)
     return 130 if summary["status"] == "interrupted" else 0
@@ -228,7 +230,7 @@ def plot_main(argv=None, prog="elastictrainer plot"):
 
 # ----------------------------------------------------------------------------------- figure
 def figure_parser(prog="elastictrainer figure"):
-    from elastictrainer import figures
+    from elastictrainer.experiments import figures
 
     p = ArgumentParser(prog=prog, description=figures.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -267,7 +269,7 @@ def figure_parser(prog="elastictrainer figure"):
 
 
 def _ray_resources(text):
-    from elastictrainer.cluster import parse_resources
+    from elastictrainer.experiments.cluster import parse_resources
 
     return parse_resources(text)
 
@@ -278,11 +280,11 @@ def figure_main(argv=None, prog="elastictrainer figure"):
         raise UserError(f"--steps_per_epoch must be positive, got {args.steps_per_epoch}")
     if args.ray_resources and not args.ray:
         raise UserError("--ray_resources pins runs to a Ray cluster's nodes: it needs --ray")
-    from elastictrainer.figures import Driver
+    from elastictrainer.experiments.figures import Driver
 
     runner = None
     if args.ray:
-        from elastictrainer.cluster import RayRunner
+        from elastictrainer.experiments.cluster import RayRunner
 
         runner = RayRunner(args.ray, args.ray_resources)
     driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
@@ -316,7 +318,7 @@ def compare_main(argv=None, prog="elastictrainer compare"):
     if not cfg.run_name:
         cfg = dataclasses.replace(cfg, run_name="compare")
     cfg.validate()
-    from elastictrainer.compare import compare, table, write_table
+    from elastictrainer.experiments.compare import compare, table, write_table
 
     rows = compare(cfg, args.train_types)
     path = write_table(rows, cfg.logdir, cfg.run_name)

@@ -5,6 +5,7 @@ Each field also carries its command-line flag (`flag(...)` metadata: help, choic
 as shown), so the train command's flags (cli.train_parser) and docs/usage.md's flag table
 (`python -m elastictrainer.config --write`) are both generated from this one class.
 """
+import argparse
 import datetime
 import os
 import re
@@ -12,15 +13,63 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.data import choices_help as datasets_help
-from elastictrainer.energy import ENV_ROOT, MODES as ENERGY_MODES
+from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer.models import MODELS, choices_help as models_help
-from elastictrainer.optim import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
+from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
                                   lr_schedule_for)
-from elastictrainer.schemes import SCHEMES, choices_help as schemes_help
+from elastictrainer.method.schemes import SCHEMES, choices_help as schemes_help
 
 # ----------------------------------------------------------------------------------- flags
+# argparse types and the parser every command shares: a bad flag is one line and exit code 2
+def comma_list(cast, what="numbers"):
+    """argparse type for '0.4,0.5' -> (0.4, 0.5); a bad or empty list is a usage error."""
+    def parse(text):
+        try:
+            values = tuple(cast(v) for v in str(text).split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what}, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got an empty list")
+        return values
+    return parse
+
+
+def str2bool(s):
+    """argparse type for booleans: true/false/1/0/yes/no (the reference took any string but 'False' as true)."""
+    v = str(s).strip().lower()
+    if v in ("1", "true", "t", "yes", "y"):
+        return True
+    if v in ("0", "false", "f", "no", "n"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false/1/0, got {s!r}")
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: X)" to a flag's help unless the help already names its default or the
+    default is None (which means "derived", and the help says from what)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error (usage is one `--help` away) and exit code 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 @dataclass(frozen=True)
 class Flag:
     """How a Config field appears on the command line and in docs/usage.md's flag table.
@@ -175,7 +224,7 @@ class Config:
         "times round up to whole units, so a selection always fits; more units come closer to "
         "the exact optimum and take longer to solve"))
     strategy: str = field(default="one_device", metadata=flag(
-        lambda: _options(__import__("elastictrainer.distribute", fromlist=["STRATEGIES"])
+        lambda: _options(__import__("elastictrainer.train.distribution", fromlist=["STRATEGIES"])
                          .STRATEGIES) + ". A frozen tensor's gradient is neither computed nor "
         "all-reduced; --batch_size is the global batch, split among the replicas",
         choices=("one_device", "mirrored", "multi_worker")))
@@ -234,7 +283,7 @@ class Config:
                             f"with --strategy {self.strategy}")
         lr_schedule_for(self.optimizer, self.lr_schedule)
         SCHEMES.get_or_fail(self.train_type)
-        from elastictrainer.distribute import check_flags
+        from elastictrainer.train.distribution import check_flags
         check_flags(self)
         if self.energy not in ENERGY_MODES:
             raise UserError(f"unknown --energy {self.energy!r}; valid: {', '.join(ENERGY_MODES)}")

@@ -5,7 +5,7 @@ import json
 import os
 from typing import List, Optional
 
-from elastictrainer import compat
+from elastictrainer.flavors import compat
 
 # Scalar tags (the reference's names, so its TensorBoard habits carry over).
 TRAIN_ACCURACY = "train/accuracy"

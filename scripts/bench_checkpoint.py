@@ -5,8 +5,8 @@ for a model as `main.py` builds it (weights, optimizer slots, both input pipelin
 """
 import os
 
-from elastictrainer import common
-from elastictrainer.common import ArgumentParser
+from elastictrainer import errors
+from elastictrainer.config import ArgumentParser
 
 
 def build_parser():
@@ -27,14 +27,14 @@ def run_benchmark(model_name, input_size, batch_size, num_classes, optimizer, sa
     import tempfile
     import time
 
-    from elastictrainer import engine
-    from elastictrainer.checkpoint import RunCheckpoint
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.runs.checkpoint import RunCheckpoint
     from elastictrainer.data.loaders import load_dataset
     from elastictrainer.models.build import build_sized
 
     model, input_size, num_classes = build_sized(model_name, input_size, num_classes, "none")
-    opt = engine.make_optimizer(optimizer, 1e-4, 5e-4, 1000)
-    engine.prepare_optimizer(opt, model.trainable_weights)
+    opt = optimizers.make_optimizer(optimizer, 1e-4, 5e-4, 1000)
+    optimizers.prepare_optimizer(opt, model.trainable_weights)
     data = load_dataset("synthetic", input_size=input_size, batch_size=batch_size)
     iterators = {"train_data": iter(data.train.repeat()), "probe_data": iter(data.train.repeat())}
     for it in iterators.values():
@@ -77,4 +77,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    common.run_cli(main)
+    errors.run_cli(main)

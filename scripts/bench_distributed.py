@@ -22,9 +22,11 @@ import subprocess
 import sys
 import tempfile
 
-from elastictrainer import perfdoc, runlog
-from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
-from elastictrainer.distribute import local_cluster
+from elastictrainer import runlog
+from elastictrainer.experiments import perfdoc
+from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.machine import machine_info, machine_text
+from elastictrainer.train.distribution import local_cluster
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPOLOGIES = {
@@ -128,5 +130,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from elastictrainer.common import run_cli
+    from elastictrainer.errors import run_cli
     run_cli(main)

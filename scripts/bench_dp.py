@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from elastictrainer.common import ArgumentParser, comma_list
-from elastictrainer.selector import select_tensors, selection_DP
+from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.method.selector import select_tensors, selection_DP
 
 
 def make_instance(rs, n, units, rho, zero_dy=False):

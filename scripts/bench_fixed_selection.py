@@ -29,10 +29,11 @@ import os
 import datetime
 import statistics
 
-from elastictrainer import perfdoc
-from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
-from elastictrainer.compare import LAST_EPOCHS, compare, last_epochs_accuracy
-from elastictrainer.schemes import SCHEMES, Scheme  # no TensorFlow: --help stays quick
+from elastictrainer.experiments import perfdoc
+from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.machine import machine_info, machine_text
+from elastictrainer.experiments.compare import LAST_EPOCHS, compare, last_epochs_accuracy
+from elastictrainer.method.schemes import SCHEMES, Scheme  # no TensorFlow: --help stays quick
 
 # README command 1, without --rho (given by --rho)
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "

@@ -18,7 +18,7 @@ States: random (fresh weights, fresh optimizer: an elastic run's first selection
 the setting's optimizer: a stand-in for fine-tuning a pretrained model); elastic (fresh weights,
 the output-side half of the tensors trained --warm_steps with the setting's optimizer, the rest
 never: what an elastic run reaches at its second selection).  Adam runs with Keras' global bias
-correction (adam) and with the per-tensor one (adam+pt, engine.py).
+correction (adam) and with the per-tensor one (adam+pt, train_steps.py).
 
 Estimators (importance.py's probe: g0 = gradient at w, dw = optimizer step, g1 = gradient at
 w + dw): paper = -g1.dw (eq. 4-6, importance `taylor_paper`), first = -g0.dw, mid = -(g0 + g1)/2.dw
@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from elastictrainer.common import ArgumentParser, comma_list
+from elastictrainer.config import ArgumentParser, comma_list
 
 
 def spearman(a, b):
@@ -88,7 +88,7 @@ def build_parser():
     ap.add_argument("--batch_size", type=int, default=8, help="training and probe batch size")
     ap.add_argument("--settings", default="sgd:1e-4,adam:1e-3,adam:3e-3",
                     type=comma_list(str, "optimizer:lr pairs"),
-                    help="optimizer:learning_rate pairs (engine.make_optimizer's optimizers)")
+                    help="optimizer:learning_rate pairs (optimizers.make_optimizer's optimizers)")
     ap.add_argument("--states", default="random,pretrained,elastic",
                     type=comma_list(str, "states"), help="training states (see above)")
     ap.add_argument("--pretrain_steps", type=int, default=256,
@@ -110,15 +110,17 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
 
-    from elastictrainer import tf_setup  # noqa: F401
+    from elastictrainer.flavors import tf_setup  # noqa: F401
     import tensorflow as tf
     import tf_keras as keras
 
-    from elastictrainer import engine, importance, schemes
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.method import importance
+    from elastictrainer.method import schemes
     from elastictrainer.data.synthetic import synthetic_dataset
     from elastictrainer.models.build import build_sized
-    from elastictrainer.roles import tensor_roles
-    from elastictrainer.trainer import Trainer
+    from elastictrainer.method.roles import tensor_roles
+    from elastictrainer.train.compiled import CompiledSteps
 
     bundle = synthetic_dataset(input_size=args.input_size, batch_size=args.batch_size,
                                seed=0, num_test=args.held_out)
@@ -146,9 +148,9 @@ def main(argv=None):
     def make_trainer(opt, lr, per_tensor, seed):
         keras.utils.set_random_seed(seed)
         model, _, _ = build_sized(args.model_name, args.input_size, bundle.num_classes, "none")
-        optimizer = engine.make_optimizer(opt, lr, 5e-4, 12 * 64,
+        optimizer = optimizers.make_optimizer(opt, lr, 5e-4, 12 * 64,
                                           per_tensor_bias_correction=per_tensor)
-        tr = Trainer(model, optimizer, schemes.SCHEMES["full_training"], tensor_roles(model))
+        tr = CompiledSteps(model, optimizer, schemes.SCHEMES["full_training"], tensor_roles(model))
         tr.steps.maxsize = 64  # one step per single tensor, kept
         return tr
 

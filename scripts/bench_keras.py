@@ -20,8 +20,10 @@ import os
 import statistics
 import tempfile
 
-from elastictrainer import perfdoc, runlog
-from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
+from elastictrainer import runlog
+from elastictrainer.experiments import perfdoc
+from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.machine import machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,7 +125,7 @@ def elastic_run(flavor, arch, size, batch, classes, table, args, workdir, repeat
 
 def fit_run(flavor, arch, size, batch, classes, table, args, workdir, repeat):
     """The same training through model.fit with ElasticCallback."""
-    from elastictrainer.keras import ElasticCallback
+    from elastictrainer.fit.callback import ElasticCallback
 
     keras = keras_module(flavor)
     keras.utils.set_random_seed(repeat)
@@ -211,5 +213,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from elastictrainer.common import run_cli
+    from elastictrainer.errors import run_cli
     run_cli(main)

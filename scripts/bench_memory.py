@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 
-from elastictrainer import perfdoc
-from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
+from elastictrainer.experiments import perfdoc
+from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.machine import machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

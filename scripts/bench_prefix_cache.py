@@ -34,8 +34,9 @@ import os
 import statistics
 import time
 
-from elastictrainer import perfdoc
-from elastictrainer.common import ArgumentParser, comma_list, machine_info, machine_text
+from elastictrainer.experiments import perfdoc
+from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.machine import machine_info, machine_text
 
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
              "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
@@ -70,7 +71,7 @@ def command1(args):
     import importlib.util
 
     from elastictrainer import cli
-    from elastictrainer.compare import compare, last_epochs_accuracy
+    from elastictrainer.experiments.compare import compare, last_epochs_accuracy
 
     # the fixed selections' scheme, from the script beside this one (scripts are no package)
     spec = importlib.util.spec_from_file_location("bench_fixed_selection", os.path.join(
@@ -192,21 +193,24 @@ def resnet50(args, workdir):
     import tensorflow as tf
     import tf_keras as keras
 
-    from elastictrainer import config, engine, prefix_cache
+    from elastictrainer import config
+    from elastictrainer.train import steps as train_steps
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.prefix import cache as prefix_cache
     from elastictrainer.models.build import build_sized
     from elastictrainer.profiler.run import load_or_profile
     from elastictrainer.profiler.table import default_table_path
-    from elastictrainer.roles import tensor_roles
-    from elastictrainer.schemes import SCHEMES
-    from elastictrainer.time_model import TimeModel
-    from elastictrainer.trainer import Trainer
+    from elastictrainer.method.roles import tensor_roles
+    from elastictrainer.method.schemes import SCHEMES
+    from elastictrainer.method.time_model import TimeModel
+    from elastictrainer.train.compiled import CompiledSteps
 
     size, batch, classes, batches = 224, 4, 200, 4
     keras.utils.set_random_seed(0)
     model, _, _ = build_sized("resnet50", size, classes, "none")
     path = default_table_path("resnet50", size, batch, classes)
     table = load_or_profile(path, model, "resnet50", size, batch, classes)
-    trainer = Trainer(model, engine.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
+    trainer = CompiledSteps(model, optimizers.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
                       SCHEMES["elastic_training"], tensor_roles(model))
     trainer.steps.maxsize = 16
     cfg = config.Config(cache_frozen_prefix=True, cache_fixed_views=True)
@@ -228,10 +232,10 @@ def resnet50(args, workdir):
     rng = np.random.default_rng(0)
     data = [(tf.constant(rng.uniform(0, 255, (batch, size, size, 3)), tf.float32),
              tf.constant(rng.integers(0, classes, batch), tf.int32)) for _ in range(batches)]
-    full = engine.make_train_step(model, trainer.optimizer, trainer.loss_fn, trainer.variables)
+    full = train_steps.make_train_step(model, trainer.optimizer, trainer.loss_fn, trainer.variables)
     steps = {"full": full}
     for label, sel in selections.items():
-        steps[(label, "uncached")] = engine.make_train_step(
+        steps[(label, "uncached")] = train_steps.make_train_step(
             model, trainer.optimizer, trainer.loss_fn, [trainer.variables[k] for k in sel])
         steps[(label, "cached")] = cache.step(  # the uncached step where it has no cut
             sel, trainer.variables, trainer.optimizer, trainer.loss_fn, None,
@@ -246,7 +250,7 @@ def resnet50(args, workdir):
         if key not in warm or (isinstance(step, prefix_cache.CachedStep) and (
                 store is None or store.cut is not cache.cuts[step.cut] or not store.complete)):
             for x, y in data:
-                engine.first_output(step(x, y)).numpy()
+                train_steps.first_output(step(x, y)).numpy()
             warm.add(key)
 
     times = {k: [] for k in steps}
@@ -256,7 +260,7 @@ def resnet50(args, workdir):
             for i in range(args.steps):
                 x, y = data[i % batches]
                 t0 = time.perf_counter()
-                engine.first_output(step(x, y)).numpy()
+                train_steps.first_output(step(x, y)).numpy()
                 times[key].append(time.perf_counter() - t0)
         print(f"round done, load {load():.1f}", flush=True)
     full_s = statistics.median(times["full"])

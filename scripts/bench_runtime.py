@@ -35,9 +35,9 @@ import functools
 import json
 import os
 
-from elastictrainer import perfdoc
-from elastictrainer.common import (  # no TensorFlow: --help stays quick
-    ArgumentParser, comma_list, machine_info, machine_text)
+from elastictrainer.experiments import perfdoc
+from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
+from elastictrainer.machine import machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -191,7 +191,7 @@ def profile_row(name, p):
 
 def run_cell(name, settings, args, log):
     """Full training, then elastic training, of one cell; its JSON entry."""
-    from elastictrainer import loop
+    from elastictrainer.runs import loop
     from elastictrainer.config import Config
     from elastictrainer.profiler.table import default_table_path
 
@@ -332,7 +332,7 @@ def main(argv=None):
         ap.error(f"--rho must be in (0, 1], got {args.rho}")
     out = os.path.splitext(args.out)[0] if args.out.endswith((".json", ".md")) else args.out
     log = functools.partial(print, flush=True)
-    from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+    from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
     for name in args.cells:
         settings = CELLS[name].settings

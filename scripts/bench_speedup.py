@@ -9,8 +9,9 @@ and the RSS growth over re-selections.  Prints a table, writes JSON and a figure
 """
 import os
 
-from elastictrainer import common
-from elastictrainer.common import ArgumentParser, UserError
+from elastictrainer import config as common_flags, errors
+from elastictrainer.config import ArgumentParser
+from elastictrainer.errors import UserError
 
 
 def build_parser():
@@ -19,7 +20,7 @@ def build_parser():
     p.add_argument("--input_size", type=int, default=224, help="image height and width")
     p.add_argument("--batch_size", type=int, default=4, help="training batch size")
     p.add_argument("--num_classes", type=int, default=200, help="(a saved model keeps its own)")
-    p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", type=common.comma_list(float),
+    p.add_argument("--rhos", default="0.4,0.5,0.6,0.7", type=common_flags.comma_list(float),
                    help="comma-separated requested ratios")
     p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--steps", type=int, default=3, help="timed steps per selection per round")
@@ -51,7 +52,7 @@ def _time_model_variants(table):
     import numpy as np
 
     from elastictrainer.profiler import calibration
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
 
     out = {"table": TimeModel(table)}
     cal = table.get("calibration")
@@ -95,16 +96,16 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     import tf_keras as keras
     from tqdm import tqdm
 
-    from elastictrainer import engine
-    from elastictrainer.importance import normalize, taylor_importance
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.method.importance import normalize, taylor_importance
     from elastictrainer.models import is_user_model
     from elastictrainer.models.build import build_sized
     from elastictrainer.profiler.run import load_or_profile
     from elastictrainer.profiler.table import default_table_path
-    from elastictrainer.roles import tensor_roles
-    from elastictrainer.schemes import SCHEMES
-    from elastictrainer.time_model import TimeModel
-    from elastictrainer.trainer import Trainer
+    from elastictrainer.method.roles import tensor_roles
+    from elastictrainer.method.schemes import SCHEMES
+    from elastictrainer.method.time_model import TimeModel
+    from elastictrainer.train.compiled import CompiledSteps
 
     for rho in rhos:
         if not 0 < rho <= 1:
@@ -117,7 +118,7 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
                             seed=seed, progress=progress, log=log)
     tm = TimeModel(table)
     roles = tensor_roles(model)
-    trainer = Trainer(model, engine.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
+    trainer = CompiledSteps(model, optimizers.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
                       SCHEMES["elastic_training"], roles)
     trainer.steps.maxsize = max(8, len(rhos) + 2)
     n = len(trainer.variables)
@@ -340,4 +341,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    common.run_cli(main)
+    errors.run_cli(main)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared by every run_figure*.sh: pick the project's Python and call the one driver,
-# `elastictrainer figure` (elastictrainer/figures.py).  SMOKE=1 (any value but 0) adds --smoke.
+# `elastictrainer figure` (elastictrainer/experiments/figures.py).  SMOKE=1 (any value but 0) adds --smoke.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-}"

@@ -8,7 +8,7 @@ trained; `pytest tests/unit -q` takes about a minute), integration/ (tiny models
 trained and profiled in-process, input pipelines read, checkpoints restored) and e2e/ (the
 README's example, the command-line programs as subprocesses, the smoke figure, a run killed
 and resumed).  `pytest -q` from the repository's root runs all three."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import pytest
 

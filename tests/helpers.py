@@ -1,7 +1,7 @@
 """What the tests share besides fixtures: the repository's root, tiny models, batches and image
 folders, all generated offline in seconds.  Tests at every level import them from here
 (`from helpers import tiny_model`); fixtures are conftest.py's."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
@@ -146,10 +146,10 @@ def plot_cli(argv, capsys):
     import pytest
 
     import plot
-    from elastictrainer import common
+    from elastictrainer import errors
 
     with pytest.raises(SystemExit) as e:
-        common.run_cli(plot.main, argv)
+        errors.run_cli(plot.main, argv)
     out, err = capsys.readouterr()
     return e.value.code, out, [line for line in err.splitlines() if line.strip()]
 
@@ -194,18 +194,19 @@ def keras3_cnn(num_classes=5, size=16, augment=False, name="k3cnn"):
 
 
 def assert_fresh_step_matches_general_probe(tr, data, covered, monkeypatch):
-    """engine.fresh_step (no snapshot, update or restore) against importance.probe_terms, which
+    """optimizers.fresh_step (no snapshot, update or restore) against importance.probe_terms, which
     takes the step with the optimizer itself from zeroed slots and restores everything: the
     same importance on `data`, the weights and slots untouched; `covered`: whether the closed
     form covers the optimizer (else the general path is the one taken)."""
     import numpy as np
 
-    from elastictrainer import engine, importance
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.method import importance
     bn0 = snapshot(tr.model.non_trainable_weights)
     general = importance.probe_terms(tr, data, fresh_state=True, after=False)[0]
     for v, w in zip(tr.model.non_trainable_weights, bn0):
         v.assign(w)
-    assert engine.fresh_step_supported(tr.optimizer, tr.variables) == covered
+    assert optimizers.fresh_step_supported(tr.optimizer, tr.variables) == covered
     if covered:  # the closed form must not fall back to the general path
         monkeypatch.setattr(importance, "probe_terms", None)
     w0, o0 = snapshot(tr.variables), snapshot(tr.optimizer.variables)
@@ -219,14 +220,15 @@ def assert_fresh_step_matches_general_probe(tr, data, covered, monkeypatch):
 
 def updates_by_keras_and_ours(make_model, make_optimizer, x, y, steps=4):
     """Final weights and iteration count after `steps` steps on (x, y) of the model's tensors
-    but its first, updated by Keras' own apply_gradients and by engine.apply_updates (the path
+    but its first, updated by Keras' own apply_gradients and by optimizers.apply_updates (the path
     without merge_call): two lists to compare."""
-    from elastictrainer import engine
-    loss_fn = engine.make_loss()
+    from elastictrainer.train import steps as train_steps
+    from elastictrainer.flavors import optimizers
+    loss_fn = train_steps.make_loss()
     finals = []
     for mode in ("keras", "ours"):
         model, opt = make_model(), make_optimizer()
-        engine.prepare_optimizer(opt, model.trainable_weights)
+        optimizers.prepare_optimizer(opt, model.trainable_weights)
         subset = model.trainable_weights[1:]  # the first kernel stays frozen
 
         @tf.function
@@ -237,7 +239,7 @@ def updates_by_keras_and_ours(make_model, make_optimizer, x, y, steps=4):
             if mode == "keras":
                 opt.apply_gradients(zip(grads, subset))
             else:
-                engine.apply_updates(opt, grads, subset)
+                optimizers.apply_updates(opt, grads, subset)
 
         for _ in range(steps):
             step(x, y)

@@ -1,13 +1,13 @@
 """Image folders (one sub-folder of images per class): files listed and checked, a seeded
 held-out split per class, decoding and resizing in the pipeline."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer.common import UserError, one_line
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.data import IMAGE_EXTENSIONS
 from elastictrainer.data.pipeline import DatasetBundle, batch, resize, shuffle
 

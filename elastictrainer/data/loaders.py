@@ -1,11 +1,11 @@
 """Loading a dataset by name or path: load_dataset, the one entry point.  The loaders
 themselves live by kind: tfds_data.py (TensorFlow Datasets), folder.py (image folders),
 synthetic.py (the built-in synthetic set); pipeline.py holds what they share."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.data import DATASET_NAMES
 from elastictrainer.data import tfds_data  # noqa: F401  (registers the TFDS names)
 from elastictrainer.data.folder import image_folder_dataset

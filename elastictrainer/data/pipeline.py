@@ -1,12 +1,12 @@
 """What every dataset loader shares: the bundle a load returns, the registry of named
 datasets, and the pipeline steps (checking sizes, shuffling, batching, resizing)."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from elastictrainer.common import Registry, UserError
+from elastictrainer.errors import Registry, UserError
 
 # Named datasets -> their loader (tfds_data.py and synthetic.py register theirs).
 LOADERS = Registry("dataset")

@@ -1,11 +1,11 @@
 """The built-in synthetic dataset (offline, generated per seed) and the synthetic source task
 that `--weights synthetic` pretrains on, with classes disjoint from the dataset's."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.data import NUM_CLASSES
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, batch, positive_int, shuffle
 

@@ -1,7 +1,7 @@
 """TensorFlow Datasets by name (data.TFDS_NAMES): prepared data is read from the TFDS folder;
 what is missing is downloaded by TFDS, or named in one line saying how to get it when the
 machine is offline."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 import socket
@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import tensorflow as tf
 
-from elastictrainer.common import UserError, one_line
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.data import TFDS_NAMES
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, batch, resize, shuffle
 

@@ -9,11 +9,11 @@
 - accounting.py, where each second goes: the re-selection overhead and its parts, and the
   wall clock against full training's (wall_ratio).
 - state.py, its records and state as typed objects (summary.json's selections, checkpoints).
-- tf_side.py, the TensorFlow side: runs the probe, full and selection steps the decisions ask
+- driver.py, the TensorFlow side: runs the probe, full and selection steps the decisions ask
   for, times them, and reports back.  Every training loop (loop.py, the benchmarks) drives the
   runtime through its hooks.
 
-`import elastictrainer.elastic` imports no TensorFlow; import elastic.tf_side for the hooks.
+`import elastictrainer.elastic` imports no TensorFlow; import elastic.driver for the hooks.
 """
 from elastictrainer.elastic.rho_control import RhoController, prefer_measured  # noqa: F401
 from elastictrainer.elastic.accounting import wall_ratio  # noqa: F401

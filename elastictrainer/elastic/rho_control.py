@@ -34,7 +34,7 @@ import numpy as np
 
 # TOLERANCE: a miss is |measured / target - 1| above it (defined with the time model, whose
 # limited_by uses it too)
-from elastictrainer.time_model import TOLERANCE, selection_sums
+from elastictrainer.method.time_model import TOLERANCE, selection_sums
 
 MAX_CORRECTIONS = 3    # per re-selection
 MEASURE_STEPS = 10     # a selection's steps timed (after its first, which may compile) before it is judged

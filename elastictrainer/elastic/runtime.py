@@ -1,6 +1,6 @@
 """The decision part of ElasticTrainer's runtime: events in, decisions out, no TensorFlow.
 
-A training loop (through elastic.tf_side.ElasticHooks, or any other driver) reports what
+A training loop (through elastic.driver.ElasticDriver, or any other driver) reports what
 happened: the importance of every tensor (eq. 4-6), how long each step took and which kind of
 step it was.  The runtime answers with what to run next:
 
@@ -37,7 +37,7 @@ from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHE
                                                 RhoController, prefer_measured)
 from elastictrainer.elastic.state import (SHORT_RUN, Correction, ElasticState, Plan,
                                           SelectionRecord)
-from elastictrainer.importance import normalize
+from elastictrainer.method.importance import normalize
 
 # rho within this of the forward floor: warned at the start (few tensors fit, accuracy drops)
 FLOOR_MARGIN = 0.1

@@ -10,7 +10,7 @@ step parts; is_model, is_optimizer (detection).  Importing this package imports 
 """
 import importlib
 
-from elastictrainer.common import Registry, UserError
+from elastictrainer.errors import Registry, UserError
 
 FLAVORS = Registry("Keras")
 FLAVORS["tf_keras"] = "elastictrainer.flavors.tf_keras"

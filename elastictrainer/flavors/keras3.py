@@ -14,8 +14,8 @@ constraints) on one device.
 import keras
 import tensorflow as tf
 
-from elastictrainer import compat
-from elastictrainer.common import UserError
+from elastictrainer.flavors import compat
+from elastictrainer.errors import UserError
 from elastictrainer.flavors import shared
 
 NAME = "keras3"

@@ -2,9 +2,9 @@
 `keras` (the layer API and the optimizer's bookkeeping are the same in tf-keras and Keras 3)."""
 import functools
 
-from elastictrainer import compat
-from elastictrainer.common import UserError
-from elastictrainer.optim import lr_schedule_for
+from elastictrainer.flavors import compat
+from elastictrainer.errors import UserError
+from elastictrainer.flavors.optimizers import lr_schedule_for
 
 
 def make_optimizer(keras, name, learning_rate, weight_decay, total_steps,

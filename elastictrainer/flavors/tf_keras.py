@@ -5,8 +5,8 @@ compat.py."""
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import compat
-from elastictrainer.common import UserError
+from elastictrainer.flavors import compat
+from elastictrainer.errors import UserError
 from elastictrainer.flavors import shared
 
 NAME = "tf_keras"

@@ -15,7 +15,7 @@ another class count; for vit also a published-layout .npz).
 import os
 from dataclasses import dataclass, field
 
-from elastictrainer.common import Registry
+from elastictrainer.errors import Registry
 
 DEFAULT_INPUT_SIZE = 224
 DEFAULT_NUM_CLASSES = 200

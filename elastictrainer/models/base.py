@@ -13,7 +13,7 @@ ImageNet weights come from keras' own cache/download (keras.utils.get_file, cach
 rooted at $KERAS_HOME or ~/.keras. We fetch the file ourselves *before* building, so an offline
 machine fails fast with a one-line UserError naming the expected cache file.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import importlib
 import os
@@ -22,8 +22,9 @@ import re
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import compat, flavors
-from elastictrainer.common import UserError, one_line
+from elastictrainer import flavors
+from elastictrainer.flavors import compat
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.models import MODELS
 
 _SERIALIZABLE_PACKAGE = "elastictrainer"

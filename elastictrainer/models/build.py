@@ -3,13 +3,13 @@ give a saved model a new classifier for another class count.
 
     model = build_model(name_or_path, input_size=224, num_classes=200, weights="none")
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
 
 from elastictrainer import flavors
-from elastictrainer.common import UserError, one_line
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, is_user_model
 from elastictrainer.models import vit
 from elastictrainer.models.base import build_builtin, load_weights_file, output_head, weights_kind

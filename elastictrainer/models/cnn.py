@@ -1,11 +1,11 @@
 """Built-in CNN classifiers: any keras.applications backbone in the reference's structure
 (base.classifier), and `smallcnn`, a 20-tensor model for offline demos and smoke runs.  Which
 backbone, preprocessing and ImageNet file each name uses is declared in models/__init__.py."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import tf_keras as keras
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES
 from elastictrainer.models.base import (
     ImagenetPreprocess, check_input_size, check_num_classes, classifier, fetch_pretrained,

@@ -11,7 +11,7 @@ while its classes do not.
 How, per model (its models.MODELS entry's `synthetic` recipe):
   1. source model = the built-in model with a SOURCE_NUM_CLASSES-way classifier; its backbone
      is trained with BatchNorm in training mode (batch statistics), on fresh source images
-     (never the same one twice), with the project's own step (engine.make_train_step) and
+     (never the same one twice), with the project's own step (train_steps.make_train_step) and
      optimizer; no flips or large rotations, which turn one grating class into another, but
      where the recipe says `resample`, every image is resampled (a sub-pixel shift and a
      rotation of a few degrees, bilinear), as ImageNet pretraining's random resized crops
@@ -24,7 +24,7 @@ How, per model (its models.MODELS entry's `synthetic` recipe):
 Everything is seeded, so every machine with the same TensorFlow makes the same file; it is made
 once, on first use, and a file that does not load is made again.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 import time
@@ -34,8 +34,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import engine
-from elastictrainer.common import UserError, one_line
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.data.synthetic import SOURCE_NUM_CLASSES, synthetic_source_examples
 from elastictrainer.models import MODELS
 from elastictrainer.models.base import build_builtin, keras_cache_root
@@ -52,7 +53,7 @@ class Recipe:
     """How one model is pretrained (models.MODELS[name].synthetic holds these fields)."""
     steps: int                     # training steps, each on batch_size new source images
     batch_size: int = 32
-    optimizer: str = "sgd"         # engine.make_optimizer: sgd (momentum, cosine decay) | adam
+    optimizer: str = "sgd"         # optimizers.make_optimizer: sgd (momentum, cosine decay) | adam
     learning_rate: float = 0.05
     weight_decay: float = 5e-4
     max_input_size: int = 128      # larger inputs would take too long on a small CPU
@@ -140,10 +141,10 @@ def pretrain(model_name, input_size, path, log=print, progress=True):
     x = source.get_layer("global_pool")(x)
     net = keras.Model(image, source.get_layer("classifier")(x), name=f"{model_name}_source")
 
-    optimizer = engine.prepare_optimizer(
-        engine.make_optimizer(rec.optimizer, rec.learning_rate, rec.weight_decay, rec.steps),
+    optimizer = optimizers.prepare_optimizer(
+        optimizers.make_optimizer(rec.optimizer, rec.learning_rate, rec.weight_decay, rec.steps),
         net.trainable_weights)
-    step = engine.make_train_step(net, optimizer, engine.make_loss(), net.trainable_weights)
+    step = train_steps.make_train_step(net, optimizer, train_steps.make_loss(), net.trainable_weights)
     train = synthetic_source_examples(input_size, rec.steps * rec.batch_size, SOURCE_SEED, split=0)
     bar = tqdm(total=rec.steps, desc=f"pretraining {model_name} (synthetic source)", unit="step",
                disable=not progress, leave=False)

@@ -32,7 +32,7 @@ The position embedding of a checkpoint trained at another resolution is resized 
 patch grid (the class-token row is kept as is). The MLP uses exact (erf) GELU; the published flax
 models use the tanh approximation, which differs by < 1e-3 and does not matter for fine-tuning.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import math
 import os
@@ -41,8 +41,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import compat
-from elastictrainer.common import UserError, one_line
+from elastictrainer.flavors import compat
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES
 from elastictrainer.models.base import (
     augment, check_input_size, check_num_classes, fetch_pretrained, image_input,

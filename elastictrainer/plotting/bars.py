@@ -4,7 +4,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.plotting.common import (Style, _figure_legend, _group_flag, _legend_label, _order_key, load_runs, out_base, pyplot, save_figure, scheme_label, scheme_styles, time_unit)
 
 

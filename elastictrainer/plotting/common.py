@@ -7,8 +7,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from elastictrainer import runlog
-from elastictrainer.common import UserError
-from elastictrainer.schemes import SCHEMES
+from elastictrainer.errors import UserError
+from elastictrainer.method.schemes import SCHEMES
 
 
 # --------------------------------------------------------------------------- schemes and styles

@@ -4,7 +4,7 @@ from collections import namedtuple
 import numpy as np
 
 from elastictrainer import runlog
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.plotting.common import (load_runs, pyplot, save_figure, scheme_label)
 
 

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from elastictrainer.time_model import selection_sums, uniform_scale
+from elastictrainer.method.time_model import selection_sums, uniform_scale
 
 # A negative fixed cost (fit_fixed_cost) may take at most this share off the timed forward pass:
 # more would say the forward pass is nearly free, which no measurement here has shown (the
@@ -110,13 +110,13 @@ def time_reference_selections(model, optimizer, loss_fn, variables, full_step, r
     a 32-tensor selection 1.1 s alone and 1.55 s inside a run), and the economy's promise that
     a short run is not slower than full training rests on it.  `clock`: seconds
     (profile_model's)."""
-    from elastictrainer import engine
+    from elastictrainer.train import steps as train_steps
 
     refs = reference_selections(rank)
     steps = {"full": full_step}
     compile_s = []
     for name, mask in refs.items():
-        steps[name] = engine.make_train_step(
+        steps[name] = train_steps.make_train_step(
             model, optimizer, loss_fn, [v for v, m in zip(variables, mask) if m])
         first = []
         for _ in range(2):  # the first call traces and compiles

@@ -1,11 +1,11 @@
 """The profiler's driver (paper Sec. 5): profile a model's training step, write its table.
 
-We trace the very training step that training runs (engine.make_train_step, with the run's
+We trace the very training step that training runs (train_steps.make_train_step, with the run's
 optimizer, whose update ops differ: SGD with momentum and weight decay, or Adam), attribute every
 traced op to the trainable tensors by dataflow, and calibrate the time model on a few timed
 partial selections.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import datetime
 import os
@@ -18,11 +18,14 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import engine, flavors
-from elastictrainer.common import UserError, peak_rss_mb, release_memory
+from elastictrainer import flavors
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.errors import UserError
+from elastictrainer.machine import peak_rss_mb, release_memory
 from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
 from elastictrainer.profiler.dataflow import GraphInfo
-from elastictrainer.time_model import selection_sums, uniform_scale
+from elastictrainer.method.time_model import selection_sums, uniform_scale
 
 
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
@@ -35,7 +38,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     then traces `num_iterations` full steps under tf.profiler and attributes their ops.
     With `calibrate`, a few reference selections are then timed for real to fit separate
     t_dw / t_dy scales (calibration.fit_calibration).  `optimizer` is the training run's
-    (optim.OPTIMIZERS), or an optimizer object whose kind is profiled (a fresh one of its
+    (optimizers.OPTIMIZERS), or an optimizer object whose kind is profiled (a fresh one of its
     class and configuration; the table names it by its class): its update ops are part of
     every tensor's t_dw.  The model's weights are restored afterwards.  `clock`: seconds, read
     around every timed step (a test's fake clock decides what the timings say).  `batch`: an
@@ -53,21 +56,21 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     saved = model.get_weights()
     # The learning rate's value does not change the ops a step runs, only the optimizer does.
     if isinstance(optimizer, str):
-        opt = engine.make_optimizer(optimizer, 1e-4, 5e-4, total_steps=1000,
+        opt = optimizers.make_optimizer(optimizer, 1e-4, 5e-4, total_steps=1000,
                                     flavor=flavors.for_model(model).NAME)
     else:  # its kind, fresh: profiling must not move the run's own optimizer state
         opt = type(optimizer).from_config(optimizer.get_config())
         if hasattr(optimizer, "per_tensor_bias_correction"):
             opt.per_tensor_bias_correction = optimizer.per_tensor_bias_correction
         optimizer = type(optimizer).__name__.lower()
-    engine.prepare_optimizer(opt, variables)
-    loss_fn = loss_fn or engine.make_loss()
+    optimizers.prepare_optimizer(opt, variables)
+    loss_fn = loss_fn or train_steps.make_loss()
     capture = {}
-    step = engine.make_train_step(model, opt, loss_fn, variables, capture=capture)
-    forward = engine.make_forward_step(model, loss_fn)
-    # A run times its full steps on its probe function (engine.make_probe_step: no update) and
+    step = train_steps.make_train_step(model, opt, loss_fn, variables, capture=capture)
+    forward = train_steps.make_forward_step(model, loss_fn)
+    # A run times its full steps on its probe function (train_steps.make_probe_step: no update) and
     # scales them by t_full / t_grads; timing t_grads on that same function keeps the scale exact.
-    probe = engine.make_probe_step(model, opt, loss_fn, variables)
+    probe = train_steps.make_probe_step(model, opt, loss_fn, variables)
 
     def gradients(x, y):
         return probe(x, y, want_terms=False)
@@ -86,7 +89,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     for _ in range(warmup):
         step(x, y)[0].numpy()
         forward(x, y)[0].numpy()
-        engine.first_output(gradients(x, y)).numpy()
+        train_steps.first_output(gradients(x, y)).numpy()
         bar.update(1)
     graph = step.get_concrete_function(x, y).graph
     info = GraphInfo(graph, capture["loss"], capture["grads"], variables, opt.variables)
@@ -101,7 +104,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         step(x, y)[0].numpy()
         full.append(clock() - t0)
         t0 = clock()
-        engine.first_output(gradients(x, y)).numpy()
+        train_steps.first_output(gradients(x, y)).numpy()
         grads.append(clock() - t0)
         bar.update(1)
 
@@ -285,7 +288,7 @@ def _child_main():
     import json
     import sys
 
-    from elastictrainer.common import one_line
+    from elastictrainer.errors import one_line
 
     with open(sys.argv[1]) as f:
         req = json.load(f)

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from elastictrainer import flavors, runlog
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 
 # The format version every table records.  Raise it when a table of the new format would be
 # misread by code that knows only the old one (a key renamed, a unit or a meaning changed), and

@@ -26,7 +26,7 @@ def read_op_times(xplane_path):
     timed by the kernels that carry their name in the 'tf_op' stat of the device planes, which
     replace the host-side launch time.
     """
-    from elastictrainer import compat
+    from elastictrainer.flavors import compat
 
     space = compat.xplane_pb2().XSpace()
     with open(xplane_path, "rb") as f:

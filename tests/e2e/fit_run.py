@@ -9,10 +9,10 @@ os.environ["ELASTICTRAINER_LOGICAL_CPUS"] = "2"  # before TensorFlow starts
 
 import numpy as np  # noqa: E402
 
-from elastictrainer import tf_setup  # noqa: E402,F401
+from elastictrainer.flavors import tf_setup  # noqa: E402,F401
 import tensorflow as tf  # noqa: E402
 
-from elastictrainer.keras import ElasticCallback  # noqa: E402
+from elastictrainer.fit.callback import ElasticCallback  # noqa: E402
 
 
 def main(flavor, mode, out, table=None):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from elastictrainer import runlog
-from elastictrainer.distribute import local_cluster
-from elastictrainer.run_hooks import FAULT_AT_STEP_ENV
+from elastictrainer.train.distribution import local_cluster
+from elastictrainer.runs.recorder import FAULT_AT_STEP_ENV
 from helpers import ROOT
 
 EPOCHS, STEPS = 2, 8

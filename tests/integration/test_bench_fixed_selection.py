@@ -10,7 +10,7 @@ from helpers import bench_fixed_selection_script as _script, snapshot, tiny_mode
 def own_schemes():
     """The scheme registry restored after the test: later tests see the built-in schemes only
     (the README's flag table lists them)."""
-    from elastictrainer.schemes import SCHEMES
+    from elastictrainer.method.schemes import SCHEMES
 
     saved = dict(SCHEMES)
     yield SCHEMES

@@ -13,8 +13,9 @@ import pytest
 ray = pytest.importorskip("ray", reason="the cluster extra: pip install -e '.[cluster]'")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from elastictrainer import cluster, figures  # noqa: E402
-from elastictrainer.common import UserError  # noqa: E402
+from elastictrainer.experiments import cluster  # noqa: E402
+from elastictrainer.experiments import figures
+from elastictrainer.errors import UserError  # noqa: E402
 
 RUNS = ["smallcnn_synthetic_elastic_training_rho0.5_seed0",
         "smallcnn_synthetic_full_training_seed0",
@@ -194,12 +195,12 @@ def sweep_in_a_process(tmp_path, address, python):
     code = ("import signal\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             f"import os\nopen({str(tmp_path / 'driver.pid')!r}, 'w').write(str(os.getpid()))\n"
-            "from elastictrainer import cluster, common, figures\n"
+            "from elastictrainer import errors\nfrom elastictrainer.experiments import cluster, figures\n"
             f"runner = cluster.RayRunner({address!r}, {{'pi4': 1}}, progress=False)\n"
             f"driver = figures.Driver('15', smoke=True, logdir={str(tmp_path / 'logs')!r}, "
             f"figdir={str(tmp_path / 'figs')!r}, profiles={str(tmp_path / 'profiles')!r}, "
             f"python={python!r}, runner=runner)\n"
-            "common.run_cli(lambda argv: driver()[1] and 1)\n")
+            "errors.run_cli(lambda argv: driver()[1] and 1)\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
 

@@ -6,7 +6,8 @@ import os
 import pytest
 
 import compare as compare_cli
-from elastictrainer import compare, runlog
+from elastictrainer import runlog
+from elastictrainer.experiments import compare
 
 pytestmark = pytest.mark.one_tf
 

@@ -13,16 +13,17 @@ import tensorflow as tf
 import tf_keras as keras
 
 from helpers import ROOT, batch, package_files, tiny_model
-from elastictrainer import compat, engine
+from elastictrainer.flavors import compat
+from elastictrainer.flavors import optimizers
 
 
 
 def _sgd():
-    return engine.make_optimizer("sgd", 0.1, 5e-2, 10)  # momentum, weight decay, cosine lr
+    return optimizers.make_optimizer("sgd", 0.1, 5e-2, 10)  # momentum, weight decay, cosine lr
 
 
 def _adam():
-    return engine.make_optimizer("adam", 0.05, 0.0, 10)
+    return optimizers.make_optimizer("adam", 0.05, 0.0, 10)
 
 
 def _built(optimizer, variables):
@@ -244,7 +245,7 @@ def test_tensorboard_without_tensorflow():
     # with TensorFlow loaded (as here) it leaves TensorBoard alone
     compat.tensorboard_without_tensorflow()
     assert "tensorboard.compat.notf" not in sys.modules
-    probe = ("import sys\nfrom elastictrainer import compat\n"
+    probe = ("import sys\nfrom elastictrainer.flavors import compat\n"
              "compat.tensorboard_without_tensorflow()\n"
              "from tensorboard.compat import tf\n"
              "from tensorboard.backend.event_processing import event_accumulator\n"
@@ -261,13 +262,13 @@ def test_tensorboard_without_tensorflow():
 # Private attributes that are the project's own, set or defined where the checker below cannot
 # tell from `self`/`cls`: name -> why it is ours.
 OWN_PRIVATE_ATTRIBUTES = {
-    "_tensor_steps": "engine.prepare_optimizer's per-tensor Adam step counts, kept on the "
+    "_tensor_steps": "optimizers.prepare_optimizer's per-tensor Adam step counts, kept on the "
                      "optimizer",
-    "_adam_update_xla": "engine._apply's XLA-compiled engine._adam_update, cached on the "
+    "_adam_update_xla": "train_steps._apply's XLA-compiled train_steps._adam_update, cached on the "
                         "optimizer",
-    "_importance_apply": "importance._probe_apply's compiled update, cached on the Trainer",
+    "_importance_apply": "importance._probe_apply's compiled update, cached on the CompiledSteps",
     "_importance_fresh_drop": "importance._fresh_drop_fn's compiled probe, cached on the "
-                              "Trainer",
+                              "CompiledSteps",
     "_names": "profiler.table.TimingTable's own classmethod",
     "_get_help_string": "the hook argparse's HelpFormatter subclasses override "
                         "(common.DefaultsHelpFormatter); Python's argparse, not TensorFlow",

@@ -1,4 +1,4 @@
-"""engine.py's update path computed for real: apply_updates is keras' apply_gradients, number for
+"""train_steps.py's update path computed for real: apply_updates is keras' apply_gradients, number for
 number, and the learning-rate schedule is the optimizer's own unless chosen."""
 import numpy as np
 import pytest
@@ -7,7 +7,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from helpers import tiny_mlp, updates_by_keras_and_ours
-from elastictrainer import engine
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
 
 
 OPTIMIZERS = {
@@ -37,12 +38,12 @@ def test_apply_updates_matches_apply_gradients(name):
     ("adam", "cosine", "cosine"), ("sgd", "constant", "constant")])
 def test_the_lr_schedule_is_the_optimizers_own_unless_chosen(name, schedule, expected):
     model = tiny_mlp(1)
-    opt = engine.prepare_optimizer(
-        engine.make_optimizer(name, 0.1, 0.0, total_steps=10, schedule=schedule),
+    opt = optimizers.prepare_optimizer(
+        optimizers.make_optimizer(name, 0.1, 0.0, total_steps=10, schedule=schedule),
         model.trainable_weights)
     grads = [tf.ones_like(v) for v in model.trainable_weights]
     for _ in range(6):
-        engine.apply_updates(opt, grads, model.trainable_weights)
+        optimizers.apply_updates(opt, grads, model.trainable_weights)
     # the rate of the 6th step (iteration 5 of 10)
     want = 0.1 * 0.5 * (1 + np.cos(np.pi * 5 / 10)) if expected == "cosine" else 0.1
     assert float(opt.learning_rate) == pytest.approx(want, rel=1e-5)
@@ -53,7 +54,7 @@ def _compare(build, grads_fn_args, make_opt, steps=3, xla=False):
     finals = []
     for mode in ("keras", "ours"):
         model = build()
-        opt = engine.prepare_optimizer(make_opt(), model.trainable_weights)
+        opt = optimizers.prepare_optimizer(make_opt(), model.trainable_weights)
         opt.jit_compile = xla  # the XLA update step (Keras' default on a GPU) can run on a CPU too
         variables = model.trainable_weights
         x, y = grads_fn_args
@@ -61,12 +62,12 @@ def _compare(build, grads_fn_args, make_opt, steps=3, xla=False):
         @tf.function
         def step(x, y):
             with tf.GradientTape() as tape:
-                loss = engine.make_loss()(y, model(x))
+                loss = train_steps.make_loss()(y, model(x))
             grads = tape.gradient(loss, variables)
             if mode == "keras":
                 opt.apply_gradients(zip(grads, variables))
             else:
-                engine.apply_updates(opt, grads, variables)
+                optimizers.apply_updates(opt, grads, variables)
 
         for _ in range(steps):
             step(x, y)

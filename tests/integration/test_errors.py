@@ -3,7 +3,8 @@ import os
 
 
 def test_an_interrupted_run_says_so_in_its_last_line(tmp_path):
-    from elastictrainer import config, loop
+    from elastictrainer import config
+    from elastictrainer.runs import loop
 
     lines = []
 

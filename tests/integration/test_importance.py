@@ -1,4 +1,4 @@
-"""Tensor importance (importance.py) and Adam's per-tensor bias correction (engine.py): the
+"""Tensor importance (importance.py) and Adam's per-tensor bias correction (train_steps.py): the
 estimate elastic_training uses ranks tensors by the loss drop their training really brings, and
 does not collapse over a run of the README's command 1."""
 import numpy as np
@@ -9,9 +9,15 @@ import tf_keras as keras
 
 from helpers import (assert_fresh_step_matches_general_probe, batch, paper_taylor_by_hand,
                      snapshot, tiny_model)
-from elastictrainer import config, engine, importance, loop, schemes, trainer
+from elastictrainer import config
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.method import importance
+from elastictrainer.runs import loop
+from elastictrainer.method import schemes
+from elastictrainer.train import compiled
 from elastictrainer.data.loaders import synthetic_dataset
-from elastictrainer.roles import tensor_roles
+from elastictrainer.method.roles import tensor_roles
 
 
 
@@ -28,15 +34,15 @@ def _adam_run(per_tensor, xla, grads_a, grads_b, frozen_steps):
     b = tf.Variable(np.linspace(1, -1, 4, dtype=np.float32))
     opt = keras.optimizers.Adam(0.01)
     opt.per_tensor_bias_correction = per_tensor
-    engine.prepare_optimizer(opt, [a, b])
+    optimizers.prepare_optimizer(opt, [a, b])
     opt.jit_compile = xla
 
     @tf.function
     def step(ga, gb=None):
         if gb is None:
-            engine.apply_updates(opt, [ga], [a])
+            optimizers.apply_updates(opt, [ga], [a])
         else:
-            engine.apply_updates(opt, [ga, gb], [a, b])
+            optimizers.apply_updates(opt, [ga, gb], [a, b])
 
     for t, ga in enumerate(grads_a):
         if t < frozen_steps:
@@ -69,7 +75,7 @@ def test_per_tensor_adam_is_plain_adam_for_each_tensor_from_its_own_first_step(x
     b_ref = _plain_adam(np.linspace(1, -1, 4, dtype=np.float32), grads_b)
     np.testing.assert_allclose(b, b_ref, rtol=1e-5, atol=1e-6)
     assert opt.iterations.numpy() == frozen + joined
-    assert engine.tensor_steps(opt, b_var) == joined
+    assert optimizers.tensor_steps(opt, b_var) == joined
     # Keras' global count instead: b's steps are sqrt(1 - 0.999^301) / 0.1 x sqrt(0.001)
     # = 2.1 times larger at first
     b_global = _adam_run(False, xla, grads_a, grads_b, frozen)[1].numpy()
@@ -80,34 +86,34 @@ def test_per_tensor_adam_is_plain_adam_for_each_tensor_from_its_own_first_step(x
 
 def test_make_optimizer_counts_adam_steps_per_tensor_and_sgd_has_no_counts():
     model = tiny_model()
-    adam = engine.prepare_optimizer(engine.make_optimizer("adam", 1e-3, 0, 10),
+    adam = optimizers.prepare_optimizer(optimizers.make_optimizer("adam", 1e-3, 0, 10),
                                     model.trainable_weights)
-    assert engine.tensor_steps(adam, model.trainable_weights[0]) == 0
+    assert optimizers.tensor_steps(adam, model.trainable_weights[0]) == 0
     assert any(v.name.startswith("tensor_steps/") for v in adam.variables)
-    off = engine.prepare_optimizer(
-        engine.make_optimizer("adam", 1e-3, 0, 10, per_tensor_bias_correction=False),
+    off = optimizers.prepare_optimizer(
+        optimizers.make_optimizer("adam", 1e-3, 0, 10, per_tensor_bias_correction=False),
         model.trainable_weights)
-    assert engine.tensor_steps(off, model.trainable_weights[0]) is None
-    sgd = engine.prepare_optimizer(engine.make_optimizer("sgd", 1e-3, 5e-4, 10),
+    assert optimizers.tensor_steps(off, model.trainable_weights[0]) is None
+    sgd = optimizers.prepare_optimizer(optimizers.make_optimizer("sgd", 1e-3, 5e-4, 10),
                                    model.trainable_weights)
-    assert engine.tensor_steps(sgd, model.trainable_weights[0]) is None
+    assert optimizers.tensor_steps(sgd, model.trainable_weights[0]) is None
 
 
 # ------------------------------------------------------------- estimators
 def _trainer(optimizer, model=None):
     model = model or tiny_model()
-    return trainer.Trainer(model, optimizer, schemes.SCHEMES["elastic_training"],
+    return compiled.CompiledSteps(model, optimizer, schemes.SCHEMES["elastic_training"],
                            tensor_roles(model))
 
 
 def _grads(model, x, y):
     with tf.GradientTape() as tape:
-        loss = engine.make_loss()(y, model(x, training=True))
+        loss = train_steps.make_loss()(y, model(x, training=True))
     return [g.numpy().astype(np.float64) for g in tape.gradient(loss, model.trainable_weights)]
 
 
 def test_probes_restore_weights_and_adam_state_bit_identical():
-    tr = _trainer(engine.make_optimizer("adam", 3e-3, 0, 100))
+    tr = _trainer(optimizers.make_optimizer("adam", 3e-3, 0, 100))
     data = [batch(seed=s) for s in range(4)]
     tr.step_for(range(len(tr.variables)))(*data[0])
     tr.step_for((6, 7))(*data[1])  # the head ahead of the rest: per-tensor counts differ
@@ -117,8 +123,8 @@ def test_probes_restore_weights_and_adam_state_bit_identical():
         assert imp.shape == (8,) and np.all(np.isfinite(imp))
     assert all(np.array_equal(a, b) for a, b in zip(w0, snapshot(tr.variables)))
     assert all(np.array_equal(a, b) for a, b in zip(o0, snapshot(tr.optimizer.variables)))
-    assert engine.tensor_steps(tr.optimizer, tr.variables[0]) == 1
-    assert engine.tensor_steps(tr.optimizer, tr.variables[7]) == 2
+    assert optimizers.tensor_steps(tr.optimizer, tr.variables[0]) == 1
+    assert optimizers.tensor_steps(tr.optimizer, tr.variables[7]) == 2
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
@@ -128,7 +134,7 @@ def test_taylor_is_the_first_order_drop_of_a_fresh_optimizer_step(opt):
     keras.utils.set_random_seed(1)
     model = tiny_model()
     lr, wd = 0.01, 5e-4
-    tr = _trainer(engine.make_optimizer(opt, lr, wd, 10 ** 6), model)
+    tr = _trainer(optimizers.make_optimizer(opt, lr, wd, 10 ** 6), model)
     for s in range(3):
         tr.step_for(range(8))(*batch(seed=s))
     x, y = batch(seed=9)
@@ -153,7 +159,7 @@ def test_taylor_is_the_first_order_drop_of_a_fresh_optimizer_step(opt):
 
 def _optimizer(kind):
     if kind in ("sgd", "adam"):
-        return engine.make_optimizer(kind, 0.05, 5e-3, 10 ** 6)
+        return optimizers.make_optimizer(kind, 0.05, 5e-3, 10 ** 6)
     if kind == "sgd_nesterov":
         return keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True, weight_decay=5e-3)
     if kind == "sgd_plain":
@@ -163,7 +169,7 @@ def _optimizer(kind):
 
 @pytest.mark.parametrize("kind", ["sgd", "adam", "sgd_nesterov", "sgd_plain", "clipped"])
 def test_taylors_closed_form_step_matches_the_general_probe(kind, monkeypatch):
-    """engine.fresh_step (no snapshot, update or restore) against probe_terms, which takes the
+    """optimizers.fresh_step (no snapshot, update or restore) against probe_terms, which takes the
     step with the optimizer itself from zeroed slots and restores everything."""
     keras.utils.set_random_seed(2)
     tr = _trainer(_optimizer(kind))
@@ -201,7 +207,7 @@ def test_taylor_ranks_tensors_by_the_loss_drop_their_training_brings(opt, lr):
     held = list(data.test)
     keras.utils.set_random_seed(0)
     model = tiny_model()
-    tr = _trainer(engine.make_optimizer(opt, lr, 5e-4, 1000), model)
+    tr = _trainer(optimizers.make_optimizer(opt, lr, 5e-4, 1000), model)
     tr.steps.maxsize = 16
     for x, y in pool[:16]:
         tr.step_for((4, 5, 6, 7))(x, y)

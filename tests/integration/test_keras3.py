@@ -14,9 +14,14 @@ import tensorflow as tf
 
 from helpers import (assert_fresh_step_matches_general_probe, keras3_cnn,
                      updates_by_keras_and_ours)
-from elastictrainer import compat, engine, flavors, runlog, schemes, trainer
-from elastictrainer.common import UserError
-from elastictrainer.roles import tensor_roles
+from elastictrainer import flavors, runlog
+from elastictrainer.flavors import compat
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.method import schemes
+from elastictrainer.train import compiled
+from elastictrainer.errors import UserError
+from elastictrainer.method.roles import tensor_roles
 
 
 def _data(n=8, size=16, classes=5, seed=0):
@@ -59,25 +64,25 @@ def test_per_tensor_adam_gives_a_late_tensor_adams_first_step():
     scaled by the global step count; make_optimizer's Adam counts per tensor."""
     keras3.utils.set_random_seed(0)
     model = keras3_cnn()
-    opt = engine.make_optimizer("adam", 1e-3, 0.0, 100, flavor="keras3")
+    opt = optimizers.make_optimizer("adam", 1e-3, 0.0, 100, flavor="keras3")
     variables = model.trainable_weights
-    engine.prepare_optimizer(opt, variables)
-    head = engine.make_train_step(model, opt, engine.make_loss(), variables[-2:])
+    optimizers.prepare_optimizer(opt, variables)
+    head = train_steps.make_train_step(model, opt, train_steps.make_loss(), variables[-2:])
     for s in range(5):
         head(*_data(seed=s))
-    assert [engine.tensor_steps(opt, v) for v in variables] == [0] * (len(variables) - 2) + [5, 5]
+    assert [optimizers.tensor_steps(opt, v) for v in variables] == [0] * (len(variables) - 2) + [5, 5]
     kernel = variables[0]
     before = kernel.numpy()
-    engine.make_train_step(model, opt, engine.make_loss(), [kernel])(*_data(seed=9))
+    train_steps.make_train_step(model, opt, train_steps.make_loss(), [kernel])(*_data(seed=9))
     step = np.abs(kernel.numpy() - before)
     moved = step[step > 0]
     np.testing.assert_allclose(moved, 1e-3, rtol=0.02)  # |m / sqrt(v)| = 1 on a first step
-    assert engine.tensor_steps(opt, kernel) == 1
+    assert optimizers.tensor_steps(opt, kernel) == 1
 
 
 def _trainer(optimizer, model):
-    engine.prepare_optimizer(optimizer, model.trainable_weights)
-    return trainer.Trainer(model, optimizer, schemes.SCHEMES["elastic_training"],
+    optimizers.prepare_optimizer(optimizer, model.trainable_weights)
+    return compiled.CompiledSteps(model, optimizer, schemes.SCHEMES["elastic_training"],
                            tensor_roles(model))
 
 
@@ -87,8 +92,8 @@ def test_taylors_closed_form_step_matches_the_general_probe(kind, monkeypatch):
     step with the optimizer itself from zeroed slots and restores everything."""
     keras3.utils.set_random_seed(2)
     model = keras3_cnn()
-    opt = {"sgd": lambda: engine.make_optimizer("sgd", 0.05, 5e-3, 10 ** 6, flavor="keras3"),
-           "adam": lambda: engine.make_optimizer("adam", 0.05, 0.0, 10 ** 6, flavor="keras3"),
+    opt = {"sgd": lambda: optimizers.make_optimizer("sgd", 0.05, 5e-3, 10 ** 6, flavor="keras3"),
+           "adam": lambda: optimizers.make_optimizer("adam", 0.05, 0.0, 10 ** 6, flavor="keras3"),
            "adamw": lambda: keras3.optimizers.AdamW(0.05, weight_decay=0.1),
            "clipped": lambda: keras3.optimizers.SGD(0.05, momentum=0.9, clipnorm=1e-3)}[kind]()
     tr = _trainer(opt, model)
@@ -111,17 +116,17 @@ def test_a_train_step_per_selection_does_not_grow_memory():
 
     keras3.utils.set_random_seed(0)
     model = keras3_cnn()
-    opt = engine.make_optimizer("adam", 1e-3, 0.0, 100, flavor="keras3")
+    opt = optimizers.make_optimizer("adam", 1e-3, 0.0, 100, flavor="keras3")
     variables = model.trainable_weights
-    engine.prepare_optimizer(opt, variables)
+    optimizers.prepare_optimizer(opt, variables)
     x, y = _data()
     selections = [tuple(range(k, len(variables))) for k in range(len(variables))]
     for sel in selections[:2]:  # warm-up: first traces allocate caches
-        engine.make_train_step(model, opt, engine.make_loss(), [variables[k] for k in sel])(x, y)
+        train_steps.make_train_step(model, opt, train_steps.make_loss(), [variables[k] for k in sel])(x, y)
     gc.collect()
     start = rss_mb()
     for sel in selections * 3:
-        step = engine.make_train_step(model, opt, engine.make_loss(),
+        step = train_steps.make_train_step(model, opt, train_steps.make_loss(),
                                       [variables[k] for k in sel])
         step(x, y)
         del step
@@ -211,8 +216,8 @@ def test_profiling_a_keras3_model_attributes_its_unfused_batchnorm():
     assert [t["name"] for t in table["tensors"]] == [flavors.tensor_name(v)
                                                      for v in model.trainable_weights]
     assert all(t["t_dw_ms"] >= 0 and t["t_dy_ms"] >= 0 for t in table["tensors"])
-    opt = engine.make_optimizer("adam", 1e-3, 0.0, 10, flavor="keras3")
-    engine.prepare_optimizer(opt, model.trainable_weights)
+    opt = optimizers.make_optimizer("adam", 1e-3, 0.0, 10, flavor="keras3")
+    optimizers.prepare_optimizer(opt, model.trainable_weights)
     owners = slot_owners(model.trainable_weights, opt.variables)
     assert sorted(k for _, k in owners) == sorted(list(range(8)) * 3)  # m, v, step count
 

@@ -1,4 +1,4 @@
-"""ElasticCallback (elastictrainer/keras.py): ElasticTrainer inside model.fit, for Keras 3 and
+"""ElasticCallback (elastictrainer/fit/callback.py): ElasticTrainer inside model.fit, for Keras 3 and
 tf-keras models, with the optimizer the model was compiled with, next to Keras' own callbacks."""
 import json
 import os
@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from helpers import keras3_cnn, tiny_model
 from elastictrainer import runlog
-from elastictrainer.common import UserError
-from elastictrainer.keras import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
+from elastictrainer.errors import UserError
+from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
 
 
 def _keras(flavor):

@@ -7,23 +7,26 @@ import numpy as np
 import pytest
 
 from helpers import batch, snapshot, tiny_model
-from elastictrainer import engine, importance, schemes
-from elastictrainer.common import UserError
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.method import importance
+from elastictrainer.method import schemes
+from elastictrainer.errors import UserError
 from elastictrainer.profiler import run as prun
-from elastictrainer.roles import tensor_roles
-from elastictrainer.trainer import Trainer, graph_bytes
+from elastictrainer.method.roles import tensor_roles
+from elastictrainer.train.compiled import CompiledSteps, graph_bytes
 
 
 # ------------------------------------------------------------------ a traced step's size
 def test_graph_bytes_measures_a_traced_train_step():
     model = tiny_model()
-    opt = engine.make_optimizer("sgd", 0.01, 0.0, 10)
-    engine.prepare_optimizer(opt, model.trainable_weights)
-    step = engine.make_train_step(model, opt, engine.make_loss(), model.trainable_weights[-2:])
+    opt = optimizers.make_optimizer("sgd", 0.01, 0.0, 10)
+    optimizers.prepare_optimizer(opt, model.trainable_weights)
+    step = train_steps.make_train_step(model, opt, train_steps.make_loss(), model.trainable_weights[-2:])
     assert graph_bytes(step) is None  # not traced yet
     step(*batch())
     first = graph_bytes(step)
-    full = engine.make_train_step(model, opt, engine.make_loss(), model.trainable_weights)
+    full = train_steps.make_train_step(model, opt, train_steps.make_loss(), model.trainable_weights)
     full(*batch())
     assert 0 < first < graph_bytes(full)  # the full backward pass is a bigger graph
 
@@ -70,8 +73,8 @@ def test_in_process_profiling_is_still_available(tmp_path):
 def test_probe_restores_weights_and_optimizer_state_bit_for_bit():
     model = tiny_model()
     scheme = schemes.SCHEMES["elastic_training"]
-    opt = engine.make_optimizer("sgd", 0.05, 5e-4, 100)
-    tr = Trainer(model, opt, scheme, tensor_roles(model))
+    opt = optimizers.make_optimizer("sgd", 0.05, 5e-4, 100)
+    tr = CompiledSteps(model, opt, scheme, tensor_roles(model))
     tr.step_for((0, 1))(*batch(seed=3))  # momentum slots and iterations not at zero
     w0, s0 = snapshot(tr.variables), snapshot(opt.variables)
     imp = importance.taylor_importance(tr, [batch(seed=5)])

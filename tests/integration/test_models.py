@@ -1,6 +1,6 @@
 """models/: built-in builders, weights handling (the ImageNet cache, PATH, user models), ViT .npz
 loader."""
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 
 import os
 

@@ -17,7 +17,7 @@ def test_plots_a_real_tiny_elastic_run(tmp_path, capsys):
     table = prun.profile_model(model, str(tmp_path / "tiny.keras"), 16, 4, 10, num_iterations=2,
                              progress=False)
     ptable.save_table(table, str(tmp_path / "table.json"))
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
     # a rho above the forward floor that this profile measured: the tiny model's forward pass
     # is 0.7-0.8 of its step, up to about 0.81 on a busy machine
     rho = min(0.99, max(0.8, TimeModel(table).rho_floor + 0.1))

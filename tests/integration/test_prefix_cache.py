@@ -10,10 +10,12 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import config, loop, prefix_cache, runlog
-from elastictrainer.common import UserError
-from elastictrainer.prefix_graph import FlatGraph
-from elastictrainer.trainer import Trainer
+from elastictrainer import config, runlog
+from elastictrainer.runs import loop
+from elastictrainer.prefix import cache as prefix_cache
+from elastictrainer.errors import UserError
+from elastictrainer.prefix.graph import FlatGraph
+from elastictrainer.train.compiled import CompiledSteps
 
 SIZE, CLASSES, EXAMPLES, BATCH = 16, 4, 40, 8
 
@@ -60,16 +62,16 @@ def cfg(tmp_path, name, **kw):
 def losses_of(monkeypatch, run):
     """The per-step training losses of `run()` (every trained batch, in order)."""
     seen = []
-    original = Trainer.batch_stats
+    original = CompiledSteps.batch_stats
 
     def record(self, outputs, y):
         stats = original(self, outputs, y)
         seen.append(stats[0])
         return stats
 
-    monkeypatch.setattr(Trainer, "batch_stats", record)
+    monkeypatch.setattr(CompiledSteps, "batch_stats", record)
     summary = run()
-    monkeypatch.setattr(Trainer, "batch_stats", original)
+    monkeypatch.setattr(CompiledSteps, "batch_stats", original)
     return np.array(seen), summary
 
 
@@ -223,7 +225,7 @@ def test_an_elastic_run_below_the_uncached_forward_floor_trains_from_the_cache(
 def nested_table(tmp_path_factory):
     from elastictrainer.profiler import run as prun
     from elastictrainer.profiler import table as ptable
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
 
     table = prun.profile_model(nested_model(), "nested", SIZE, BATCH, CLASSES,
                                num_iterations=2, progress=False, optimizer="adam")

@@ -12,7 +12,7 @@ import tf_keras as keras
 
 import main as main_cli
 from elastictrainer import runlog
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.data import synthetic
 from elastictrainer.models import MODELS, pretrain
 from elastictrainer.models.build import build_model

@@ -10,11 +10,12 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import engine
-from elastictrainer import plotting, time_model
+from elastictrainer.train import steps as train_steps
+from elastictrainer import plotting
+from elastictrainer.method import time_model
 from elastictrainer.profiler import attribution, calibration, dataflow
 from elastictrainer.profiler import report as preport, run as prun, table as ptable
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 
 from helpers import tiny_attention, tiny_cnn  # noqa: E402
 
@@ -72,7 +73,7 @@ def _analysed(model, batch=2):
     opt = keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3)
     opt.build(variables)
     cap = {}
-    step = engine.make_train_step(model, opt, engine.make_loss(), variables, capture=cap)
+    step = train_steps.make_train_step(model, opt, train_steps.make_loss(), variables, capture=cap)
     shape = (batch,) + tuple(model.input_shape[1:])
     x = tf.zeros(shape)
     y = tf.zeros((batch,), tf.int32)
@@ -289,7 +290,7 @@ def test_t_grads_is_timed_on_the_runs_probe_function(monkeypatch):
     """A run scales its timed full steps (the probe function, no update) by t_full / t_grads:
     the profiler times t_grads on that same function, untrained, so the scale is exact."""
     made, calls = [], []
-    real = engine.make_probe_step
+    real = train_steps.make_probe_step
 
     def spy(*args, **kwargs):
         fn = real(*args, **kwargs)
@@ -300,7 +301,7 @@ def test_t_grads_is_timed_on_the_runs_probe_function(monkeypatch):
             return fn(x, y, want_terms)
         return wrapped
 
-    monkeypatch.setattr(engine, "make_probe_step", spy)
+    monkeypatch.setattr(train_steps, "make_probe_step", spy)
     model = tiny_cnn()
     before = [w.copy() for w in model.get_weights()]
     table = prun.profile_model(model, "tiny_cnn", 24, 4, 5, num_iterations=2, warmup=1,
@@ -312,7 +313,7 @@ def test_t_grads_is_timed_on_the_runs_probe_function(monkeypatch):
 
 
 def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
-    from elastictrainer import cli, config, importance, loop, roles, schemes, time_model, trainer
+    from elastictrainer.method import time_model
 
     model, table = cnn_table
     cal = table["calibration"]
@@ -342,7 +343,7 @@ def test_profiled_table_is_calibrated_and_time_model_uses_it(cnn_table):
 
 
 def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
-    from elastictrainer import cli, config, importance, loop, roles, schemes, time_model, trainer
+    from elastictrainer.method import time_model
 
     model = tiny_cnn()
     table = prun.profile_model(model, "tiny_cnn", 24, 2, 5, num_iterations=1, warmup=1,
@@ -397,11 +398,11 @@ def test_a_tensor_estimated_from_flops_does_not_break_the_calibration(monkeypatc
 
 
 def test_profiles_with_the_runs_optimizer_and_refuses_a_table_of_another(tmp_path, monkeypatch):
-    from elastictrainer import engine
+    from elastictrainer.train import steps as train_steps
 
     built = []
-    real = engine.make_train_step
-    monkeypatch.setattr(engine, "make_train_step",
+    real = train_steps.make_train_step
+    monkeypatch.setattr(train_steps, "make_train_step",
                         lambda model, opt, *a, **kw: built.append(type(opt).__name__)
                         or real(model, opt, *a, **kw))
     model = tiny_cnn()
@@ -450,7 +451,7 @@ def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_shar
         tmp_path, monkeypatch):
     """On a busy machine a tiny model's forward steps can time slower than its full steps (3.9
     ms against 3.4 ms, say); the table then takes the forward share from the trace, and loads."""
-    from elastictrainer import engine
+    from elastictrainer.train import steps as train_steps
 
     class Clock:
         """Each reading 1 ms after the last; a forward step takes 200 ms more."""
@@ -461,7 +462,7 @@ def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_shar
             return self.now
 
     clock = Clock()
-    real = engine.make_forward_step
+    real = train_steps.make_forward_step
 
     def slow_forward(model, loss_fn):
         forward = real(model, loss_fn)
@@ -471,7 +472,7 @@ def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_shar
             return forward(x, y)
         return call
 
-    monkeypatch.setattr(engine, "make_forward_step", slow_forward)
+    monkeypatch.setattr(train_steps, "make_forward_step", slow_forward)
     table = prun.profile_model(tiny_cnn(), "tiny", 24, 4, 5, num_iterations=2, progress=False,
                                calibrate=False, clock=clock)
     assert 0 < table["t_fp_ms"] < table["t_full_ms"]

@@ -42,13 +42,13 @@ def _checkpoint(run_dir, seed=0):
     import tensorflow as tf
 
     from helpers import tiny_model
-    from elastictrainer import engine
-    from elastictrainer.checkpoint import RunCheckpoint
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.runs.checkpoint import RunCheckpoint
 
     tf.keras.utils.set_random_seed(seed)
     model = tiny_model()
-    optimizer = engine.make_optimizer("sgd", 0.01, 5e-4, total_steps=10)
-    engine.prepare_optimizer(optimizer, model.trainable_weights)
+    optimizer = optimizers.make_optimizer("sgd", 0.01, 5e-4, total_steps=10)
+    optimizers.prepare_optimizer(optimizer, model.trainable_weights)
     data = iter(tf.data.Dataset.range(100))
     return RunCheckpoint(str(run_dir), model, optimizer, {"train_data": data}), model
 
@@ -63,7 +63,7 @@ def _save_unversioned(ckpt, state, step):
 
 
 def test_a_checkpoint_round_trips_its_state_with_the_version(tmp_path):
-    from elastictrainer import checkpoint
+    from elastictrainer.runs import checkpoint
 
     ckpt, model = _checkpoint(tmp_path)
     ckpt.save(STATE, 7)
@@ -75,7 +75,7 @@ def test_a_checkpoint_round_trips_its_state_with_the_version(tmp_path):
 
 
 def test_a_checkpoint_without_a_version_restores_as_the_current_one(tmp_path):
-    from elastictrainer import checkpoint
+    from elastictrainer.runs import checkpoint
 
     ckpt, _ = _checkpoint(tmp_path)
     _save_unversioned(ckpt, STATE, 7)
@@ -84,8 +84,8 @@ def test_a_checkpoint_without_a_version_restores_as_the_current_one(tmp_path):
 
 
 def test_a_checkpoint_of_a_newer_state_version_is_refused_in_one_line(tmp_path, monkeypatch):
-    from elastictrainer import checkpoint
-    from elastictrainer.common import UserError
+    from elastictrainer.runs import checkpoint
+    from elastictrainer.errors import UserError
 
     current = checkpoint.CHECKPOINT_VERSION
     ckpt, _ = _checkpoint(tmp_path)
@@ -103,7 +103,9 @@ def test_a_checkpoint_of_a_newer_state_version_is_refused_in_one_line(tmp_path, 
 
 
 def test_a_run_checkpointed_before_the_version_was_recorded_resumes(tmp_path, monkeypatch):
-    from elastictrainer import checkpoint, config, loop
+    from elastictrainer import config
+    from elastictrainer.runs import checkpoint
+    from elastictrainer.runs import loop
 
     def interrupt(msg):
         if msg.startswith("epoch 1:"):

@@ -15,9 +15,13 @@ import tf_keras as keras
 import main as main_cli
 from elastictrainer import runlog
 from elastictrainer.profiler import run as prun, table as ptable
-from elastictrainer import cli, config, importance, loop, schemes, trainer
-from elastictrainer.roles import tensor_roles
-from elastictrainer.common import RunError
+from elastictrainer import cli, config
+from elastictrainer.method import importance
+from elastictrainer.runs import loop
+from elastictrainer.method import schemes
+from elastictrainer.train import compiled
+from elastictrainer.method.roles import tensor_roles
+from elastictrainer.errors import RunError
 
 from helpers import batch, paper_taylor_by_hand, snapshot, tiny_model  # noqa: E402
 
@@ -39,7 +43,7 @@ def test_fixed_schemes_train_exactly_their_tensors(name):
     model = tiny_model()
     scheme = schemes.SCHEMES[name]
     roles = tensor_roles(model)
-    tr = trainer.Trainer(model, keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3), scheme, roles)
+    tr = compiled.CompiledSteps(model, keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=1e-3), scheme, roles)
     before = snapshot(tr.variables)
     tr.step_for(scheme.fixed_selection(roles))(*batch())
     changed = {v.name for v, b in zip(tr.variables, before) if not np.array_equal(v.numpy(), b)}
@@ -54,7 +58,7 @@ def test_prunetrain_adds_l1_on_kernels_only():
         model = tiny_model()
         roles = tensor_roles(model)
         scheme = schemes.SCHEMES[name]
-        tr = trainer.Trainer(model, keras.optimizers.SGD(0.1), scheme, roles)
+        tr = compiled.CompiledSteps(model, keras.optimizers.SGD(0.1), scheme, roles)
         w0 = snapshot(tr.variables)
         tr.step_for(scheme.fixed_selection(roles))(x, y)
         results[name] = [v.numpy() - w for v, w in zip(tr.variables, w0)]
@@ -72,7 +76,7 @@ def test_prunetrain_adds_l1_on_kernels_only():
 def _trainer(model=None, optimizer=None):
     model = model or tiny_model()
     roles = tensor_roles(model)
-    return trainer.Trainer(model, optimizer or keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=1e-3),
+    return compiled.CompiledSteps(model, optimizer or keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=1e-3),
                          schemes.SCHEMES["elastic_training"], roles)
 
 
@@ -231,7 +235,7 @@ def test_ctrl_c_during_the_last_partial_batch_keeps_that_epoch(tmp_path, monkeyp
 
     folder = write_image_folder(tmp_path / "imgs", classes=("a", "b"), per_class=5)
     calls = []
-    real = trainer.Trainer.step_for
+    real = compiled.CompiledSteps.step_for
 
     def step_for(self, selection):
         calls.append(selection)
@@ -239,7 +243,7 @@ def test_ctrl_c_during_the_last_partial_batch_keeps_that_epoch(tmp_path, monkeyp
             os.kill(os.getpid(), signal.SIGINT)
         return real(self, selection)
 
-    monkeypatch.setattr(trainer.Trainer, "step_for", step_for)
+    monkeypatch.setattr(compiled.CompiledSteps, "step_for", step_for)
     cfg = config.Config(model_name="smallcnn", dataset_name=str(folder), input_size=16,
                         batch_size=3, weights="none", num_epochs=3, train_type="full_training",
                         logdir=str(tmp_path / "logs"), run_name="partial", progress=False)
@@ -253,7 +257,8 @@ def test_new_selections_in_quick_succession_log_no_retracing_warning():
     on the step's code, which all selections share, and warned at 5 traces in 10 calls)."""
     import logging
 
-    from elastictrainer import engine
+    from elastictrainer.train import steps as train_steps
+    from elastictrainer.flavors import optimizers
 
     seen = []
 
@@ -265,9 +270,9 @@ def test_new_selections_in_quick_succession_log_no_retracing_warning():
     tf.get_logger().addHandler(handler)
     try:
         model = tiny_model()
-        opt = engine.prepare_optimizer(keras.optimizers.SGD(0.01), model.trainable_weights)
+        opt = optimizers.prepare_optimizer(keras.optimizers.SGD(0.01), model.trainable_weights)
         for k in range(len(model.trainable_weights)):
-            step = engine.make_train_step(model, opt, engine.make_loss(),
+            step = train_steps.make_train_step(model, opt, train_steps.make_loss(),
                                           model.trainable_weights[k:])
             step(*batch())
     finally:
@@ -276,7 +281,7 @@ def test_new_selections_in_quick_succession_log_no_retracing_warning():
 
 
 def test_a_run_measures_its_training_energy_from_a_sensor(workdir, tmp_path, monkeypatch):
-    from elastictrainer import energy
+    from elastictrainer.runs import energy
 
     rail = tmp_path / "sys/bus/i2c/drivers/ina3221x/1-0040/iio:device0"
     rail.mkdir(parents=True)
@@ -296,7 +301,7 @@ def test_a_run_measures_its_training_energy_from_a_sensor(workdir, tmp_path, mon
 
 
 def test_no_sensor_gives_null_energy_with_the_reason(workdir, tmp_path, monkeypatch):
-    from elastictrainer import energy
+    from elastictrainer.runs import energy
 
     monkeypatch.setenv(energy.ENV_ROOT, str(tmp_path))  # an empty tree: no sensor at all
     monkeypatch.setattr(energy, "_nvml", lambda: (None, "NVML not installed"))
@@ -313,12 +318,11 @@ def _fake_device(monkeypatch, truth, slow=None, every=None, timed_full=None):
     and times every(n) for the n-th training step of any kind; a full step (the probe or
     timed full step of the elastic runtime, without its update) after n training steps takes
     timed_full(n) times its cost.  Returns (clock, that step counter [n]) for a test to start again."""
-    from elastictrainer import trainer as trainer_mod
     clock = [0.0]
     calls = [0]
     steps = [0]
-    real_step_for = trainer_mod.Trainer.step_for
-    real_probe = trainer_mod.Trainer.probe_step
+    real_step_for = compiled.CompiledSteps.step_for
+    real_probe = compiled.CompiledSteps.probe_step
 
     def advance(ms, factor):
         steps[0] += 1
@@ -347,14 +351,15 @@ def _fake_device(monkeypatch, truth, slow=None, every=None, timed_full=None):
         advance(truth.t_full / truth.full_over_grads, factor)
         return real_probe(self, x, y, want_terms)
 
-    monkeypatch.setattr(trainer_mod.Trainer, "step_for", step_for)
-    monkeypatch.setattr(trainer_mod.Trainer, "probe_step", probe_step)
+    monkeypatch.setattr(compiled.CompiledSteps, "step_for", step_for)
+    monkeypatch.setattr(compiled.CompiledSteps, "probe_step", probe_step)
     return (lambda: clock[0]), steps
 
 
 def _run_on(clock, argv):
     """A training run as main.py would do it with `argv`, timed by `clock`."""
-    from elastictrainer import cli, loop
+    from elastictrainer import cli
+    from elastictrainer.runs import loop
     cfg = cli.config_from_args(cli.train_parser().parse_args(argv))
     return loop.run(cfg, log=lambda msg: None, clock=clock)
 
@@ -379,7 +384,7 @@ def _realistic_table(workdir, name):
 def test_a_burst_of_load_in_one_measurement_round_is_not_corrected(workdir, monkeypatch):
     """The table is right, but the selection's first timed steps run 1.5x slow (other load):
     the first round misses rho, the pooled rounds do not, and nothing is corrected."""
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
     path, data = _realistic_table(workdir, "right_table.json")
     args = ("--steps_per_epoch", "32", "--num_epochs", "1", "--interval", "1",
             "--timing_table", str(path))
@@ -413,7 +418,7 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
     after the first judgement, the drift is a confirmed miss and is corrected; never measured
     again (10**6), the run keeps the drifted selection."""
     from elastictrainer.elastic import runtime
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
     path, data = _realistic_table(workdir, "drift_table.json")
     args = ("--steps_per_epoch", "90", "--num_epochs", "1", "--interval", "1",
             "--timing_table", str(path))
@@ -451,7 +456,7 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
 
 @pytest.mark.parametrize("feedback", ["true", "false"])
 def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, feedback):
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
     path, data = _realistic_table(workdir, f"wrong_table_{feedback}.json")
     table = TimeModel(data)
     # the device: backward ops 40% cheaper than profiled, the difference a fixed per-step cost
@@ -507,7 +512,7 @@ def test_wall_ratio_is_the_time_a_full_training_run_takes(workdir, monkeypatch):
     runs alike, and full steps are timed only between those: the medians miss the slow steps,
     which full training pays too."""
     import tqdm as tqdm_mod
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
     path, data = _realistic_table(workdir, "wall_table.json")
     truth = TimeModel(data)
     # no selection's first step is a slow one (those would pass for compiling)
@@ -549,7 +554,7 @@ def test_load_while_a_selection_is_first_measured_is_not_taken_for_the_full_step
     wall-clock estimate is what a full-training run under the same load takes.  Had the
     selection's later, unloaded steps been set against the loaded full steps of its first
     window, its ratio would come out 1.6x low and full training's time as much too long."""
-    from elastictrainer.time_model import TimeModel
+    from elastictrainer.method.time_model import TimeModel
     path, data = _realistic_table(workdir, "load_table.json")
     truth = TimeModel(data)
     # not the probe step nor the selection's first, which the runtime takes for compiling
@@ -588,15 +593,15 @@ def test_a_probe_step_trains_nothing_and_gives_the_taylor_importance():
     """The elastic runtime's probe (and timed full) step computes every tensor's gradient and
     returns the Taylor terms that the separate probe (importance.taylor_importance) computes,
     but changes no weight and no optimizer state: an elastic run trains its selections only."""
-    from elastictrainer import importance
-    from elastictrainer.engine import make_optimizer
+    from elastictrainer.method import importance
+    from elastictrainer.train.steps import make_optimizer
     x, y = batch()
 
     def fresh():
         keras.utils.set_random_seed(0)
         model = tiny_model()
         opt = make_optimizer("sgd", 0.1, 5e-4, 100)
-        return model, opt, trainer.Trainer(model, opt, schemes.SCHEMES["elastic_training"],
+        return model, opt, compiled.CompiledSteps(model, opt, schemes.SCHEMES["elastic_training"],
                                            tensor_roles(model))
 
     expected = importance.taylor_importance(fresh()[2], [(x, y)])

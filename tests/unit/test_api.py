@@ -7,7 +7,7 @@ def test_api_refuses_what_it_cannot_train(tmp_path):
 
     import elastictrainer
     from helpers import tiny_model
-    from elastictrainer.common import UserError
+    from elastictrainer.errors import UserError
     cfg = elastictrainer.Config(logdir=str(tmp_path), num_epochs=1)
     ds = tf.data.Dataset.from_tensor_slices((tf.zeros((8, 16, 16, 3)), tf.zeros(8, tf.int32)))
     with pytest.raises(UserError, match="tf.data.Dataset"):

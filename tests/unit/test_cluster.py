@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from elastictrainer import cli, cluster, cluster_node, common
+from elastictrainer import cli, errors
+from elastictrainer.experiments import cluster
+from elastictrainer.experiments import cluster_node
 
 from helpers import ROOT
 
@@ -15,7 +17,7 @@ from helpers import ROOT
 def run_cli(argv, capsys):
     """`elastictrainer ARGV` in this process: (exit code, stdout, stderr)."""
     with pytest.raises(SystemExit) as e:
-        common.run_cli(cli.main, argv)
+        errors.run_cli(cli.main, argv)
     out = capsys.readouterr()
     return e.value.code, out.out, out.err
 
@@ -64,7 +66,7 @@ def test_figures_are_named_by_key_or_number():
     parser = cli.figure_parser()
     assert parser.parse_args(["17"]).figure == "fig17"
     assert parser.parse_args(["Fig19"]).figure == "fig19"
-    with pytest.raises(common.UserError, match="valid: fig15, fig16, fig17, fig19"):
+    with pytest.raises(errors.UserError, match="valid: fig15, fig16, fig17, fig19"):
         parser.parse_args(["18"])
 
 

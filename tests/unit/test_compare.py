@@ -1,7 +1,7 @@
 """compare.py's table: the accuracy of a run's last epochs."""
 import pytest
 
-from elastictrainer import compare
+from elastictrainer.experiments import compare
 
 
 @pytest.mark.parametrize("epochs,expected", [([], None), ([70.0], 70.0),

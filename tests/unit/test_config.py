@@ -1,7 +1,6 @@
 """Config is the one declaration of the train command's settings: its fields make the flags,
 their defaults and help, and docs/usage.md's flag table."""
 import dataclasses
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,6 @@ import pytest
 from elastictrainer import cli, config
 from elastictrainer.config import Config
 
-from helpers import ROOT
 FIELDS = dataclasses.fields(Config)
 
 
@@ -43,8 +41,8 @@ def test_flags_reach_the_config_with_their_types():
 
 
 def test_choices_come_from_the_registries():
-    from elastictrainer.energy import MODES
-    from elastictrainer.schemes import SCHEMES
+    from elastictrainer.runs.energy import MODES
+    from elastictrainer.method.schemes import SCHEMES
 
     actions = _actions(cli.train_parser())
     assert tuple(actions["train_type"].choices) == tuple(SCHEMES)
@@ -99,7 +97,7 @@ def test_write_rewrites_only_the_block(tmp_path):
 
 
 def test_a_scheme_registered_later_is_a_valid_train_type(monkeypatch):
-    from elastictrainer.schemes import SCHEMES
+    from elastictrainer.method.schemes import SCHEMES
 
     # a user's (or a benchmark's) own scheme, registered after config was imported
     monkeypatch.setitem(SCHEMES, "my_scheme", next(iter(SCHEMES.values())))

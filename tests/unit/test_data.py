@@ -1,7 +1,7 @@
 """data/: what is refused before any data is read (TFDS not prepared, downloads that fail or
 cannot start, bad folders and arguments, unknown names), the held-out split, and the
 network check's bound."""
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 
 import threading
 

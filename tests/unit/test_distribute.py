@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.config import Config
-from elastictrainer.distribute import parse_tf_config
+from elastictrainer.train.distribution import parse_tf_config
 
 GOOD = {"cluster": {"worker": ["localhost:1234", "localhost:1235"]},
         "task": {"type": "worker", "index": 1}}

@@ -8,7 +8,7 @@ import pytest
 
 from elastictrainer.elastic import SHORT_RUN, ElasticRuntime, ElasticState, STATE_VERSION
 from elastictrainer.elastic import runtime as runtime_mod
-from elastictrainer.time_model import TimeModel
+from elastictrainer.method.time_model import TimeModel
 
 N = 8
 
@@ -64,7 +64,7 @@ def make(model, device, rho=0.6, total=400, steps_per_epoch=100, interval=4, **k
 
 
 def drive(rt, device, steps, importance, start=0):
-    """The loop: what elastic/tf_side.py does, with the device's scripted times.  importance:
+    """The loop: what elastic/driver.py does, with the device's scripted times.  importance:
     every probe's terms, or a function of the probes run so far giving them.  Returns the
     kinds of step run."""
     everything = tuple(range(N))

@@ -1,11 +1,11 @@
-"""Tests for elastictrainer.energy on fake sysfs trees (no real sensor needed)."""
+"""Tests for elastictrainer.runs.energy on fake sysfs trees (no real sensor needed)."""
 import sys
 import threading
 import types
 
 import pytest
 
-from elastictrainer import energy
+from elastictrainer.runs import energy
 
 
 class Clock:

@@ -1,31 +1,32 @@
-"""engine.py and flavors/: optimizers and versions they refuse in one line, and the setting that keeps
+"""train_steps.py and flavors/: optimizers and versions they refuse in one line, and the setting that keeps
 autograph off tf_keras; updates computed for real are integration/test_engine.py's."""
 import pytest
 
 import tf_keras as keras
 
-from elastictrainer import engine
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
 from helpers import tiny_mlp
 
 
 def test_an_unknown_lr_schedule_is_refused_in_one_line():
-    from elastictrainer.common import UserError
+    from elastictrainer.errors import UserError
     from elastictrainer.config import Config
     with pytest.raises(UserError, match="--lr_schedule 'step'; valid: cosine, constant"):
         Config(lr_schedule="step").validate()
 
 
 def test_unsupported_optimizers_and_versions_are_refused_in_one_line(monkeypatch):
-    from elastictrainer.common import UserError
+    from elastictrainer.errors import UserError
 
     model = tiny_mlp(0)
     with pytest.raises(UserError, match="use_ema"):
-        engine.prepare_optimizer(keras.optimizers.SGD(0.1, use_ema=True), model.trainable_weights)
+        optimizers.prepare_optimizer(keras.optimizers.SGD(0.1, use_ema=True), model.trainable_weights)
     with pytest.raises(UserError, match="legacy and other optimizers are not supported"):
-        engine.prepare_optimizer(keras.optimizers.legacy.SGD(0.1), model.trainable_weights)
-    monkeypatch.setattr(engine.keras, "__version__", "2.99.0")
+        optimizers.prepare_optimizer(keras.optimizers.legacy.SGD(0.1), model.trainable_weights)
+    monkeypatch.setattr(train_steps.keras, "__version__", "2.99.0")
     with pytest.raises(UserError, match=r"tf-keras 2\.99\.0 is outside .*\(2\.16 to 2\.21\)"):
-        engine.prepare_optimizer(keras.optimizers.SGD(0.1), model.trainable_weights)
+        optimizers.prepare_optimizer(keras.optimizers.SGD(0.1), model.trainable_weights)
 
 
 def test_autograph_leaves_tf_keras_unconverted_on_every_supported_tensorflow():
@@ -39,22 +40,22 @@ def test_autograph_leaves_tf_keras_unconverted_on_every_supported_tensorflow():
 def test_keras3_optimizers_and_versions_are_refused_in_one_line(monkeypatch):
     import keras as keras3
 
-    from elastictrainer.common import UserError
+    from elastictrainer.errors import UserError
     from elastictrainer.flavors import keras3 as flavor
 
     model = keras3.Sequential([keras3.Input((4,)), keras3.layers.Dense(3)])
     variables = model.trainable_weights
     with pytest.raises(UserError, match="use_ema"):
-        engine.prepare_optimizer(keras3.optimizers.SGD(0.1, use_ema=True), variables)
+        optimizers.prepare_optimizer(keras3.optimizers.SGD(0.1, use_ema=True), variables)
     with pytest.raises(UserError, match="gradient_accumulation_steps"):
-        engine.prepare_optimizer(keras3.optimizers.SGD(0.1, gradient_accumulation_steps=2),
+        optimizers.prepare_optimizer(keras3.optimizers.SGD(0.1, gradient_accumulation_steps=2),
                                  variables)
     other = keras3.Sequential([keras3.Input((4,)), keras3.layers.Dense(3)])
     built = keras3.optimizers.SGD(0.1)
     built.build(other.trainable_weights)
     with pytest.raises(UserError, match="built for other variables"):
-        engine.prepare_optimizer(built, variables)
+        optimizers.prepare_optimizer(built, variables)
     monkeypatch.setattr(flavor.keras, "__version__", "3.99.0")
     lo, hi = (".".join(map(str, v)) for v in flavor.TESTED_KERAS)
     with pytest.raises(UserError, match=rf"Keras 3\.99\.0 is outside .*\({lo} to {hi}\)"):
-        engine.prepare_optimizer(keras3.optimizers.SGD(0.1), variables)
+        optimizers.prepare_optimizer(keras3.optimizers.SGD(0.1), variables)

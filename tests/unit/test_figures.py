@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from elastictrainer import cli, figures
-from elastictrainer.schemes import BASELINES
+from elastictrainer import cli
+from elastictrainer.experiments import figures
+from elastictrainer.method.schemes import BASELINES
 
 from helpers import ROOT, TRAIN_COMMAND as TRAIN
 
@@ -122,13 +123,13 @@ def test_ctrl_c_in_a_run_stops_the_driver_and_says_how_to_go_on(tmp_path):
 def test_comma_lists_parse_or_fail_as_usage_errors():
     import argparse
 
-    from elastictrainer import common
-    assert common.comma_list(float)("0.4, 0.5,") == (0.4, 0.5)
+    from elastictrainer import config as common_flags
+    assert common_flags.comma_list(float)("0.4, 0.5,") == (0.4, 0.5)
     assert cli.figure_parser().parse_args(["fig17"]).seeds == (0,)
     assert cli.figure_parser().parse_args(["fig17", "--seeds", "0,1,2"]).seeds == (0, 1, 2)
     for bad in ("x", "", " , "):
         with pytest.raises(argparse.ArgumentTypeError):
-            common.comma_list(int, "integers")(bad)
+            common_flags.comma_list(int, "integers")(bad)
 
 
 def test_a_bad_steps_per_epoch_is_one_line_exit_2_before_anything_runs(tmp_path):

@@ -1,6 +1,7 @@
 """Tensor importance (importance.py): each elastic scheme names its estimate, and both are
 registered."""
-from elastictrainer import importance, schemes
+from elastictrainer.method import importance
+from elastictrainer.method import schemes
 
 
 def test_schemes_name_both_estimates():

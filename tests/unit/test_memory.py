@@ -1,6 +1,6 @@
 """Peak memory: the compiled-step cache keeps the current step, and is bounded in bytes as
 well as in count where it keeps more (with stand-in steps of known sizes)."""
-from elastictrainer.trainer import StepCache
+from elastictrainer.train.compiled import StepCache
 
 
 # ------------------------------------------------------------------ StepCache byte budget
@@ -55,7 +55,7 @@ def test_step_cache_count_bound_still_holds_without_a_byte_budget():
 def test_a_run_keeps_the_current_step_only_and_releases_the_dropped_ones():
     """STEPS_KEPT: an elastic run holds its probe step and one selection's (more would raise
     its peak above full training's), and every dropped step's memory is released."""
-    from elastictrainer.trainer import STEPS_KEPT
+    from elastictrainer.train.compiled import STEPS_KEPT
     released = []
     cache, made = _cache({}, on_evict=lambda: released.append(len(cache)))
     assert STEPS_KEPT == 1

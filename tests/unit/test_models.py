@@ -1,5 +1,5 @@
 """models/: names, sizes and ImageNet weights refused in one line before any model is built."""
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 
 import os
 

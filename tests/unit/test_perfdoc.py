@@ -2,7 +2,7 @@
 import os
 import re
 
-from elastictrainer import perfdoc
+from elastictrainer.experiments import perfdoc
 
 
 def test_every_block_of_the_performance_doc_is_its_benchmarks_file():
@@ -14,7 +14,7 @@ def test_every_block_of_the_performance_doc_is_its_benchmarks_file():
         assert os.path.exists(path), f"{name}: no {path}"
         with open(path, encoding="utf-8") as f:
             assert body == f.read(), (f"docs/performance.md's {name} table differs from {path}: "
-                                      "run `python -m elastictrainer.perfdoc`")
+                                      "run `python -m elastictrainer.experiments.perfdoc`")
         # headed by the machine and the date it ran on
         assert re.search(r"\d+ cores", body) and re.search(r"20\d\d-\d\d-\d\d", body), name
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from elastictrainer.elastic.rho_control import RhoController, fit_scales
-from elastictrainer.selector import eq3_cost, select_tensors
-from elastictrainer.time_model import TimeModel
+from elastictrainer.method.selector import eq3_cost, select_tensors
+from elastictrainer.method.time_model import TimeModel
 
 
 def chain_table(n=8, seed=0):
@@ -110,7 +110,7 @@ def test_the_closed_loop_fits_cached_steps_without_taking_their_forward_saving_f
 
 
 def test_cache_flags_are_checked_before_anything_loads():
-    from elastictrainer.common import UserError
+    from elastictrainer.errors import UserError
     from elastictrainer.config import Config
 
     with pytest.raises(UserError, match="--cache_budget_mb must be a size in MB >= 0"):

@@ -4,7 +4,7 @@ models without synthetic pretraining are refused in one line."""
 import numpy as np
 import pytest
 
-from elastictrainer.common import UserError
+from elastictrainer.errors import UserError
 from elastictrainer.data import synthetic
 from elastictrainer.models import pretrain
 from elastictrainer.models.base import weights_kind

@@ -3,7 +3,7 @@ known numbers, and profiler.py's one-line errors."""
 import numpy as np
 import pytest
 
-from elastictrainer import time_model
+from elastictrainer.method import time_model
 from elastictrainer.profiler import calibration, trace
 from helpers import run_profiler_cli as _run
 

@@ -4,7 +4,7 @@ import pytest
 
 from elastictrainer.elastic import rho_control
 from elastictrainer.elastic.rho_control import MAX_CORRECTIONS, RhoController, fit_scales
-from elastictrainer.time_model import TimeModel, selection_sums
+from elastictrainer.method.time_model import TimeModel, selection_sums
 
 
 def table(n=24, seed=0, forward_share=0.35):

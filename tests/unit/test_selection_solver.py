@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from elastictrainer.selector import SelectionResult, select_tensors, selection_DP
+from elastictrainer.method.selector import SelectionResult, select_tensors, selection_DP
 
 
 def all_masks(n):

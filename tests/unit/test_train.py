@@ -10,9 +10,11 @@ import pytest
 
 import tensorflow as tf
 
-from elastictrainer import config, schemes, time_model
-from elastictrainer.common import UserError
-from elastictrainer.roles import tensor_roles
+from elastictrainer import config
+from elastictrainer.method import schemes
+from elastictrainer.method import time_model
+from elastictrainer.errors import UserError
+from elastictrainer.method.roles import tensor_roles
 from helpers import ROOT, tiny_model
 
 
@@ -100,7 +102,7 @@ def test_help_lists_every_registered_scheme():
 def test_retracing_warning_is_dropped_and_nothing_else():
     import logging
 
-    from elastictrainer.tf_setup import DropRetracingWarning
+    from elastictrainer.flavors.tf_setup import DropRetracingWarning
 
     filt = DropRetracingWarning()
     record = logging.LogRecord("tensorflow", logging.WARNING, __file__, 1,

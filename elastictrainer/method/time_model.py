@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from elastictrainer import selector
+from elastictrainer.method import selector
 
 # A selection "spends" its budget when the time model puts it within this fraction of rho; the
 # closed loop (rho_control.py) counts a measured ratio this far from its target as a miss.

@@ -1,7 +1,7 @@
 """Setting a run up: its data, its model, its trainer and, for the elastic schemes, its time
 model (the profiler's table, profiled first where missing).  Everything the loop (loop.py)
 needs before its first step, checked before minutes of loading and profiling are spent."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import dataclasses
 import math
@@ -12,17 +12,19 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import distribute, engine, flavors, runlog
-from elastictrainer.checkpoint import CHECKPOINT_DIR, check_same_run
-from elastictrainer.common import UserError, check_writable_dir
+from elastictrainer import flavors, runlog
+from elastictrainer.flavors import optimizers
+from elastictrainer.train import distribution
+from elastictrainer.runs.checkpoint import CHECKPOINT_DIR, check_same_run
+from elastictrainer.errors import UserError, check_writable_dir
 from elastictrainer.data.loaders import DatasetBundle, load_dataset
 from elastictrainer.models.build import build_sized
 from elastictrainer.profiler import table as tables
 from elastictrainer.profiler.run import load_or_profile
-from elastictrainer.roles import check_roles, tensor_roles
-from elastictrainer.schemes import SCHEMES
-from elastictrainer.time_model import TimeModel
-from elastictrainer.trainer import Trainer
+from elastictrainer.method.roles import check_roles, tensor_roles
+from elastictrainer.method.schemes import SCHEMES
+from elastictrainer.method.time_model import TimeModel
+from elastictrainer.train.compiled import CompiledSteps
 
 
 @dataclasses.dataclass
@@ -32,7 +34,7 @@ class RunSetup:
     scheme: Any
     bundle: DatasetBundle
     model: Any
-    trainer: Trainer
+    trainer: CompiledSteps
     roles: list
     steps_per_epoch: int
     total_steps: int
@@ -41,7 +43,7 @@ class RunSetup:
     time_model: Optional[TimeModel] = None
     table: Optional[dict] = None
     table_path: Optional[str] = None
-    dist: Any = None  # distribute.Distribution
+    dist: Any = None  # distribution.Distribution
     prefix_cache: Any = None  # prefix_cache.PrefixCache (--cache_frozen_prefix)
 
 
@@ -49,7 +51,7 @@ def setup_run(cfg, log=print, model=None, data=None):
     """Validate `cfg`, load data and model, build the trainer and the time model; see run()."""
     cfg.validate()
     check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
-    dist = distribute.configure(cfg)  # before TensorFlow makes its devices
+    dist = distribution.configure(cfg)  # before TensorFlow makes its devices
     scheme = SCHEMES[cfg.train_type]
     flavors.set_random_seed(cfg.seed)
     if data is not None:
@@ -91,7 +93,7 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                         f"{cfg.dataset_name} has {bundle.num_classes}")
     cfg = dataclasses.replace(cfg, num_classes=num_classes, run_name=cfg.resolved_run_name())
 
-    # under a strategy an epoch is whole global batches (distribute.global_batches)
+    # under a strategy an epoch is whole global batches (distribution.global_batches)
     whole = math.floor if dist.on else math.ceil
     steps_per_epoch = whole(bundle.num_train / cfg.batch_size) if bundle.num_train else None
     if cfg.steps_per_epoch:
@@ -99,10 +101,10 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
     total_steps = steps_per_epoch * cfg.num_epochs
     rng_state = random_state(model)
     roles = check_roles(tensor_roles(model))
-    optimizer = engine.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
+    optimizer = optimizers.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
                                       total_steps, schedule=cfg.lr_schedule,
                                       flavor=flavors.for_model(model).NAME)
-    trainer = Trainer(model, optimizer, scheme, roles, dist=dist, global_batch=cfg.batch_size)
+    trainer = CompiledSteps(model, optimizer, scheme, roles, dist=dist, global_batch=cfg.batch_size)
     setup = RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, trainer=trainer,
                      roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                      out=runlog.run_dir(cfg.logdir, cfg.run_name), resume=False, dist=dist)
@@ -111,7 +113,7 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                         f"{cfg.optimizer} needs importance probes of its own, which a "
                         f"distributed run does not take; use elastic_training (SGD or Adam)")
     if cfg.cache_frozen_prefix:
-        from elastictrainer import prefix_cache
+        from elastictrainer.prefix import cache as prefix_cache
 
         examples = bundle.num_train or steps_per_epoch * cfg.batch_size
         setup.prefix_cache = trainer.prefix_cache = prefix_cache.plan(

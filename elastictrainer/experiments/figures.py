@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass, field
 
 from elastictrainer import runlog
-from elastictrainer.common import RunError, UserError
+from elastictrainer.errors import RunError, UserError
 from elastictrainer.data import NUM_CLASSES
 from elastictrainer.profiler.table import default_table_path, load_table
-from elastictrainer.schemes import BASELINES
-from elastictrainer.time_model import TimeModel
+from elastictrainer.method.schemes import BASELINES
+from elastictrainer.method.time_model import TimeModel
 PAPER_DATASETS = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs")
 
 

@@ -1,7 +1,7 @@
 """What happens around the training loop (loop.py): summary.json, TensorBoard, checkpoints,
 energy, Ctrl-C, and a run that dies saying why.  The loop calls these at the same few points
 for every --train_type."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import contextlib
 import dataclasses
@@ -12,12 +12,14 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import energy, flavors, runlog
-from elastictrainer.checkpoint import RunCheckpoint
-from elastictrainer.common import RunError, one_line, peak_rss_mb, release_memory
+from elastictrainer import flavors, runlog
+from elastictrainer.runs import energy
+from elastictrainer.runs.checkpoint import RunCheckpoint
+from elastictrainer.errors import RunError, one_line
+from elastictrainer.machine import peak_rss_mb, release_memory
 from elastictrainer.data.folder import first_undecodable
 from elastictrainer.elastic import SHORT_RUN
-from elastictrainer.run_setup import get_random_state, set_random_state
+from elastictrainer.runs.setup import get_random_state, set_random_state
 
 # A testing hook, not a setting: see fault_at_step.
 FAULT_AT_STEP_ENV = "ELASTICTRAINER_FAULT_AT_STEP"

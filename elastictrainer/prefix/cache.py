@@ -26,7 +26,7 @@ drawn, runs only the part above the cut (the suffix), forward and backward.
   run; the steps run uncached and nothing else is lost.
 - Probes, timed full steps and evaluation run the whole model, as without the cache.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import dataclasses
 import os
@@ -36,9 +36,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import compat, engine
-from elastictrainer.common import UserError
-from elastictrainer.prefix_graph import FlatGraph
+from elastictrainer.flavors import compat
+from elastictrainer.train import steps as train_steps
+from elastictrainer.errors import UserError
+from elastictrainer.prefix.graph import FlatGraph
 
 CACHE_DIR = "prefix_cache"  # under the run directory, for caches beyond the memory budget
 # What a disk cache leaves free on its file system: other writers (checkpoints, events, the OS)
@@ -196,7 +197,7 @@ class PrefixCache:
         var_list = [variables[k] for k in selection]
         return CachedStep(
             self, cut, plain, prefix,
-            lambda: engine.make_train_step(suffix, optimizer, loss_fn, var_list, penalty_fn))
+            lambda: train_steps.make_train_step(suffix, optimizer, loss_fn, var_list, penalty_fn))
 
     def _sub_models(self, cut):
         if cut not in self._models:

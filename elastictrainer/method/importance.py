@@ -1,6 +1,6 @@
 """Tensor importance (paper Sec. 4.1, eq. 4-6) and the ablations of Fig. 22.
 
-Each estimator takes the trainer (trainer.Trainer: `variables`, `optimizer`, `grads_fn`) and a
+Each estimator takes the trainer (compiled.CompiledSteps: `variables`, `optimizer`, `grads_fn`) and a
 list of probe batches, and returns one float per trainable tensor (model.trainable_weights
 order); higher means training the tensor lowers the loss more.  The elastic schemes (schemes.py)
 name their estimator in IMPORTANCE.
@@ -30,11 +30,11 @@ state are restored afterwards.
 """
 import numpy as np
 
-from elastictrainer.common import Registry
+from elastictrainer.errors import Registry
 
 IMPORTANCE = Registry("importance")
 # The same estimates computed inside a full training step from the gradients it takes anyway
-# (elastic/tf_side.py's probe steps): name -> factory(optimizer, variables) giving
+# (elastic/driver.py's probe steps): name -> factory(optimizer, variables) giving
 # terms(grads) -> one float64 per tensor, or None where the estimator needs more than one
 # backward pass (taylor_paper) or the optimizer has no closed-form fresh step.
 IN_STEP = Registry("in-step importance")
@@ -46,13 +46,13 @@ def _probe_apply(tr):
     if fn is None:
         import tensorflow as tf
 
-        from elastictrainer import engine
+        from elastictrainer.flavors import optimizers
 
         variables, optimizer = list(tr.variables), tr.optimizer
 
         @tf.function
         def fn(grads):
-            engine.apply_updates(optimizer, grads, variables)
+            optimizers.apply_updates(optimizer, grads, variables)
 
         tr._importance_apply = fn
     return fn
@@ -99,13 +99,13 @@ def probe_terms(tr, batches, fresh_state=False, after=True):
 
 
 def _fresh_drop_fn(tr):
-    """A compiled probe: per tensor, -g0.dw0 with dw0 engine.fresh_step's closed form (cached
+    """A compiled probe: per tensor, -g0.dw0 with dw0 optimizers.fresh_step's closed form (cached
     on `tr`)."""
     fn = getattr(tr, "_importance_fresh_drop", None)
     if fn is None:
         import tensorflow as tf
 
-        from elastictrainer import engine
+        from elastictrainer.flavors import optimizers
 
         variables, optimizer = list(tr.variables), tr.optimizer
 
@@ -115,7 +115,7 @@ def _fresh_drop_fn(tr):
             # the loss does not reach scores 0
             grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                      for g, v in zip(tr.grads_fn(x, y), variables)]
-            steps = engine.fresh_step(optimizer, grads, variables)
+            steps = optimizers.fresh_step(optimizer, grads, variables)
             return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
                              for g, d in zip(grads, steps)])
 
@@ -130,12 +130,12 @@ def taylor_importance(tr, batches):
     step counts; the learning-rate schedule kept): lr (|g_k|^2 + wd g_k.w_k) for SGD,
     ~ lr |g_k|_1 for Adam.  One backward pass per probe batch (eq. 4-6 takes two).
 
-    dw0 in closed form where engine.fresh_step covers the optimizer (SGD, Adam as make_optimizer
+    dw0 in closed form where optimizers.fresh_step covers the optimizer (SGD, Adam as make_optimizer
     builds them): no weight or slot is copied, updated or restored, so the probe holds no more
     than a backward pass does; otherwise the general path (probe_terms)."""
-    from elastictrainer import engine
+    from elastictrainer.flavors import optimizers
 
-    if not engine.fresh_step_supported(tr.optimizer, tr.variables):
+    if not optimizers.fresh_step_supported(tr.optimizer, tr.variables):
         return probe_terms(tr, batches, fresh_state=True, after=False)[0]
     total = np.zeros(len(tr.variables))
     for x, y in batches:
@@ -179,16 +179,16 @@ def _dense(grads, variables):
 def taylor_terms(optimizer, variables):
     """taylor_importance's -g0.dw0 per tensor, from the step's own gradients (the closed-form
     fresh step, before the step's update changes the weights)."""
-    from elastictrainer import engine
+    from elastictrainer.flavors import optimizers
 
-    if not engine.fresh_step_supported(optimizer, variables):
+    if not optimizers.fresh_step_supported(optimizer, variables):
         return None
 
     def terms(grads):
         import tensorflow as tf
 
         grads = _dense(grads, variables)
-        steps = engine.fresh_step(optimizer, grads, variables)
+        steps = optimizers.fresh_step(optimizer, grads, variables)
         return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
                          for g, d in zip(grads, steps)])
     return terms

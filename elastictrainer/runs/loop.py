@@ -6,15 +6,15 @@ re-selects every --interval epochs (importance, eq. 4-6; the exact selection und
 and holds rho with its closed loop.  Setting the run up is run_setup.py's job, and summary,
 TensorBoard, checkpoints and energy are run_hooks.py's; this module is the loop itself.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import math
 import time
 
 from elastictrainer import runlog
 from elastictrainer.elastic import ElasticRuntime
-from elastictrainer.run_hooks import RunRecorder, StopFlag, fault_at_step, inject_fault
-from elastictrainer.run_setup import setup_run
+from elastictrainer.runs.recorder import RunRecorder, StopFlag, fault_at_step, inject_fault
+from elastictrainer.runs.setup import setup_run
 
 
 def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
@@ -103,20 +103,20 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
 
 
 def _elastic_hooks(setup, probe_iter, clock, log):
-    from elastictrainer.elastic.tf_side import ElasticHooks
+    from elastictrainer.elastic.driver import ElasticDriver
 
     cfg, dist = setup.cfg, setup.dist
     if dist.multi_worker and not dist.is_chief:  # the chief decides; this worker follows
-        from elastictrainer.distribute import FollowerHooks
-        return FollowerHooks(setup.trainer, dist)
+        from elastictrainer.elastic.follower import ElasticFollower
+        return ElasticFollower(setup.trainer, dist)
     runtime = ElasticRuntime(
         setup.time_model, cfg.rho, feedback=cfg.rho_feedback,
         steps_per_epoch=setup.steps_per_epoch, total_steps=setup.total_steps,
         interval=cfg.interval, probe_batches=cfg.probe_batches,
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
         economy=cfg.economy, clock=clock, log=log)
-    hooks = ElasticHooks(setup.trainer, setup.scheme, runtime, probe_iter, cfg.probe_batches)
+    hooks = ElasticDriver(setup.trainer, setup.scheme, runtime, probe_iter, cfg.probe_batches)
     if dist.multi_worker:  # every step's kind and selection, to the other workers
-        from elastictrainer.distribute import Decisions
+        from elastictrainer.elastic.follower import Decisions
         hooks.announce = Decisions(dist, len(setup.trainer.variables)).send
     return hooks

@@ -9,7 +9,7 @@ colour, so adding a scheme touches this file only.  No TensorFlow here: `--help`
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
-from elastictrainer.common import Registry
+from elastictrainer.errors import Registry
 
 ROLES = ("head", "norm", "bias", "kernel")  # roles.tensor_roles gives every tensor one of these
 

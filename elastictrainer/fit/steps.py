@@ -1,24 +1,25 @@
 """model.fit's steps for ElasticCallback (keras.py): what the elastic runtime's hooks drive,
 over fit's batches, for Keras 3 and tf-keras models, on one device or under the model's
 tf.distribute strategy."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import tensorflow as tf
 
-from elastictrainer import engine, flavors
-from elastictrainer.common import UserError
-from elastictrainer.importance import in_step_terms
-from elastictrainer.trainer import StepCache
+from elastictrainer import flavors
+from elastictrainer.flavors import optimizers
+from elastictrainer.errors import UserError
+from elastictrainer.method.importance import in_step_terms
+from elastictrainer.train.compiled import StepCache
 
 
 class FitSteps:
-    """What elastic.tf_side.ElasticHooks drives (trainer.Trainer's interface), over model.fit's
+    """What elastic.driver.ElasticDriver drives (compiled.CompiledSteps's interface), over model.fit's
     batches: one compiled step per selection (cached), each the model's own train step with
     gradients for the selected tensors only, returning (loss, logs); and the probe step (every
     gradient, no update, the loss and metrics updated) with the in-step importance terms.
     Under the model's tf.distribute strategy a step all-reduces the selected tensors' gradients
     only and updates every replica's copy, as the command line's distributed steps do
-    (engine.DistributedStep)."""
+    (distributed_steps.DistributedStep)."""
 
     def __init__(self, model, optimizer, importance, strategy=None):
         self.model, self.optimizer = model, optimizer
@@ -59,7 +60,7 @@ class FitSteps:
                 loss, logs, grads = forward_backward(data)
                 if not train:
                     return loss, logs, grads
-                engine.apply_updates(optimizer, grads, var_list)
+                optimizers.apply_updates(optimizer, grads, var_list)
                 return loss, logs
 
             return step
@@ -89,7 +90,7 @@ class FitSteps:
                 return loss, logs, strategy.experimental_local_results(grads)[0]
             for g, v in zip(grads, var_list):
                 strategy.extended.update(
-                    engine.tf_variable(v),
+                    optimizers.tf_variable(v),
                     lambda var, grad: update.update_variable(optimizer, grad, var),
                     args=(g,), group=False)
             update.finish_update(optimizer, var_list)
@@ -98,7 +99,7 @@ class FitSteps:
         return distributed
 
     def probe_traced(self, want_terms=False):
-        from elastictrainer import compat
+        from elastictrainer.flavors import compat
 
         def has(fn):
             return fn is not None and bool(compat.concrete_functions(fn))

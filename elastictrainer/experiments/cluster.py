@@ -37,10 +37,10 @@ import shutil
 import socket
 
 from elastictrainer import runlog
-from elastictrainer.cluster_node import (RunFailed, Task, execute, read_tree, remove_kept,
+from elastictrainer.experiments.cluster_node import (RunFailed, Task, execute, read_tree, remove_kept,
                                          write_files)
-from elastictrainer.common import RunError, UserError, one_line
-from elastictrainer.figures import table_path
+from elastictrainer.errors import RunError, UserError, one_line
+from elastictrainer.experiments.figures import table_path
 
 INSTALL_HINT = "pip install 'elastictrainer[cluster]' (or pip install -e '.[cluster]' in a clone)"
 # Ray's resources that are not a kind of device: left out when the nodes are listed

@@ -3,7 +3,7 @@
 
 Any training loop drives it through a few hooks:
 
-    hooks = ElasticHooks(trainer, runtime, probe_iter)
+    hooks = ElasticDriver(trainer, runtime, probe_iter)
     hooks.on_train_begin()                        # prints the plan (forward floor, ...)
     for each batch (x, y), global step g:
         loss, logits = hooks.train_step(g, x, y)  # = before_step + the call + after_step
@@ -13,19 +13,20 @@ Any training loop drives it through a few hooks:
 `before_step(g)` gives the callable to train this batch with (a probe step, a timed full step
 or the selection's step) and `after_step(g, seconds, outputs)` books it, for a loop that calls
 and times the step itself; the callable takes what the trainer's steps take ((x, y) for
-trainer.Trainer, a model.fit batch for keras.FitSteps).  TensorBoard scalars go to the default summary writer, if any.
+compiled.CompiledSteps, a model.fit batch for keras.FitSteps).  TensorBoard scalars go to the default summary writer, if any.
 """
 import functools
 
 import numpy as np
 import tensorflow as tf
 
-from elastictrainer import engine, runlog
-from elastictrainer.importance import IMPORTANCE
+from elastictrainer import runlog
+from elastictrainer.train import steps as train_steps
+from elastictrainer.method.importance import IMPORTANCE
 
 
-class ElasticHooks:
-    """Drives `runtime` (an elastic.ElasticRuntime) with `trainer` (trainer.Trainer)'s steps.
+class ElasticDriver:
+    """Drives `runtime` (an elastic.ElasticRuntime) with `trainer` (compiled.CompiledSteps)'s steps.
 
     probe_iter: batches for importance estimators that need their own backward passes (those
     without an in-step form, importance.IN_STEP); scheme: the --train_type's Scheme;
@@ -100,7 +101,7 @@ class ElasticHooks:
         step = self.before_step(global_step)
         t0 = self.clock()
         outputs = step(x, y)
-        engine.first_output(outputs).numpy()
+        train_steps.first_output(outputs).numpy()
         seconds = self.clock() - t0
         self.after_step(global_step, seconds, outputs)
         return outputs[0], outputs[1]

@@ -23,7 +23,8 @@ global batch's.  The chief writes summaries, events and checkpoints; every worke
 import json
 import os
 
-from elastictrainer.common import DEFER_DEVICES_ENV, LOGICAL_CPUS_ENV, UserError
+from elastictrainer.machine import DEFER_DEVICES_ENV, LOGICAL_CPUS_ENV
+from elastictrainer.errors import UserError
 
 STRATEGIES = {
     "one_device": "no tf.distribute: the model on one device",
@@ -31,7 +32,6 @@ STRATEGIES = {
     "multi_worker": "MultiWorkerMirroredStrategy; the cluster from TF_CONFIG, else from SLURM",
 }
 # step kinds the chief broadcasts (elastic/runtime.py's names)
-KINDS = ("probe", "full", "selection")
 
 
 # ----------------------------------------------------------------------------- the cluster
@@ -198,7 +198,7 @@ class Distribution:
             return [_checksum([v.numpy() for v in variables])], True
         import tensorflow as tf
 
-        from elastictrainer.engine import tf_variable
+        from elastictrainer.train.steps import tf_variable
 
         copies = [self.strategy.experimental_local_results(tf_variable(v)) for v in variables]
         local = [_checksum([c[r].numpy() for c in copies]) for r in range(len(copies[0]))]
@@ -228,85 +228,6 @@ class Distribution:
             return tuple(t[i * per_replica:(i + 1) * per_replica] for t in batch)
 
         return self.strategy.experimental_distribute_values_from_function(value)
-
-
-# ----------------------------------------------------------------- the chief decides
-class Decisions:
-    """Each step's kind and selection, from the multi-worker run's chief to every worker: an
-    all-reduce of [step + 1, kind + 1, selection mask] to which only the chief contributes.
-    A worker whose step is not the chief's stops the run (their collectives would pair up
-    gradients of different steps, or of different tensors of equal size)."""
-
-    def __init__(self, dist, num_tensors):
-        import tensorflow as tf
-
-        self.dist, self.n = dist, int(num_tensors)
-        strategy = dist.strategy
-
-        @tf.function
-        def exchange(vector):
-            return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                   strategy.run(tf.identity, args=(vector,)), axis=None)
-
-        self._exchange = exchange
-
-    def _all_reduce(self, vector):
-        import tensorflow as tf
-
-        return self._exchange(tf.constant(vector, tf.float64)).numpy()
-
-    def send(self, step, kind, selection):
-        """The chief's side, before its step."""
-        import numpy as np
-
-        vector = np.zeros(self.n + 2)
-        vector[0], vector[1] = step + 1, KINDS.index(kind) + 1
-        if selection:
-            vector[2 + np.asarray(selection, int)] = 1
-        self._all_reduce(vector)
-
-    def receive(self, step):
-        """Another worker's side, before its step: (kind, selection) of the chief's."""
-        import numpy as np
-
-        from elastictrainer.common import RunError
-
-        got = self._all_reduce(np.zeros(self.n + 2))
-        chief_step = int(round(got[0])) - 1
-        if chief_step != step:
-            raise RunError(f"{self.dist.worker} is at step {step} but the chief at "
-                           f"{chief_step}: the workers resumed from different checkpoints; "
-                           f"start every worker again from the same one")
-        return KINDS[int(round(got[1])) - 1], tuple(int(k) for k in np.nonzero(got[2:] > 0.5)[0])
-
-
-class FollowerHooks:
-    """What a multi-worker run's other workers use instead of the elastic runtime's hooks
-    (elastic.tf_side.ElasticHooks): every step runs what the chief decided for it."""
-
-    def __init__(self, trainer, dist):
-        self.trainer = trainer
-        self.decisions = Decisions(dist, len(trainer.variables))
-        self.selection = None
-        self.ran = (None, None)
-        self.rt = None  # the runtime is the chief's
-
-    def on_train_begin(self):
-        return None
-
-    def train_step(self, global_step, x, y):
-        kind, selection = self.decisions.receive(global_step)
-        self.ran = (kind, None if kind != "selection" else selection)
-        if kind in ("probe", "full"):  # the chief takes the importance; here the gradients
-            return self.trainer.probe_step(x, y, want_terms=False)[:2]
-        self.selection = selection
-        return self.trainer.step_for(selection)(x, y)
-
-    def on_epoch_end(self, epoch, global_step):
-        pass
-
-    def on_train_end(self, train_time_s, global_step):
-        return None
 
 
 def _checksum(arrays):

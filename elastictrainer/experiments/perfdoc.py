@@ -3,14 +3,14 @@
 Each benchmark writes its table, headed by the machine and the date it ran on, to
 figures/<name>.md and then calls `update_for(that path)`, which copies the file between the
 `<!-- bench:<name> -->` and `<!-- /bench:<name> -->` markers of docs/performance.md.
-`python -m elastictrainer.perfdoc` copies every table again (after a merge, say); the tests
+`python -m elastictrainer.experiments.perfdoc` copies every table again (after a merge, say); the tests
 check that each block equals its file.  No TensorFlow.
 """
 import os
 import re
 import sys
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the clone
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone
 DOC = os.path.join(HERE, "docs", "performance.md")
 FIGURES = os.path.join(HERE, "figures")
 _BLOCK = re.compile(r"<!-- bench:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /bench:(?P=name) -->",

@@ -1,14 +1,17 @@
 """The trainer: the model, the optimizer (built once for all trainable weights) and one compiled
 train step per selection, cached."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 from collections import OrderedDict
 
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import compat, engine
-from elastictrainer.common import release_memory
+from elastictrainer.flavors import compat
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.train import distributed_steps
+from elastictrainer.machine import release_memory
 
 
 # Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
@@ -114,7 +117,7 @@ def graph_bytes(step):
     return sum(f.graph.as_graph_def().ByteSize() for f in fns)
 
 
-class Trainer:
+class CompiledSteps:
     """Holds the model, the optimizer (built once for all trainable weights) and the compiled
     steps; `step_for(selection)` gives the train step of a selection (tuple of indices).
     prefix_cache: a prefix_cache.PrefixCache, whose steps then train the selections that leave
@@ -130,8 +133,8 @@ class Trainer:
         self.global_batch = global_batch
         self.allreduce_bytes = 0  # all-reduced by the steps run so far (under a strategy)
         self.steps_run = 0
-        engine.prepare_optimizer(optimizer, self.variables)
-        self.loss_fn = engine.make_loss()
+        optimizers.prepare_optimizer(optimizer, self.variables)
+        self.loss_fn = train_steps.make_loss()
         kernels = [v for v, r in zip(self.variables, roles) if r != "norm" and len(v.shape) >= 2]
         penalty = None
         if scheme.kernel_l1 > 0:
@@ -146,9 +149,9 @@ class Trainer:
         self.prefix_cache = prefix_cache
         # every tensor's gradient, no update: the importance probes that need their own
         # backward passes (importance.py), and the profiler
-        self.grads_fn = engine.make_gradient_step(model, self.loss_fn, self.variables)
+        self.grads_fn = train_steps.make_gradient_step(model, self.loss_fn, self.variables)
         # an elastic scheme's probe and timed full steps (every gradient, no update;
-        # elastic/tf_side.py), built on first use
+        # elastic/driver.py), built on first use
         self._probe = None
         self._importance = scheme.importance
         self._penalty = penalty
@@ -167,7 +170,7 @@ class Trainer:
 
     def _step(self, selection):
         def plain():
-            return engine.make_train_step(self.model, self.optimizer, self.loss_fn,
+            return train_steps.make_train_step(self.model, self.optimizer, self.loss_fn,
                                           [self.variables[k] for k in selection],
                                           penalty_fn=self._penalty)
         if self.prefix_cache is None:
@@ -181,19 +184,19 @@ class Trainer:
 
     def probe_step(self, x, y, want_terms):
         """Every tensor's gradient and the importance terms when `want_terms`, no update
-        (engine.make_probe_step): (loss, logits, terms)."""
+        (train_steps.make_probe_step): (loss, logits, terms)."""
         if self._probe is None:
-            from elastictrainer.importance import in_step_terms
+            from elastictrainer.method.importance import in_step_terms
 
             terms = (in_step_terms(self._importance, self.optimizer, self.variables)
                      if self._importance else None)
             self.in_step_importance = terms is not None
             if self.dist:
-                self._probe = engine.DistributedProbeStep(
+                self._probe = distributed_steps.DistributedProbeStep(
                     self.dist, self.model, self.optimizer, self.variables, self.global_batch,
                     terms, self._penalty)
             else:
-                self._probe = engine.make_probe_step(self.model, self.optimizer, self.loss_fn,
+                self._probe = train_steps.make_probe_step(self.model, self.optimizer, self.loss_fn,
                                                      self.variables, terms, self._penalty)
         outputs = self._probe(x, y, want_terms)
         if self.dist:
@@ -202,7 +205,7 @@ class Trainer:
 
     def _counted_step(self, selection):
         """A distributed train step of `selection` that counts its all-reduced bytes."""
-        step = engine.DistributedStep(self.dist, self.model, self.optimizer,
+        step = distributed_steps.DistributedStep(self.dist, self.model, self.optimizer,
                                       [self.variables[k] for k in selection], self.global_batch,
                                       self._penalty)
 
@@ -230,7 +233,7 @@ class Trainer:
     @property
     def in_step(self):
         """Whether this scheme's importance comes from the probe steps themselves."""
-        from elastictrainer.importance import in_step_terms
+        from elastictrainer.method.importance import in_step_terms
 
         if not hasattr(self, "in_step_importance"):
             self.in_step_importance = self._importance is not None and in_step_terms(

@@ -10,14 +10,14 @@ the version of its layout (CHECKPOINT_VERSION; migrate_state reads older ones).
 tf.train.CheckpointManager writes each checkpoint's files before it rewrites its index file
 atomically, so a `kill -9` at any moment leaves the previous checkpoint readable.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import json
 import os
 
 import tensorflow as tf
 
-from elastictrainer.common import UserError, one_line
+from elastictrainer.errors import UserError, one_line
 
 CHECKPOINT_DIR = "checkpoints"
 # The version of the loop state a checkpoint holds.  Raise it when the state changes so that

@@ -1,9 +1,9 @@
 """Tensor roles: what each trainable tensor is (head, norm, bias, kernel), from the model's
 layers, so that schemes (schemes.py) declare what they train as rules over roles."""
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 from elastictrainer import flavors
-from elastictrainer.schemes import ROLES
+from elastictrainer.method.schemes import ROLES
 
 
 def tensor_roles(model):

@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 from elastictrainer import runlog
-from elastictrainer.schemes import SCHEMES
+from elastictrainer.method.schemes import SCHEMES
 
 COMPARE_FILE = "compare.md"
 # The best epoch follows epoch-to-epoch swings (3-5 points in README command 1 under Adam's
@@ -17,7 +17,7 @@ LAST_EPOCHS = 3
 
 def compare(cfg, train_types, log=print):
     """Run `cfg` once per train type (in this process); returns the table's rows."""
-    from elastictrainer.loop import run
+    from elastictrainer.runs.loop import run
 
     for name in train_types:
         SCHEMES.get_or_fail(name)

@@ -13,7 +13,7 @@ outputs, for a plain CNN every layer's output.  Cuts are totally ordered (each o
 the output), so suffixes are nested; the time model and the cache index them from the input
 (0) up.
 """
-from elastictrainer import tf_setup  # noqa: F401  (quiet TensorFlow first)
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import dataclasses
 from typing import Any, List, Optional
@@ -22,7 +22,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from elastictrainer import compat, flavors
+from elastictrainer import flavors
+from elastictrainer.flavors import compat
 
 # Relative cost of one output element of any layer (normalisation, activation, resampling,
 # adds), against one multiply-add of a kernel counted as two: a memory-bound element costs

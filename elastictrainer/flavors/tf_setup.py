@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 
-from elastictrainer.common import DEFER_DEVICES_ENV
+from elastictrainer.machine import DEFER_DEVICES_ENV
 
 # TensorFlow prints C++ banners (oneDNN, CUDA stubs) on import; users asked for clean CLIs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,9 +47,9 @@ def _import_tensorflow_quietly():
 
 
 def split_cpu(tensorflow):
-    """Split the CPU into common.LOGICAL_CPUS_ENV logical devices, if set (the command line
+    """Split the CPU into machine.LOGICAL_CPUS_ENV logical devices, if set (the command line
     sets it before TensorFlow starts: distribute.prepare_process)."""
-    from elastictrainer.common import LOGICAL_CPUS_ENV
+    from elastictrainer.machine import LOGICAL_CPUS_ENV
 
     n = int(os.environ.get(LOGICAL_CPUS_ENV, "0") or 0)
     if n > 1:
@@ -85,7 +85,7 @@ def _autograph_skips_tf_keras():
     the first trace instead of 1 s, 0.8 s for each later one instead of 0.2 s (measured).
     Adding the 2.21 rule changes no traced op.  Private TensorFlow API (compat.py);
     `autograph=False` would also stop converting users' own layers."""
-    from elastictrainer import compat
+    from elastictrainer.flavors import compat
 
     compat.autograph_do_not_convert("tf_keras")
 

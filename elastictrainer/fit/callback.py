@@ -1,0 +1,365 @@
+"""ElasticTrainer inside `model.fit`, for Keras 3 and tf-keras models alike:
+
+    from elastictrainer.fit.callback import ElasticCallback
+    model.compile(optimizer="adam", loss=..., metrics=["accuracy"])
+    model.fit(train, epochs=10, validation_data=test,
+              callbacks=[ElasticCallback(rho=0.5, interval=1, logdir="logs/my_run")])
+
+The callback trains only the tensors ElasticTrainer selects, with the optimizer the model was
+compiled with.  On the first batch it profiles the model (the table is cached under profiles/,
+keyed by the model's tensors, the batch shape and the optimizer's kind), then drives the same
+runtime as the command line (elastic/: importance from probe steps, the exact selection under
+rho, the closed loop on rho, the overhead accounting) through the same hooks
+(elastic.driver.ElasticDriver).  It does so by giving model.fit its own train function for the
+run: each batch goes through the step the runtime asks for (a probe, a timed full step, or the
+selection's compiled step), which is Keras' own train step (the compiled loss and metrics, the
+"loss" log) with gradients taken for the selected tensors only.
+
+The run directory (`logdir`) holds what a command-line run writes: config.json, summary.json
+and TensorBoard events under the reference's tags; history and the epoch logs get
+`elastic_measured_ratio` and `elastic_selected`.  With BackupAndRestore the runtime's state is
+restored with the epoch it restarts from (elastic_state.json).
+"""
+from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
+
+import dataclasses
+import hashlib
+import os
+import time
+
+import keras as _keras3
+import tensorflow as tf
+
+from elastictrainer import flavors, runlog
+from elastictrainer.train import steps as train_steps
+from elastictrainer.flavors import optimizers
+from elastictrainer.flavors import shared
+from elastictrainer.errors import UserError
+from elastictrainer.config import Config
+from elastictrainer.elastic import ElasticRuntime
+from elastictrainer.elastic.driver import ElasticDriver
+from elastictrainer.fit.steps import FitSteps
+from elastictrainer.profiler import table as tables
+from elastictrainer.method.schemes import SCHEMES
+from elastictrainer.method.time_model import TimeModel
+
+STATE_FILE = "elastic_state.json"
+# what the callback adds to Keras' epoch logs (and so to history)
+MEASURED_RATIO_LOG = "elastic_measured_ratio"
+SELECTED_LOG = "elastic_selected"
+
+
+def _base():
+    return _keras3.callbacks.Callback
+
+
+class ElasticCallback(_base()):
+    """ElasticTrainer in model.fit (module docstring).  Works with Keras 3 and tf-keras models
+    (it is a Keras 3 callback that also answers tf-keras' batch-hook questions).
+
+    rho: the requested step-time ratio (elastic step / full step); interval: epochs between
+    re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
+    probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags;
+    timing_table: a table to use instead of profiling (else one is looked up or profiled under
+    `profiles`); log: where the runtime's lines go (print; None for silence);
+    clock: seconds, for step timing."""
+
+    def __init__(self, rho=0.5, interval=1.0, logdir="logs/elastic_fit",
+                 train_type="elastic_training", probe_batches=1, rho_feedback=True,
+                 economy=True, dp_resolution=10000, timing_table=None, profiles="profiles",
+                 log=print, clock=time.perf_counter):
+        super().__init__()
+        if not SCHEMES.get_or_fail(train_type).elastic:
+            raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
+                            f"one")
+        logdir = os.path.normpath(os.fspath(logdir))
+        self.cfg = Config(train_type=train_type, rho=float(rho), interval=float(interval),
+                          probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
+                          economy=bool(economy), dp_resolution=int(dp_resolution),
+                          logdir=os.path.dirname(logdir) or ".",
+                          run_name=os.path.basename(logdir), timing_table=timing_table,
+                          dataset_name="model.fit")
+        self.cfg.validate()
+        self.out = logdir
+        self.profiles = profiles
+        self.log = log or (lambda msg: None)
+        self.clock = clock
+        self._supports_tf_logs = False  # tf-keras: logs as numbers
+
+    def set_model(self, model):
+        """Keras hands every callback the model before fit starts any of them: the optimizer
+        is built for every trainable tensor here (with the per-tensor Adam step counts,
+        train_steps.py), so that BackupAndRestore, wherever it stands in the list, restores into
+        the optimizer as it will train."""
+        super().set_model(model)
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and model.built and model.trainable_weights:
+            optimizers.prepare_optimizer(optimizer, model.trainable_weights)
+
+    # tf-keras' CallbackList asks these of every callback
+    def _implements_train_batch_hooks(self):
+        return True
+
+    def _implements_test_batch_hooks(self):
+        return False
+
+    def _implements_predict_batch_hooks(self):
+        return False
+
+    # ------------------------------------------------------------------ the run
+    def on_train_begin(self, logs=None):
+        model = self.model
+        self.flavor = flavors.for_model(model)
+        if getattr(model, "optimizer", None) is None:
+            raise UserError("ElasticCallback needs a compiled model (model.compile(optimizer, "
+                            "loss, ...))")
+        strategy = getattr(model, "distribute_strategy", None)
+        self.strategy = strategy if strategy is not None and (
+            strategy.num_replicas_in_sync > 1
+            or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)) else None
+        if (self.strategy is not None and self.flavor.NAME == "keras3"
+                and shared.release(_keras3) < (3, 15)):
+            # Keras 3.3 (TensorFlow 2.16's) fails to run the probe step's graph under a
+            # tf.distribute strategy (a placeholder in a cond left unfed); 3.15 runs it
+            raise UserError(f"ElasticCallback under a tf.distribute strategy needs Keras 3.15 "
+                            f"or later for a Keras 3 model (this is {_keras3.__version__}); "
+                            "train on one device, or use main.py --strategy")
+        if self.flavor.steps_per_execution(model) != 1:
+            raise UserError("ElasticCallback times and selects every step: compile with "
+                            "steps_per_execution=1")
+        steps = self.params.get("steps")
+        if not steps:
+            raise UserError("ElasticCallback needs the epoch's length: pass steps_per_epoch to "
+                            "model.fit (the dataset's length is unknown)")
+        self.steps_per_epoch, self.epochs = int(steps), int(self.params["epochs"])
+        self.hooks, self._restore_state = None, None
+        self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
+        self._last_batch_end = None
+        self._keras_train_function = model.train_function
+        model.train_function = self._train_function
+        # tf-keras' TensorBoard callback draws the graph of `train_tf_function` (Keras' own
+        # step, never traced now): a plain function there makes it skip the drawing
+        self._keras_train_tf_function = getattr(model, "train_tf_function", None)
+        if self._keras_train_tf_function is not None:
+            model.train_tf_function = self._train_function
+
+    def _train_function(self, iterator):
+        data = next(iterator)
+        if self.hooks is None:
+            self._setup(data)
+        g = self._global_step
+        with self.writer.as_default():
+            step = self.hooks.before_step(g)
+            t0 = self.clock()
+            outputs = step(data)
+            train_steps.first_output(outputs).numpy()
+            self.hooks.after_step(g, self.clock() - t0, outputs)
+        self._global_step += 1
+        return outputs[1]
+
+    def _setup(self, data):
+        """On the first batch: the timing table (profiled on this batch if absent), the
+        runtime, the run directory."""
+        model, flavor, cfg = self.model, self.flavor, self.cfg
+        optimizer = model.optimizer
+        data = self._local(data)  # under a strategy, the replicas' shares together
+        x, _, _ = flavor.keras.utils.unpack_x_y_sample_weight(data)
+        x0 = tf.nest.flatten(x)[0]
+        batch_size = int(x0.shape[0])
+        input_size = int(x0.shape[1]) if len(x0.shape) > 1 else 1
+        num_classes = int(model.output_shape[-1])
+        opt_name = type(optimizer).__name__.lower()
+        path = cfg.timing_table or tables.default_table_path(
+            f"{model.name}-{_architecture_digest(model)}", input_size, batch_size, num_classes,
+            opt_name, folder=self.profiles)
+        if not os.path.exists(path) or not _matches(tables.load_table(path), model):
+            self._profile(path, data, input_size, batch_size, num_classes)
+        table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
+        time_model = TimeModel(table)
+        if cfg.rho < time_model.rho_floor:
+            raise UserError(f"rho {cfg.rho:g} is below this model's forward floor: the forward "
+                            f"pass alone is {time_model.rho_floor:.3f} of a full training step "
+                            f"({path})")
+        optimizers.prepare_optimizer(optimizer, model.trainable_weights)
+        scheme = SCHEMES[cfg.train_type]
+        self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy)
+        total = self.steps_per_epoch * self.epochs
+        runtime = ElasticRuntime(
+            time_model, cfg.rho, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
+            total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
+            dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
+            economy=cfg.economy, clock=self.clock, log=self.log)
+        self.hooks = ElasticDriver(self.trainer, scheme, runtime)
+        self.cfg = cfg = dataclasses.replace(
+            cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
+            num_classes=num_classes, optimizer=opt_name,
+            learning_rate=float(tf.convert_to_tensor(optimizer.learning_rate)),
+            num_epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, timing_table=path)
+        os.makedirs(self.out, exist_ok=True)
+        runlog.write_json(os.path.join(self.out, runlog.CONFIG_FILE), dataclasses.asdict(cfg))
+        self.summary = runlog.RunSummary(
+            train_type=cfg.train_type, model=model.name, dataset=cfg.dataset_name, rho=cfg.rho,
+            seed=cfg.seed, num_tensors=len(self.trainer.variables),
+            tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],
+            timing_table=path, steps_per_epoch=self.steps_per_epoch,
+            rho_feedback=cfg.rho_feedback, energy_source="not measured in model.fit")
+        self.writer = tf.summary.create_file_writer(self.out)
+        self.summary.plan = vars(self.hooks.on_train_begin())
+        if self._restore_state is not None:
+            self._load(self._restore_state)
+        self._save_summary()
+
+    def _local(self, data):
+        """This process's part of a batch as plain tensors: the local replicas' shares
+        together (the whole batch on one machine)."""
+        if self.strategy is None:
+            return data
+        return tf.nest.map_structure(
+            lambda v: tf.concat(self.strategy.experimental_local_results(v), 0), data)
+
+    def _profile(self, path, data, input_size, batch_size, num_classes):
+        from elastictrainer.profiler import report
+        from elastictrainer.profiler.run import profile_model
+
+        model, flavor = self.model, self.flavor
+        x, y, _ = flavor.keras.utils.unpack_x_y_sample_weight(data)
+        self.log(f"no timing table at {path}: profiling {model.name} on this batch first")
+        states = [(v, v.numpy()) for v in flavor.random_state_variables(model)]
+        table = profile_model(model, model.name, input_size, batch_size, num_classes,
+                              optimizer=model.optimizer, batch=(x, y),
+                              loss_fn=flavor.fit_loss_fn(model), progress=False)
+        for v, value in states:  # profiling must not move the run's random streams
+            v.assign(value)
+        model.reset_metrics()  # nor count in its first epoch's metrics
+        tables.save_table(table, path)
+        self.log(report.summarize(table))
+
+    # ------------------------------------------------------------------ epochs
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._epoch_start is None:  # the first epoch of this fit: a restart resumes
+            self._restore_state = self._saved_state(epoch)
+            if self._restore_state is not None and self.hooks is not None:
+                self._load(self._restore_state)
+            if self._restore_state is None:
+                self._global_step = epoch * self.steps_per_epoch
+        self._epoch_start = self.clock()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._last_batch_end = self.clock()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.hooks is None:
+            return
+        logs = logs if logs is not None else {}
+        self._train_time += (self._last_batch_end or self.clock()) - self._epoch_start
+        rt = self.hooks.rt
+        with self.writer.as_default():
+            self.hooks.on_epoch_end(epoch + 1, self._global_step)
+            record = _epoch_record(epoch + 1, self._train_time, logs, rt)
+            if record.test_accuracy is not None:
+                tf.summary.scalar(runlog.TEST_ACCURACY, record.test_accuracy,
+                                  step=self._global_step)
+            if record.test_loss is not None:
+                tf.summary.scalar(runlog.TEST_LOSS, record.test_loss, step=self._global_step)
+            if record.train_accuracy is not None:
+                tf.summary.scalar(runlog.TRAIN_ACCURACY, record.train_accuracy,
+                                  step=self._global_step)
+            if record.train_loss is not None:
+                tf.summary.scalar(runlog.TRAIN_LOSS, record.train_loss, step=self._global_step)
+        self.writer.flush()
+        self.summary.epochs.append(dataclasses.asdict(record))
+        accuracies = [e["test_accuracy"] for e in self.summary.epochs
+                      if e["test_accuracy"] is not None]
+        self.summary.best_test_accuracy = max(accuracies) if accuracies else None
+        self.summary.train_time_s = self._train_time
+        self._save_summary()
+        runlog.write_json(os.path.join(self.out, STATE_FILE), {
+            "epoch": epoch + 1, "global_step": self._global_step,
+            "train_time_s": self._train_time, "runtime": rt.state(),
+            "summary": self.summary.to_dict()})
+        measured = rt.measured_so_far()
+        logs[MEASURED_RATIO_LOG] = float("nan") if measured is None else measured
+        logs[SELECTED_LOG] = len(rt.selection or ())
+
+    def on_train_end(self, logs=None):
+        self.model.train_function = self._keras_train_function
+        if self._keras_train_tf_function is not None:
+            self.model.train_tf_function = self._keras_train_tf_function
+        if self.hooks is None:
+            return
+        with self.writer.as_default():
+            result = self.hooks.on_train_end(self._train_time, self._global_step)
+        for key, value in result.items():
+            setattr(self.summary, key, value)
+        self.summary.status = "finished"
+        self.summary.step_cache_traces = self.trainer.steps.traces
+        self._save_summary()
+        self.writer.flush()
+        measured, wall = self.summary.measured_ratio, self.summary.wall_ratio
+        self.log(f"{self.cfg.train_type} finished in model.fit: step-time ratio asked "
+                 f"{self.cfg.rho:g}, measured "
+                 f"{'n/a' if measured is None else f'{measured:.3f}'}; wall clock "
+                 f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, estimated in "
+                 f"the run (re-selecting {self.summary.reselection_overhead_s:.1f} s); results "
+                 f"in {self.out}")
+
+    # ------------------------------------------------------------------ state
+    def _save_summary(self):
+        rt = self.hooks.rt.s
+        self.summary.selections, self.summary.corrections = rt.records, rt.corrections
+        runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
+
+    def _saved_state(self, epoch):
+        """The runtime's state saved at the end of epoch `epoch` (a restart, as
+        BackupAndRestore makes, begins there); None for a fresh start."""
+        import json
+
+        path = os.path.join(self.out, STATE_FILE)
+        if epoch == 0 or not os.path.exists(path):
+            return None
+        with open(path) as f:
+            state = json.load(f)
+        return state if state.get("epoch") == epoch else None
+
+    def _load(self, state):
+        self.hooks.rt.load_state(state["runtime"])
+        self._global_step = int(state["global_step"])
+        self._train_time = float(state["train_time_s"])
+        self.summary = runlog.RunSummary.from_dict(dict(state["summary"], status="running"))
+        self.log(f"ElasticCallback: resuming the elastic runtime at epoch {state['epoch']} "
+                 f"(step {self._global_step})")
+
+
+def _architecture_digest(model):
+    """A short digest of the model's trainable tensors (their shapes, in order): tables of
+    models that share a name but not their tensors do not collide, and a model built again
+    (whose layers Keras may number anew) finds its table."""
+    text = ";".join(str(tuple(v.shape)) for v in model.trainable_weights)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def _matches(table, model):
+    """Whether a table's tensors have the model's shapes, in order (their names may differ:
+    Keras numbers the layers of every model built in a process)."""
+    return [t["shape"] for t in table["tensors"]] == [
+        [int(d) for d in v.shape] for v in model.trainable_weights]
+
+
+def _epoch_record(epoch, train_time, logs, rt):
+    """summary.json's record of a model.fit epoch, from Keras' epoch logs: the validation
+    accuracy (in %) and loss are its test ones, where fit has them."""
+    def metric(prefix):
+        for key, value in logs.items():
+            name = key[len(prefix):] if key.startswith(prefix) else None
+            if name and "acc" in name and (prefix or not key.startswith("val_")):
+                return 100.0 * float(value)
+        return None
+
+    def value(key):
+        return None if logs.get(key) is None else float(logs[key])
+
+    selection = rt.selection
+    return runlog.EpochRecord(
+        epoch=epoch, train_time_s=train_time, test_accuracy=metric("val_"),
+        test_loss=value("val_loss"), train_accuracy=metric(""), train_loss=value("loss"),
+        selected=len(selection) if selection is not None else len(rt.s.mask or ()))
