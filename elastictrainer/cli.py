@@ -121,8 +121,13 @@ def profile_main(argv=None, prog="elastictrainer profile"):
 
     table, path = profile_configuration(
         args.model_name, args.input_size, args.batch_size, args.num_classes, args.weights,
-        args.num_iterations, args.warmup, args.output, args.trace_dir, args.figure, args.seed,
+        args.num_iterations, args.warmup, args.output, args.trace_dir, args.seed,
         progress=not args.quiet, calibrate=args.calibrate, optimizer=args.optimizer)
+    if args.figure != "":
+        from elastictrainer import plotting
+
+        stem = os.path.splitext(os.path.basename(path))[0]
+        plotting.draw_profile(table, args.figure or os.path.join("figures", f"profile_{stem}.png"))
     print(summarize(table))
     print(f"timing table written to {path}")
     return 0

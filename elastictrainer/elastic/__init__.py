@@ -10,7 +10,7 @@
   wall clock against full training's (wall_ratio).
 - state.py, its records and state as typed objects (summary.json's selections, checkpoints).
 - driver.py, the TensorFlow side: runs the probe, full and selection steps the decisions ask
-  for, times them, and reports back.  Every training loop (loop.py, the benchmarks) drives the
+  for, times them, and reports back.  Every training loop (runs/loop.py, fit/callback.py, the benchmarks) drives the
   runtime through its hooks.
 
 `import elastictrainer.elastic` imports no TensorFlow; import elastic.driver for the hooks.

@@ -39,6 +39,7 @@ from elastictrainer.config import Config
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.fit.steps import FitSteps
+from elastictrainer.runs.recorder import Recorder, new_summary
 from elastictrainer.profiler import table as tables
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.method.time_model import TimeModel
@@ -190,21 +191,20 @@ class ElasticCallback(_base()):
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, clock=self.clock, log=self.log)
         self.hooks = ElasticDriver(self.trainer, scheme, runtime)
+        # the run's settings as model.fit resolves them, saved as config.json
         self.cfg = cfg = dataclasses.replace(
             cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
             num_classes=num_classes, optimizer=opt_name,
             learning_rate=float(tf.convert_to_tensor(optimizer.learning_rate)),
             num_epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, timing_table=path)
-        os.makedirs(self.out, exist_ok=True)
-        runlog.write_json(os.path.join(self.out, runlog.CONFIG_FILE), dataclasses.asdict(cfg))
-        self.summary = runlog.RunSummary(
-            train_type=cfg.train_type, model=model.name, dataset=cfg.dataset_name, rho=cfg.rho,
-            seed=cfg.seed, num_tensors=len(self.trainer.variables),
-            tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],
+        summary = new_summary(
+            cfg, elastic=True, tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],
             timing_table=path, steps_per_epoch=self.steps_per_epoch,
-            rho_feedback=cfg.rho_feedback, energy_source="not measured in model.fit")
-        self.writer = tf.summary.create_file_writer(self.out)
-        self.summary.plan = vars(self.hooks.on_train_begin())
+            energy_source="not measured in model.fit")
+        self.rec = Recorder(self.out, cfg, summary, where=" in model.fit", log=self.log)
+        self.rec.begin()
+        self.writer = self.rec.writer
+        self.rec.plan(self.hooks.on_train_begin())
         if self._restore_state is not None:
             self._load(self._restore_state)
         self._save_summary()
@@ -255,28 +255,14 @@ class ElasticCallback(_base()):
         rt = self.hooks.rt
         with self.writer.as_default():
             self.hooks.on_epoch_end(epoch + 1, self._global_step)
-            record = _epoch_record(epoch + 1, self._train_time, logs, rt)
-            if record.test_accuracy is not None:
-                tf.summary.scalar(runlog.TEST_ACCURACY, record.test_accuracy,
-                                  step=self._global_step)
-            if record.test_loss is not None:
-                tf.summary.scalar(runlog.TEST_LOSS, record.test_loss, step=self._global_step)
-            if record.train_accuracy is not None:
-                tf.summary.scalar(runlog.TRAIN_ACCURACY, record.train_accuracy,
-                                  step=self._global_step)
-            if record.train_loss is not None:
-                tf.summary.scalar(runlog.TRAIN_LOSS, record.train_loss, step=self._global_step)
-        self.writer.flush()
-        self.summary.epochs.append(dataclasses.asdict(record))
-        accuracies = [e["test_accuracy"] for e in self.summary.epochs
-                      if e["test_accuracy"] is not None]
-        self.summary.best_test_accuracy = max(accuracies) if accuracies else None
-        self.summary.train_time_s = self._train_time
-        self._save_summary()
+        self.rec.elastic(rt.records, rt.corrections)
+        self.rec.epoch(_epoch_record(epoch + 1, self._train_time, logs, rt), self._global_step,
+                       train_scalars=True)
+        self.rec.flush()
         runlog.write_json(os.path.join(self.out, STATE_FILE), {
             "epoch": epoch + 1, "global_step": self._global_step,
             "train_time_s": self._train_time, "runtime": rt.state(),
-            "summary": self.summary.to_dict()})
+            "summary": self.rec.summary.to_dict()})
         measured = rt.measured_so_far()
         logs[MEASURED_RATIO_LOG] = float("nan") if measured is None else measured
         logs[SELECTED_LOG] = len(rt.selection or ())
@@ -289,25 +275,16 @@ class ElasticCallback(_base()):
             return
         with self.writer.as_default():
             result = self.hooks.on_train_end(self._train_time, self._global_step)
-        for key, value in result.items():
-            setattr(self.summary, key, value)
-        self.summary.status = "finished"
-        self.summary.step_cache_traces = self.trainer.steps.traces
-        self._save_summary()
-        self.writer.flush()
-        measured, wall = self.summary.measured_ratio, self.summary.wall_ratio
-        self.log(f"{self.cfg.train_type} finished in model.fit: step-time ratio asked "
-                 f"{self.cfg.rho:g}, measured "
-                 f"{'n/a' if measured is None else f'{measured:.3f}'}; wall clock "
-                 f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, estimated in "
-                 f"the run (re-selecting {self.summary.reselection_overhead_s:.1f} s); results "
-                 f"in {self.out}")
+        rt = self.hooks.rt
+        self.rec.elastic(rt.records, rt.corrections)
+        self.rec.set(step_cache_traces=self.trainer.steps.traces)
+        self.rec.finish(stopped=False, train_time_s=self._train_time, result=result)
 
     # ------------------------------------------------------------------ state
     def _save_summary(self):
-        rt = self.hooks.rt.s
-        self.summary.selections, self.summary.corrections = rt.records, rt.corrections
-        runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
+        rt = self.hooks.rt
+        self.rec.elastic(rt.records, rt.corrections)
+        self.rec.save()
 
     def _saved_state(self, epoch):
         """The runtime's state saved at the end of epoch `epoch` (a restart, as
@@ -325,7 +302,7 @@ class ElasticCallback(_base()):
         self.hooks.rt.load_state(state["runtime"])
         self._global_step = int(state["global_step"])
         self._train_time = float(state["train_time_s"])
-        self.summary = runlog.RunSummary.from_dict(dict(state["summary"], status="running"))
+        self.rec.resume(state["summary"])
         self.log(f"ElasticCallback: resuming the elastic runtime at epoch {state['epoch']} "
                  f"(step {self._global_step})")
 
@@ -362,4 +339,4 @@ def _epoch_record(epoch, train_time, logs, rt):
     return runlog.EpochRecord(
         epoch=epoch, train_time_s=train_time, test_accuracy=metric("val_"),
         test_loss=value("val_loss"), train_accuracy=metric(""), train_loss=value("loss"),
-        selected=len(selection) if selection is not None else len(rt.s.mask or ()))
+        selected=len(selection) if selection is not None else 0)

@@ -4,7 +4,7 @@ backend).  A model, an optimizer or a saved file says which it is; the user neve
 
 Each flavor module provides the same functions: make_optimizer, check_optimizer,
 prepare_optimizer, the update's parts (begin_update, prepare_gradients, update_variable,
-finish_update: engine.apply_updates puts them together), tensor_steps, fresh_step_supported,
+finish_update: optimizers.apply_updates puts them together), tensor_steps, fresh_step_supported,
 fresh_step (the optimizer's side); a model's layers, names, random state and loading; model.fit's
 step parts; is_model, is_optimizer (detection).  Importing this package imports neither Keras.
 """

@@ -7,7 +7,7 @@ A Keras 3 optimizer is built once for every trainable variable and then applies 
 any subset of them (it refuses a variable it was not built with: "Unknown variable").  Its own
 `apply` runs the update inside tf.distribute's merge_call, which keeps every graph it was traced
 in alive: a fresh train step per selection grew RSS by 1.5 MB per trace on a 8-tensor CNN (Adam),
-against nothing through engine.apply_updates with the parts here, which run the same steps in the same order
+against nothing through optimizers.apply_updates with the parts here, which run the same steps in the same order
 (clipping, decoupled weight decay, the optimizer's public `update_step`, the iteration count,
 constraints) on one device.
 """

@@ -74,7 +74,7 @@ def apply_updates(optimizer, grads, variables):
     14.4 MB per selection with tf-keras, MobileNetV2 at 64 px, against 0.5 MB on this path).
     The flavor's parts (flavors/), in Keras' order: this iteration's learning rate, the
     gradients that exist (clipped, sparse ones de-duplicated), each variable's decoupled weight
-    decay and update rule, the iteration count and the constraints.  distribute.py runs the
+    decay and update rule, the iteration count and the constraints.  train/distributed_steps.py runs the
     same parts with update_variable on every replica's copy."""
     import tensorflow as tf
 

@@ -9,7 +9,7 @@ from elastictrainer.flavors.optimizers import lr_schedule_for
 
 def make_optimizer(keras, name, learning_rate, weight_decay, total_steps,
                    per_tensor_bias_correction=True, schedule=None):
-    """engine.make_optimizer's optimizers, in `keras`."""
+    """optimizers.make_optimizer's optimizers, in `keras`."""
     lr = learning_rate
     if lr_schedule_for(name, schedule) == "cosine":
         lr = keras.optimizers.schedules.CosineDecay(learning_rate, max(int(total_steps), 1))

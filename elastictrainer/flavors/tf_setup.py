@@ -48,7 +48,7 @@ def _import_tensorflow_quietly():
 
 def split_cpu(tensorflow):
     """Split the CPU into machine.LOGICAL_CPUS_ENV logical devices, if set (the command line
-    sets it before TensorFlow starts: distribute.prepare_process)."""
+    sets it before TensorFlow starts: distribution.prepare_process)."""
     from elastictrainer.machine import LOGICAL_CPUS_ENV
 
     n = int(os.environ.get(LOGICAL_CPUS_ENV, "0") or 0)
@@ -61,7 +61,7 @@ def split_cpu(tensorflow):
 class DropRetracingWarning(logging.Filter):
     """Drops TensorFlow's "N out of the last M calls to ... triggered tf.function retracing".
 
-    One compiled train step per tensor selection is the design (engine.make_train_step, cached
+    One compiled train step per tensor selection is the design (train/steps.py make_train_step, cached
     by trainer.StepCache), so every run with several selections would print it; every other
     TensorFlow message passes.
     """

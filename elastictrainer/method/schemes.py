@@ -1,6 +1,6 @@
 """The --train_type schemes: what each one trains, declared as data.
 
-A scheme only decides *which tensors train*; the loop (loop.py), metrics, logging and timing are
+A scheme only decides *which tensors train*; the loop (runs/loop.py), metrics, logging and timing are
 written once.  Fixed schemes select by tensor role (roles.py: head, norm, bias, kernel); elastic
 schemes re-select every --interval epochs by an importance estimate (importance.py) under the
 time budget of eq. 3 (time_model.py, selector.py).  Each scheme also carries its plot label and

@@ -202,7 +202,7 @@ def eq3_parts(t_dw, t_dy, mask, t_fw=None):
     one.  This is the one definition of the cost; time_model.py reorders its tables to use it.
 
     Added to the paper: `t_fw`, the forward pass a selection runs when its frozen prefix is
-    cached (prefix_cache.py).  Such a step runs the forward pass only from the cut below its
+    cached (prefix/cache.py).  Such a step runs the forward pass only from the cut below its
     deepest tensor, so its forward time grows with the depth d as the error-gradient chain
     does: t_fw[j] is what the cut for depth j adds to the cut for depth j-1 (>= 0: the
     suffixes nest), and the third term is t_fw of every tensor down to the deepest selected

@@ -333,10 +333,9 @@ def _profile_request(req):
 
 def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=None,
                           weights="none", num_iterations=5, warmup=2, output=None,
-                          trace_dir=None, figure=None, seed=0, progress=True, calibrate=True,
+                          trace_dir=None, seed=0, progress=True, calibrate=True,
                           optimizer="sgd"):
-    """Build the model, profile it, write the table (and its figure); return (table, path)."""
-    from elastictrainer import plotting
+    """Build the model, profile it, write the table; return (table, path)."""
     from elastictrainer.models.build import build_sized
 
     model, input_size, num_classes = build_sized(model_name, input_size, num_classes, weights)
@@ -348,6 +347,4 @@ def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=
                           num_iterations=num_iterations, warmup=warmup, trace_dir=trace_dir,
                           seed=seed, progress=progress, calibrate=calibrate, optimizer=optimizer)
     tables.save_table(table, output)
-    if figure != "":
-        plotting.draw_profile(table, figure or os.path.join("figures", f"profile_{stem}.png"))
     return table, output

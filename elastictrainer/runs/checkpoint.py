@@ -36,7 +36,7 @@ def migrate_state(state):
     """A loop state saved by a checkpoint of CHECKPOINT_VERSION or older (or without a version:
     written before versions were recorded), as a state of CHECKPOINT_VERSION: a new dict.
 
-    This is where a later change to the state (what run_hooks.RunRecorder.checkpoint saves) adds its
+    This is where a later change to the state (what runs/loop.py saves at a checkpoint) adds its
     migration: the step from the version before to the new one, after the steps before it, so
     that a run checkpointed by an older ElasticTrainer resumes.  Version 1 is the state as it
     was first saved, which checkpoints without a version hold too: for now nothing changes but

@@ -1,4 +1,4 @@
-"""Setting a run up: its data, its model, its trainer and, for the elastic schemes, its time
+"""Setting a run up: its data, its model, its compiled steps and, for the elastic schemes, its time
 model (the profiler's table, profiled first where missing).  Everything the loop (loop.py)
 needs before its first step, checked before minutes of loading and profiling are spent."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
@@ -27,28 +27,31 @@ from elastictrainer.method.time_model import TimeModel
 from elastictrainer.train.compiled import CompiledSteps
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunSetup:
-    """A run ready to train (setup_run)."""
+    """A run ready to train (setup_run), as one value: nothing changes it after setup, and its
+    `cfg` is the run's settings resolved (the model's name, input size and class count, the
+    data's batch size, the run's name), as config.json saves them."""
     cfg: Any
     scheme: Any
     bundle: DatasetBundle
     model: Any
-    trainer: CompiledSteps
+    compiled: CompiledSteps
     roles: list
     steps_per_epoch: int
     total_steps: int
     out: str
     resume: bool
+    dist: Any  # distribution.Distribution
     time_model: Optional[TimeModel] = None
     table: Optional[dict] = None
     table_path: Optional[str] = None
-    dist: Any = None  # distribution.Distribution
-    prefix_cache: Any = None  # prefix_cache.PrefixCache (--cache_frozen_prefix)
+    prefix_cache: Any = None  # prefix.cache.PrefixCache (--cache_frozen_prefix)
 
 
 def setup_run(cfg, log=print, model=None, data=None):
-    """Validate `cfg`, load data and model, build the trainer and the time model; see run()."""
+    """Validate `cfg`, load data and model, build the compiled steps and the time model; see
+    run().  Returns a RunSetup."""
     cfg.validate()
     check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
     dist = distribution.configure(cfg)  # before TensorFlow makes its devices
@@ -78,20 +81,24 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
             raise UserError(f"model must be a Keras Model (tf_keras or Keras 3), got "
                             f"{type(model).__module__}.{type(model).__name__}")
         input_size, num_classes = int(model.input_shape[1]), int(model.output_shape[-1])
-        cfg = dataclasses.replace(cfg, model_name=model.name, input_size=input_size,
-                                  weights="(model object)")
+        # the model says its input size and classes: the settings follow it
+        model_name, weights = model.name, "(model object)"
+        cfg = dataclasses.replace(cfg, input_size=input_size)
     else:
         # a saved model with another class count gets a new head (models/build.py)
         model, input_size, num_classes = build_sized(cfg.model_name, cfg.input_size,
                                                      num_classes, cfg.weights, log=log,
                                                      progress=cfg.progress)
+        model_name, weights = cfg.model_name, cfg.weights
     if input_size != cfg.input_size:
-        raise UserError(f"{cfg.model_name} takes {input_size}x{input_size} images; "
+        raise UserError(f"{model_name} takes {input_size}x{input_size} images; "
                         f"pass --input_size {input_size}")
     if num_classes < bundle.num_classes:
-        raise UserError(f"{cfg.model_name} outputs {num_classes} classes but "
+        raise UserError(f"{model_name} outputs {num_classes} classes but "
                         f"{cfg.dataset_name} has {bundle.num_classes}")
-    cfg = dataclasses.replace(cfg, num_classes=num_classes, run_name=cfg.resolved_run_name())
+    cfg = dataclasses.replace(cfg, model_name=model_name, weights=weights,
+                              num_classes=num_classes)
+    cfg = dataclasses.replace(cfg, run_name=cfg.resolved_run_name())  # from the values above
 
     # under a strategy an epoch is whole global batches (distribution.global_batches)
     whole = math.floor if dist.on else math.ceil
@@ -99,33 +106,36 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
     if cfg.steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
+    out = runlog.run_dir(cfg.logdir, cfg.run_name)
     rng_state = random_state(model)
     roles = check_roles(tensor_roles(model))
     optimizer = optimizers.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
-                                      total_steps, schedule=cfg.lr_schedule,
-                                      flavor=flavors.for_model(model).NAME)
-    trainer = CompiledSteps(model, optimizer, scheme, roles, dist=dist, global_batch=cfg.batch_size)
-    setup = RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, trainer=trainer,
-                     roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
-                     out=runlog.run_dir(cfg.logdir, cfg.run_name), resume=False, dist=dist)
-    if scheme.elastic and dist.on and not trainer.in_step:
-        raise UserError(f"--strategy {cfg.strategy}: {cfg.train_type} with --optimizer "
-                        f"{cfg.optimizer} needs importance probes of its own, which a "
-                        f"distributed run does not take; use elastic_training (SGD or Adam)")
+                                          total_steps, schedule=cfg.lr_schedule,
+                                          flavor=flavors.for_model(model).NAME)
+    cache = None
     if cfg.cache_frozen_prefix:
         from elastictrainer.prefix import cache as prefix_cache
 
         examples = bundle.num_train or steps_per_epoch * cfg.batch_size
-        setup.prefix_cache = trainer.prefix_cache = prefix_cache.plan(
-            model, trainer.variables, cfg, examples, setup.out, log)
+        cache = prefix_cache.plan(model, list(model.trainable_weights), cfg, examples, out, log)
+    compiled = CompiledSteps(model, optimizer, scheme, roles, dist=dist,
+                             global_batch=cfg.batch_size, prefix_cache=cache)
+    if scheme.elastic and dist.on and not compiled.in_step:
+        raise UserError(f"--strategy {cfg.strategy}: {cfg.train_type} with --optimizer "
+                        f"{cfg.optimizer} needs importance probes of its own, which a "
+                        f"distributed run does not take; use elastic_training (SGD or Adam)")
+    time_model = table = table_path = None
     if scheme.elastic and dist.is_chief:
         # a model object cannot be rebuilt from its name in a child process
-        setup.time_model, setup.table, setup.table_path = _load_time_model(
-            cfg, model, num_classes, log, in_child=not given_model, cache=setup.prefix_cache)
+        time_model, table, table_path = _load_time_model(
+            cfg, model, num_classes, log, in_child=not given_model, cache=cache)
     restore_random_state(model, rng_state, cfg.seed)
-    setup.resume = _resumable(setup.out, cfg, log)
-    os.makedirs(setup.out, exist_ok=True)
-    return setup
+    resume = _resumable(out, cfg, log)
+    os.makedirs(out, exist_ok=True)
+    return RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, compiled=compiled,
+                    roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+                    out=out, resume=resume, dist=dist, time_model=time_model, table=table,
+                    table_path=table_path, prefix_cache=cache)
 
 
 def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None):

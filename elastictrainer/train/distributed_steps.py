@@ -25,7 +25,7 @@ def _batch_stats(y, logits, loss):
 
 class DistributedStep:
     """A train step (or, with `train` false, a probe step: every gradient, no update) under a
-    tf.distribute strategy (distribute.py's module docstring).  `step(x, y)` on distributed
+    tf.distribute strategy (distribution.py's module docstring).  `step(x, y)` on distributed
     batches returns (loss, stats[, grads]): the global batch's mean loss, and [loss, correct,
     examples] summed over the replicas.  `allreduce_bytes`: what one call all-reduces, known
     once traced."""

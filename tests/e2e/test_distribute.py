@@ -15,7 +15,7 @@ import pytest
 
 from elastictrainer import runlog
 from elastictrainer.train.distribution import local_cluster
-from elastictrainer.runs.recorder import FAULT_AT_STEP_ENV
+from elastictrainer.runs.interrupt import FAULT_AT_STEP_ENV
 from helpers import ROOT
 
 EPOCHS, STEPS = 2, 8

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from elastictrainer import runlog
-from elastictrainer.runs.recorder import FAULT_AT_STEP_ENV
+from elastictrainer.runs.interrupt import FAULT_AT_STEP_ENV
 from helpers import ROOT, assert_figures, keras3_cnn, plot_cli, run_profiler_cli
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from elastictrainer import runlog
-from elastictrainer.runs.recorder import FAULT_AT_STEP_ENV
+from elastictrainer.runs.interrupt import FAULT_AT_STEP_ENV
 
 from helpers import ROOT
 

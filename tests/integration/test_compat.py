@@ -355,7 +355,7 @@ def _package_sources():
 
 def test_no_module_but_compat_uses_private_api():
     sources = _package_sources()
-    compat_path = os.path.join("elastictrainer", "compat.py")
+    compat_path = os.path.join("elastictrainer", "flavors", "compat.py")
     assert compat_path in sources and len(sources) > 20
     others = {p: t for p, t in sources.items() if p != compat_path}
     defined = _defined_names(others.values())

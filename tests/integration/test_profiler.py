@@ -281,7 +281,7 @@ def test_default_table_path_of_a_user_model_uses_its_own_sizes(tmp_path, monkeyp
     tiny_cnn(num_classes=3).save(path)
     monkeypatch.chdir(tmp_path)
     table, out = prun.profile_configuration(path, batch_size=2, num_iterations=1, warmup=1,
-                                          figure="", progress=False)
+                                          progress=False)
     assert out == ptable.default_table_path(path, 24, 2, 3)
     assert os.path.exists(out)
 

@@ -1,4 +1,4 @@
-"""distribute.py's checks that need no TensorFlow: TF_CONFIG as TensorFlow documents it, and
+"""train/distribution.py's checks that need no TensorFlow: TF_CONFIG as TensorFlow documents it, and
 the flags that go together."""
 import json
 

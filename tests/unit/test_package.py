@@ -167,3 +167,39 @@ def test_every_flag_has_help_and_no_default_is_printed_twice():
         assert "(default: None)" not in text, p.prog
         for chunk in text.split("(default:")[1:]:  # a flag's help names its default once
             assert "default" not in chunk.split("\n  -")[0], p.prog
+
+
+def _contract_layers():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")
+    return [[name.strip() for name in layer.split("|")] for layer in layers["layers"]]
+
+
+def test_the_layers_contract_covers_the_package_and_design_md_shows_it():
+    """Every top-level module and sub-package stands in a layer of pyproject.toml's contract
+    (a new one outside it would escape the check), and docs/design.md's layer table lists the
+    same layers in the same order."""
+    layers = _contract_layers()
+    named = {name for layer in layers for name in layer}
+    package = os.path.join(ROOT, "elastictrainer")
+    present = {os.path.splitext(n)[0] for n in os.listdir(package)
+               if (n.endswith(".py") and n not in ("__init__.py", "__main__.py"))
+               or os.path.isfile(os.path.join(package, n, "__init__.py"))}
+    assert present == named, (present ^ named)
+    with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as f:
+        text = f.read()
+    table = text[text.index("| layer (top first) |"):].split("\n\n")[0].splitlines()[2:]
+    documented = [sorted(cell.strip(" `") for cell in row.split("|")[1].split(","))
+                  for row in table]
+    assert documented == [sorted(layer) for layer in layers]
+
+
+def test_ci_checks_the_layers():
+    """.ci/run runs lint-imports, which is installed by the project's own requirements."""
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        assert "lint-imports" in f.read()
+    with open(os.path.join(ROOT, "requirements.txt")) as f:
+        assert "import-linter" in f.read()
