@@ -33,7 +33,7 @@ from elastictrainer.experiments import perfdoc
 from elastictrainer.config import ArgumentParser, comma_list
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.experiments.compare import LAST_EPOCHS, compare, last_epochs_accuracy
-from elastictrainer.method.schemes import SCHEMES, Scheme  # no TensorFlow: --help stays quick
+from elastictrainer.method.schemes import register_fixed_from  # no TensorFlow: --help stays quick
 
 # README command 1, without --rho (given by --rho)
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
@@ -55,23 +55,8 @@ def build_parser():
     return ap
 
 
-@dataclasses.dataclass(frozen=True)
-class FixedFrom(Scheme):
-    """A fixed scheme training tensor `first` to the output (indices in the trainer's order,
-    input side first)."""
-    first: int = 0
-
-    def fixed_selection(self, roles):
-        return tuple(range(min(self.first, len(roles)), len(roles)))
-
-
-def register_fixed(first):
-    """FixedFrom(first) in SCHEMES (once); returns its --train_type name."""
-    name = f"fixed_from_{first}"
-    if name not in SCHEMES:
-        SCHEMES.register(name)(FixedFrom(name, f"tensors {first}-", "#777777",
-                                         f"tensors {first} to the output, fixed", first=first))
-    return name
+# the fixed selections' scheme (method.schemes.FixedFrom), under the name the tests use
+register_fixed = register_fixed_from
 
 
 # Beside each run's best epoch, the measures of how it ends (compare.LAST_EPOCHS) and how much it

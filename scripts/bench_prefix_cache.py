@@ -68,17 +68,9 @@ def load():
 
 # ------------------------------------------------------------------ README command 1
 def command1(args):
-    import importlib.util
-
     from elastictrainer import cli
     from elastictrainer.experiments.compare import compare, last_epochs_accuracy
-
-    # the fixed selections' scheme, from the script beside this one (scripts are no package)
-    spec = importlib.util.spec_from_file_location("bench_fixed_selection", os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "bench_fixed_selection.py"))
-    fixed = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fixed)
-    register_fixed = fixed.register_fixed
+    from elastictrainer.method.schemes import register_fixed_from as register_fixed
 
     rows = []
     for seed in args.seeds:

@@ -68,6 +68,26 @@ for _scheme in (
 BASELINES = tuple(name for name, s in SCHEMES.items() if not s.elastic)
 
 
+@dataclass(frozen=True)
+class FixedFrom(Scheme):
+    """A fixed scheme training tensor `first` to the output (indices in model.trainable_weights'
+    order, input side first): what a user gets by freezing every layer below by hand, the
+    baseline the benchmarks hold ElasticTrainer against ("the last stage and head")."""
+    first: int = 0
+
+    def fixed_selection(self, roles):
+        return tuple(range(min(self.first, len(roles)), len(roles)))
+
+
+def register_fixed_from(first):
+    """FixedFrom(first) in SCHEMES (once); returns its --train_type name, fixed_from_<first>."""
+    name = f"fixed_from_{first}"
+    if name not in SCHEMES:
+        SCHEMES.register(name)(FixedFrom(name, f"tensors {first}-", "#777777",
+                                         f"tensors {first} to the output, fixed", first=first))
+    return name
+
+
 def choices_help():
     """'name: what it trains' for every scheme, for --train_type's help."""
     return "; ".join(f"{s.name}: {s.help}" for s in SCHEMES.values())

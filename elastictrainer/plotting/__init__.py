@@ -4,7 +4,8 @@ Everything is read from summary.json and the TensorBoard events (runlog.read_sca
 read_tensors), never from stdout.  Each figure is written as <out>.png and <out>.pdf.
 
 By figure: common.py (styles, runs, time axis, output), curves.py (Fig. 15/16), bars.py
-(Fig. 17/19, 23), selection.py (Fig. 21), profile.py (the profiler's table).
+(Fig. 17/19, 23), selection.py (Fig. 21), profile.py (the profiler's table), time_to_accuracy.py (accuracy
+against wall clock, with the levels peers report time to).
 """
 from elastictrainer.plotting.common import (  # noqa: F401
     NOT_A_VARIANT, Run, STATUS_FLAGS, SchemeKey, Style, find_run_dirs, load_runs, out_base,
@@ -17,3 +18,5 @@ from elastictrainer.plotting.selection import (  # noqa: F401
     Selections, plot_selection, selection_matrix, sparse_tick_labels)
 from elastictrainer.plotting.profile import (  # noqa: F401
     draw_profile, plot_profile)
+from elastictrainer.plotting.time_to_accuracy import (  # noqa: F401
+    plot_time_to_accuracy)

@@ -594,7 +594,7 @@ def test_a_probe_step_trains_nothing_and_gives_the_taylor_importance():
     returns the Taylor terms that the separate probe (importance.taylor_importance) computes,
     but changes no weight and no optimizer state: an elastic run trains its selections only."""
     from elastictrainer.method import importance
-    from elastictrainer.train.steps import make_optimizer
+    from elastictrainer.flavors.optimizers import make_optimizer
     x, y = batch()
 
     def fresh():

@@ -1,0 +1,63 @@
+"""Accuracy against wall clock, with the levels peers report time to (PieBridge, Cache &
+Reuse): 95% and 99% of full training's best accuracy, and within 1 point of it.  One line per
+scheme; drawn from curves (scripts/bench_time_to_accuracy.py) or from run directories
+(`plot.py time`, whose full_training run sets the levels)."""
+from elastictrainer.errors import UserError
+from elastictrainer.plotting.common import load_runs, pyplot, save_figure, time_unit
+
+# (key, label, the level given full training's best accuracy in %)
+LEVELS = (
+    ("p95", "95% of full's best", lambda best: 0.95 * best),
+    ("p99", "99% of full's best", lambda best: 0.99 * best),
+    ("pt1", "within 1 point", lambda best: best - 1.0),
+)
+
+
+def curve(summary, offset_s=0.0):
+    """[(seconds, test accuracy %)] after each tested epoch of a summary.json dict; seconds
+    are the run's training time so far plus `offset_s` (what it paid before training)."""
+    return [(offset_s + e["train_time_s"], e["test_accuracy"]) for e in summary["epochs"]
+            if e.get("test_accuracy") is not None]
+
+
+def draw(curves, out, reference_best=None, title=""):
+    """{label: curve} as one figure at `out` (.png and .pdf); the levels as dashed lines when
+    `reference_best` (full training's best accuracy) is given, else from the first curve's."""
+    plt = pyplot()
+    if not curves:
+        raise UserError("nothing to draw: no curves")
+    if reference_best is None:
+        reference_best = max(a for _, a in next(iter(curves.values())))
+    longest = max((c[-1][0] for c in curves.values() if c), default=1.0)
+    scale, unit = time_unit(longest)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
+    for label, points in curves.items():
+        if points:
+            ax.plot([t / scale for t, _ in points], [a for _, a in points], marker="o", ms=3,
+                    lw=1.4, label=label)
+    for _, name, level_of in LEVELS:
+        level = level_of(reference_best)
+        ax.axhline(level, color="0.5", lw=0.8, ls="--")
+        ax.annotate(name, (0, level), xytext=(2, 2), textcoords="offset points", fontsize=7,
+                    color="0.35")
+    lows = [a for c in curves.values() for _, a in c]
+    ax.set_ylim(max(min(lows) - 2, 0.0), reference_best + 3)
+    ax.set_xlim(left=0)
+    ax.set_xlabel(f"wall clock ({unit}, profiling included)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "test accuracy against wall clock")
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    return save_figure(fig, out)
+
+
+def plot_time_to_accuracy(run_dirs, out):
+    """`plot.py time`: one line per run directory, the levels from its full_training run."""
+    runs = load_runs(run_dirs)
+    curves = {f"{r.summary['train_type']}"
+              + (f" rho {r.summary['rho']:g}" if r.summary.get("rho") else "")
+              + (f" seed {r.seed}" if len({x.seed for x in runs}) > 1 else ""): curve(r.summary)
+              for r in runs}
+    full = [r for r in runs if r.summary["train_type"] == "full_training"]
+    best = max((a for r in full for _, a in curve(r.summary)), default=None)
+    return draw(curves, out, reference_best=best)

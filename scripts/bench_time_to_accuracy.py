@@ -1,0 +1,309 @@
+"""Time to accuracy: how soon each scheme reaches full training's accuracy, as peers report it.
+
+    python scripts/bench_time_to_accuracy.py                       # every configuration
+    python scripts/bench_time_to_accuracy.py --configs command1 --seeds 0 --epochs 4 \\
+        --out /tmp/tta                                             # a quick look
+
+For each configuration and seed every scheme trains from the same pretrained weights, and each
+run's test accuracy is taken after every epoch against its wall clock (training time, plus the
+profiling an elastic run pays before its first step, counted in every elastic run as if none
+had been profiled before it).  The table gives, per scheme and over seeds (median), the time to
+first reach 95% and 99% of full training's best accuracy and to come within 1 point of it, the
+speedup over full training's time to the same level ("never" where a run does not get there),
+the best accuracy and the whole run's wall clock (experiments/time_to_accuracy.py).
+
+Configurations (--configs):
+  command1        README command 1 (smallcnn from --weights synthetic, 64 px, batch 32, Adam)
+  smallcnn32      the same model at 32 px, batch 8 (few tensors fit a low rho)
+  mobilenetv2_96  MobileNetV2 from --weights synthetic at 96 px, batch 8
+  keras3_fit      a pretrained Keras 3 CNN through model.fit: plain fit on all weights, the
+                  last stage and head trained by hand (the rest frozen), ElasticCallback at each
+                  rho; warm in one process after a warm-up fit
+Schemes of the command-line configurations: full training, traditional TL, the last stage and
+head held fixed (uncached and with --cache_frozen_prefix true), ElasticTrainer at each --rhos.
+
+Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
+(<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
+Finished runs under --logdir are read, not run again; run nothing else on the machine meanwhile.
+"""
+import dataclasses
+import datetime
+import json
+import os
+import time
+
+from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
+from elastictrainer.experiments import perfdoc, time_to_accuracy as tta
+from elastictrainer.machine import machine_info, machine_text
+from elastictrainer.method.schemes import register_fixed_from
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Config fields of each command-line configuration, and the first tensor of its last stage
+# (the hand-frozen baseline trains it to the output)
+CONFIGS = {
+    "command1": (dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+                      num_train=4800, num_test=1024, input_size=64, batch_size=32,
+                      optimizer="adam", learning_rate=0.001), 12),
+    "smallcnn32": (dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+                        num_train=4000, num_test=1024, input_size=32, batch_size=8,
+                        optimizer="adam", learning_rate=0.001), 12),
+    "mobilenetv2_96": (dict(model_name="mobilenetv2", weights="synthetic",
+                            dataset_name="synthetic", num_train=2000, num_test=512,
+                            input_size=96, batch_size=8, optimizer="adam",
+                            learning_rate=0.001), 134),
+}
+FIT_CONFIG = "keras3_fit"
+LABELS = {"full_training": "Full training", "traditional_tl_training": "Traditional TL",
+          "plain_fit": "model.fit, all weights", "hand_frozen": "model.fit, last stage by hand"}
+
+
+def build_parser():
+    p = ArgumentParser(prog="bench_time_to_accuracy.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", default=",".join(list(CONFIGS) + [FIT_CONFIG]),
+                   type=comma_list(str, "names"),
+                   help=f"configurations: {', '.join(list(CONFIGS) + [FIT_CONFIG])}")
+    p.add_argument("--seeds", default="0,1,2,3,4", type=comma_list(int, "integers"),
+                   help="seeds of command1 (the other configurations run the first only)")
+    p.add_argument("--rhos", default="0.5,0.4,0.3,0.2,0.15", type=comma_list(float),
+                   help="ElasticTrainer's rho values")
+    p.add_argument("--epochs", type=int, default=12, help="epochs of every run")
+    p.add_argument("--logdir", default="logs/bench_time_to_accuracy", help="where runs go")
+    p.add_argument("--out", default=os.path.join(HERE, "figures", "bench_time_to_accuracy"),
+                   help="output path without extension (.json, .md, _<config>.png)")
+    return p
+
+
+def _finished(out):
+    from elastictrainer import runlog
+
+    try:
+        summary = runlog.read_summary(out)
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("status") == "finished" else None
+
+
+def cli_runs(name, seed, args, log):
+    """{scheme: curve} of one seed of a command-line configuration."""
+    import elastictrainer
+
+    fields, first = CONFIGS[name]
+    fixed = register_fixed_from(first)
+    base = elastictrainer.Config(**fields, num_epochs=args.epochs, seed=seed,
+                                 logdir=os.path.join(args.logdir, name), progress=False,
+                                 resume=True)
+    profile_s = _profile_seconds(base, args, log)
+    runs = [("full_training", "full_training", {}),
+            ("traditional_tl_training", "traditional_tl_training", {}),
+            (f"last stage (tensors {first}-)", fixed, {}),
+            (f"last stage (tensors {first}-), cached", fixed, {"cache_frozen_prefix": True})]
+    runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
+             for rho in args.rhos]
+    curves = {}
+    for label, train_type, extra in runs:
+        slug = label.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+        cfg = dataclasses.replace(base, train_type=train_type, run_name=f"{slug}_seed{seed}",
+                                  **extra)
+        out = os.path.join(cfg.logdir, cfg.run_name)
+        summary = _finished(out)
+        if summary is None:
+            log(f"--- {name} seed {seed}: {label}")
+            summary = elastictrainer.run(cfg, log=lambda m: None)
+        offset = profile_s if train_type == "elastic_training" else 0.0
+        curves[label] = tta.curve(summary, offset_s=offset)
+    return curves
+
+
+def _profile_seconds(cfg, args, log):
+    """How long profiling this configuration's model takes, measured once (kept beside the
+    runs, so that a later invocation reads it)."""
+    from elastictrainer.models.build import build_sized
+    from elastictrainer.profiler import table as tables
+    from elastictrainer.profiler.run import load_or_profile
+
+    record = os.path.join(cfg.logdir, "profile_seconds.json")
+    if os.path.exists(record):
+        with open(record) as f:
+            return json.load(f)["seconds"]
+    model, size, classes = build_sized(cfg.model_name, cfg.input_size, 10, cfg.weights,
+                                       log=lambda m: None, progress=False)
+    path = tables.default_table_path(cfg.model_name, size, cfg.batch_size, classes,
+                                     cfg.optimizer)
+    if os.path.exists(path):
+        os.replace(path, path + ".before_bench")  # profiled again, and timed
+    t0 = time.perf_counter()
+    load_or_profile(path, model, cfg.model_name, size, cfg.batch_size, classes, seed=cfg.seed,
+                    progress=False, log=lambda m: None, optimizer=cfg.optimizer, in_child=True)
+    seconds = time.perf_counter() - t0
+    os.makedirs(cfg.logdir, exist_ok=True)
+    with open(record, "w") as f:
+        json.dump({"seconds": seconds, "table": path}, f)
+    log(f"profiling {cfg.model_name}: {seconds:.1f} s")
+    return seconds
+
+
+# The Keras 3 configuration: a small CNN (three stages and a head) pretrained on the
+# synthetic source task, fine-tuned on the target's classes
+FIT_SIZE, FIT_BATCH, FIT_TRAIN, FIT_TEST, FIT_PRETRAIN_EPOCHS = 64, 32, 4800, 1024, 4
+
+
+def _fit_data(size, batch, n, seed, split, source=False):
+    import tensorflow as tf
+
+    from elastictrainer.data import synthetic
+
+    make = synthetic.synthetic_source_examples if source else synthetic.synthetic_examples
+    ds = make(size, n, seed=seed, split=split).cache()
+    if split == 0:
+        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+def _fit_model(keras, classes):
+    inputs = keras.Input((FIT_SIZE, FIT_SIZE, 3))
+    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    for stage, filters in enumerate((32, 48, 64)):
+        for k in range(2):
+            x = keras.layers.Conv2D(filters, 3, strides=2 if k == 0 else 1, padding="same",
+                                    use_bias=False, name=f"stage{stage}_conv{k}")(x)
+            x = keras.layers.BatchNormalization(name=f"stage{stage}_bn{k}")(x)
+            x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, name="head")(x), name="tta_cnn")
+
+
+class _EpochClock:
+    """A Keras callback giving each epoch's end (training time, excluding validation, as the
+    command line counts it) and validation accuracy: the run's curve."""
+
+    def __new__(cls, keras):
+        class Clock(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                self.points, self.spent, self.start = [], 0.0, None
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.start = time.perf_counter()
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.last = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.spent += self.last - self.start
+                self.points.append((self.spent, 100.0 * float(logs["val_accuracy"])))
+        return Clock()
+
+
+def fit_runs(args, log):
+    """{scheme: curve} of the Keras 3 model.fit configuration, in one process after a warm-up
+    fit: plain fit on all weights, the last stage and head trained by hand, ElasticCallback."""
+    import keras
+
+    from elastictrainer.data import synthetic
+    from elastictrainer.fit.callback import ElasticCallback
+
+    seed = args.seeds[0]
+    workdir = os.path.join(args.logdir, FIT_CONFIG)
+    os.makedirs(workdir, exist_ok=True)
+    classes = synthetic.NUM_CLASSES["synthetic"]
+    keras.utils.set_random_seed(seed)
+    pretrained = os.path.join(workdir, "pretrained.weights.h5")
+    source = _fit_model(keras, synthetic.SOURCE_NUM_CLASSES)
+    if not os.path.exists(pretrained):
+        log("--- keras3_fit: pretraining on the synthetic source task")
+        source.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), metrics=["accuracy"])
+        source.fit(_fit_data(FIT_SIZE, FIT_BATCH, 7200, seed, 0, source=True),
+                   epochs=FIT_PRETRAIN_EPOCHS, verbose=0)
+        source.save_weights(pretrained)
+    source.load_weights(pretrained)
+    train = _fit_data(FIT_SIZE, FIT_BATCH, FIT_TRAIN, seed, 0)
+    test = _fit_data(FIT_SIZE, FIT_BATCH, FIT_TEST, seed, 1)
+
+    def fresh(frozen_below=None):
+        keras.utils.set_random_seed(seed)
+        model = _fit_model(keras, classes)
+        for layer, src in zip(model.layers[:-1], source.layers[:-1]):
+            layer.set_weights(src.get_weights())
+        if frozen_below is not None:  # by hand: every layer before the last stage frozen
+            for layer in model.layers:
+                if layer.name < frozen_below and layer.name.startswith("stage"):
+                    layer.trainable = False
+        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), metrics=["accuracy"])
+        return model
+
+    fresh().fit(train.take(20), epochs=1, verbose=0)  # warm-up: TensorFlow's first traces
+    variants = [("plain_fit", None, None), ("hand_frozen", "stage2", None)]
+    variants += [(f"ElasticCallback rho {rho:g}", None, rho) for rho in args.rhos]
+    curves = {}
+    for name, frozen_below, rho in variants:
+        log(f"--- keras3_fit: {name}")
+        model = fresh(frozen_below)
+        clock = _EpochClock(keras)
+        callbacks = [clock]
+        if rho is not None:
+            callbacks.append(ElasticCallback(
+                rho=rho, logdir=os.path.join(workdir, f"rho{rho:g}_seed{seed}"),
+                profiles=os.path.join(workdir, "profiles_" + f"rho{rho:g}"), log=None))
+        model.fit(train, epochs=args.epochs, validation_data=test, verbose=0,
+                  callbacks=callbacks)
+        curves[name] = clock.points
+    return curves
+
+
+def markdown(results, args, machine):
+    lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
+             f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
+             f"--seeds {','.join(map(str, args.seeds))} --rhos "
+             f"{','.join(f'{r:g}' for r in args.rhos)} --epochs {args.epochs}` (economy and "
+             f"every other setting at its default).", ""]
+    for name, summary in results["configs"].items():
+        lines += [f"**{name}** ({summary['runs']} seed(s)):", "",
+                  tta.table(summary["schemes"], LABELS), ""]
+    return "\n".join(lines)
+
+
+def plot(curves_by_config, out):
+    from elastictrainer.plotting import time_to_accuracy as ptta
+
+    paths = []
+    for name, curves in curves_by_config.items():
+        paths.append(ptta.draw(curves, f"{out}_{name}.png", title=name))
+    return paths
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    log = print
+    machine = machine_info()
+    results = {"date": datetime.date.today().isoformat(), "machine": machine,
+               "args": {k: list(v) if isinstance(v, tuple) else v
+                        for k, v in vars(args).items()}, "configs": {}}
+    first_seed_curves = {}
+    for name in args.configs:
+        if name == FIT_CONFIG:
+            per_seed = [fit_runs(args, log)]
+        elif name in CONFIGS:
+            seeds = args.seeds if name == "command1" else args.seeds[:1]
+            per_seed = [cli_runs(name, seed, args, log) for seed in seeds]
+        else:
+            raise SystemExit(f"error: unknown configuration {name!r}; valid: "
+                             f"{', '.join(list(CONFIGS) + [FIT_CONFIG])}")
+        reference = next(iter(per_seed[0]))  # each configuration lists its reference first
+        curves = {scheme: [run[scheme] for run in per_seed] for scheme in per_seed[0]}
+        summary = tta.summarize(curves, reference=reference)
+        results["configs"][name] = {"runs": len(per_seed), "schemes": summary,
+                                    "curves": curves}
+        first_seed_curves[name] = {scheme: runs[0] for scheme, runs in curves.items()}
+    text = markdown(results, args, machine)
+    perfdoc.write_benchmark(args.out, results, text)
+    plot(first_seed_curves, args.out)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    from elastictrainer.errors import run_cli
+
+    run_cli(main)

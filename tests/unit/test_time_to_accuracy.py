@@ -1,0 +1,34 @@
+"""Time to accuracy (experiments/time_to_accuracy.py) on scripted curves."""
+from elastictrainer.experiments import time_to_accuracy as tta
+
+
+def _summary(points):
+    return {"epochs": [{"train_time_s": t, "test_accuracy": a} for t, a in points]}
+
+
+def test_curve_time_to_and_levels():
+    c = tta.curve(_summary([(10, 50.0), (20, 79.0), (30, 81.0)]), offset_s=5)
+    assert c == [(15, 50.0), (25, 79.0), (35, 81.0)]
+    assert tta.time_to(c, 79.0) == 25 and tta.time_to(c, 90.0) is tta.NEVER
+
+
+def test_speedups_over_full_training_and_never():
+    full = [[(10, 60.0), (20, 78.0), (30, 80.0)], [(10, 70.0), (20, 80.0), (30, 79.0)]]
+    fast = [[(4, 70.0), (8, 79.5), (12, 79.9)], [(4, 79.3), (8, 79.0), (12, 79.0)]]
+    slow = [[(5, 40.0), (10, 50.0), (15, 60.0)], [(5, 40.0), (10, 50.0), (15, 60.0)]]
+    out = tta.summarize({"full_training": full, "fast": fast, "slow": slow})
+    # seed levels from each seed's full run (best 80 both): 95% = 76, 99% = 79.2, 1 pt = 79
+    assert out["full_training"]["p95"]["per_seed_s"] == [20, 20]
+    assert out["fast"]["p95"]["per_seed_s"] == [8, 4]
+    assert out["fast"]["p95"]["speedup"] == 20 / 6  # medians 20 and 6
+    assert out["fast"]["p99"]["per_seed_s"] == [8, 4]
+    assert out["fast"]["pt1"]["per_seed_s"] == [8, 4]
+    assert out["slow"]["p95"]["time_s"] is tta.NEVER and out["slow"]["p95"]["speedup"] is None
+    assert out["fast"]["best_accuracy"] == (79.9 + 79.3) / 2
+    text = tta.table(out, {"fast": "Fast"})
+    assert "| Fast | 2 |" in text and "never" in text.splitlines()[-1]
+
+
+def test_a_seed_that_never_gets_there_counts_as_latest():
+    assert tta._median([5.0, tta.NEVER, 7.0]) == 7.0
+    assert tta._median([5.0, tta.NEVER, tta.NEVER]) is tta.NEVER
