@@ -33,6 +33,7 @@ import os
 import time
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
+from elastictrainer.errors import UserError
 from elastictrainer.experiments import perfdoc, time_to_accuracy as tta
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import register_fixed_from
@@ -97,7 +98,8 @@ def cli_runs(name, seed, args, log):
     runs = [("full_training", "full_training", {}),
             ("traditional_tl_training", "traditional_tl_training", {}),
             (f"last stage (tensors {first}-)", fixed, {}),
-            (f"last stage (tensors {first}-), cached", fixed, {"cache_frozen_prefix": True})]
+            (f"last stage (tensors {first}-), cached", fixed,
+             {"cache_frozen_prefix": True, "cache_fixed_views": True})]
     runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
              for rho in args.rhos]
     curves = {}
@@ -109,7 +111,12 @@ def cli_runs(name, seed, args, log):
         summary = _finished(out)
         if summary is None:
             log(f"--- {name} seed {seed}: {label}")
-            summary = elastictrainer.run(cfg, log=lambda m: None)
+            try:
+                summary = elastictrainer.run(cfg, log=lambda m: None)
+            except UserError as e:  # a rho below the forward floor, say: the row says so
+                log(f"    refused: {e}")
+                curves[label] = tta.Refused(str(e))
+                continue
         offset = profile_s if train_type == "elastic_training" else 0.0
         curves[label] = tta.curve(summary, offset_s=offset)
     return curves

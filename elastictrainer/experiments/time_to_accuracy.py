@@ -15,6 +15,11 @@ from elastictrainer.plotting.time_to_accuracy import LEVELS, curve  # noqa: F401
 NEVER = None
 
 
+class Refused(str):
+    """A run that did not train (its settings were refused, e.g. a rho below the forward
+    floor): the reason, in place of its curve."""
+
+
 def time_to(points, level):
     """The first time `points` (a curve) reaches `level`, or NEVER."""
     for seconds, accuracy in points:
@@ -45,6 +50,10 @@ def summarize(curves, reference="full_training"):
     for scheme, runs in curves.items():
         if len(runs) != len(refs):
             raise ValueError(f"{scheme} has {len(runs)} runs, {reference} {len(refs)}")
+        refused = [r for r in runs if isinstance(r, Refused)]
+        if refused:
+            out[scheme] = {"runs": len(runs), "refused": str(refused[0])}
+            continue
         row = {"runs": len(runs),
                "best_accuracy": statistics.median(best(c) for c in runs),
                "wall_clock_s": statistics.median(c[-1][0] for c in runs),
@@ -73,6 +82,11 @@ def table(summary, labels=None):
     head.append("wall clock")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for scheme, row in summary.items():
+        if "refused" in row:
+            reason = row["refused"].split(";")[0].replace("|", "/")
+            lines.append(f"| {labels.get(scheme, scheme)} | {row['runs']} | refused: {reason} |"
+                         + " |" * (len(head) - 3))
+            continue
         cells = [labels.get(scheme, scheme), str(row["runs"]), f"{row['best_accuracy']:.1f}%",
                  f"{row['under_reference_best']:.1f}"]
         for key, _, _ in LEVELS:

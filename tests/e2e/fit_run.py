@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 from elastictrainer.flavors import tf_setup  # noqa: E402,F401
 import tensorflow as tf  # noqa: E402
 
-from elastictrainer.fit.callback import ElasticCallback  # noqa: E402
+from elastictrainer.keras import ElasticCallback  # noqa: E402
 
 
 def main(flavor, mode, out, table=None):

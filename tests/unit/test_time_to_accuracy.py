@@ -32,3 +32,12 @@ def test_speedups_over_full_training_and_never():
 def test_a_seed_that_never_gets_there_counts_as_latest():
     assert tta._median([5.0, tta.NEVER, 7.0]) == 7.0
     assert tta._median([5.0, tta.NEVER, tta.NEVER]) is tta.NEVER
+
+
+def test_a_refused_scheme_is_a_row_that_says_why():
+    full = [[(10, 60.0), (20, 80.0)]]
+    out = tta.summarize({"full_training": full, "low": [tta.Refused("--rho 0.3 is below the floor")]})
+    assert out["low"] == {"runs": 1, "refused": "--rho 0.3 is below the floor"}
+    row = tta.table(out).splitlines()[-1]
+    assert row.startswith("| low | 1 | refused: --rho 0.3 is below the floor |")
+    assert row.count("|") == tta.table(out).splitlines()[0].count("|")
