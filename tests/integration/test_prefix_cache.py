@@ -14,6 +14,8 @@ from elastictrainer import config, runlog
 from elastictrainer.runs import loop
 from elastictrainer.prefix import cache as prefix_cache
 from elastictrainer.errors import UserError
+from elastictrainer.method.roles import tensor_roles
+from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.prefix.graph import FlatGraph
 from elastictrainer.train.compiled import CompiledSteps
 
@@ -39,6 +41,19 @@ def nested_model(bn_training=False, augment=False, seed=0):
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(0.2, name="dropout", force_generator=True)(x)
     return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="nested")
+
+
+def plain_cnn(seed=0):
+    """Input -> conv0 -> ReLU -> conv1 -> ReLU -> pool -> dense: no BatchNorm, no dropout, so
+    its forward pass in training mode is a function of the weights alone; conv0 reads the input,
+    so no cut lies below it."""
+    keras.utils.set_random_seed(seed)
+    x = image = keras.Input((SIZE, SIZE, 3))
+    for i, width in enumerate((8, 12)):
+        x = keras.layers.Conv2D(width, 3, strides=2, padding="same", name=f"conv{i}")(x)
+        x = keras.layers.ReLU(name=f"relu{i}")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="plain")
 
 
 def data(seed=0):
@@ -128,6 +143,47 @@ def test_a_cached_run_trains_as_the_uncached_one_step_by_step(tmp_path, monkeypa
     assert pc["fill_steps"] == steps // 3 and pc["served_steps"] == 2 * steps // 3
     assert pc["served_share"] == pytest.approx(2 / 3) and pc["fill_s"] > 0
     assert summary["version"] == runlog.SUMMARY_VERSION and pc["off"] is None
+
+
+def test_a_step_that_trains_below_a_cut_leaves_no_stale_activations_behind(tmp_path):
+    """Selections the elastic runtime may pick one after the other: the head (cut at the pool),
+    every tensor (no cut), conv1 and the head (cut below conv1), the head again.  Each cached
+    step's logits must be the model's own at that moment: a store filled before conv0 or conv1
+    changed would serve what the prefix computed with the old weights."""
+    model = plain_cnn()
+    train, _ = data()
+    batches = list(train)
+    cache = prefix_cache.plan(model, model.trainable_weights,
+                              cfg(tmp_path, "stale", cache_frozen_prefix=True), EXAMPLES,
+                              str(tmp_path / "stale"), log=lambda m: None)
+    trainer = CompiledSteps(model, keras.optimizers.SGD(1e-3), SCHEMES["elastic_training"],
+                            tensor_roles(model), prefix_cache=cache)
+    names = [w.name.split("/")[0] for w in model.trainable_weights]
+    head = tuple(i for i, n in enumerate(names) if n == "head")
+    conv1 = tuple(i for i, n in enumerate(names) if n in ("conv1", "head"))
+    every = tuple(range(len(names)))
+    assert [cache.cuts[cache.cut_of(s)].name for s in (head, conv1)] == ["pool", "relu0"]
+    assert cache.cut_of(every) is None
+
+    def train_on(selection, x, y):
+        expected = model(x, training=True).numpy()  # what the step's forward pass must give
+        step = trainer.step_for(selection)
+        _, logits = step(x, y)
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+        return getattr(step, "filled", False)
+
+    assert all(train_on(head, x, y) for x, y in batches)  # the first pass fills the store
+    x, y = batches[0]
+    trainer.probe_step(x, y, want_terms=True)  # every gradient, no update: the store holds
+    assert not train_on(head, x, y)
+    served = cache.served_steps
+    assert not train_on(every, x, y)  # trains conv0 and conv1, below the pool
+    assert train_on(head, *batches[1])  # filled again, not served from the old store
+    assert cache.served_steps == served and len(cache.builds) == 2
+    for x, y in batches[2:]:
+        train_on(head, x, y)
+    assert all(train_on(conv1, x, y) for x, y in batches)  # conv1 trains: a store at relu0
+    assert train_on(head, *batches[0]) and len(cache.builds) == 4
 
 
 def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
