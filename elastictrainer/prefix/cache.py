@@ -24,6 +24,10 @@ drawn, runs only the part above the cut (the suffix), forward and backward.
   new one.  A write that fails (a full disk), or more distinct images than the training set
   holds (random preprocessing in the input pipeline), turns the cache off for the rest of the
   run; the steps run uncached and nothing else is lost.
+- A store holds what the prefix computed with the weights it had then: any step that trains a
+  tensor at or below a cut (a selection with no cut, or a lower cut) drops that cut's store
+  before it runs, so a later selection at that cut fills it again.  Probes and timed full
+  steps change no weight and keep it; a resumed run starts with no store.
 - Probes, timed full steps and evaluation run the whole model, as without the cache.
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
@@ -139,6 +143,7 @@ class Build:
     fill_steps: int = 0
     fill_s: float = 0.0
     served_steps: int = 0
+    stale: bool = False  # dropped because a step trained a tensor at or below its cut
 
 
 class PrefixCache:
@@ -154,6 +159,7 @@ class PrefixCache:
         self.where = ["memory" if c.bytes_per_example * capacity <= budget_bytes else "disk"
                       for c in cuts]
         self.store, self.builds, self.off = None, [], None
+        self.store_cut = None  # index in `cuts` of the store's cut
         self.on_off = None  # called once when the cache turns off (the runtime's time model)
         self.served_steps = self.fill_steps = self.uncached_steps = 0
         self.fill_s, self._models = 0.0, {}
@@ -191,8 +197,10 @@ class PrefixCache:
         """The train step of `selection` (tuple of indices): a CachedStep when it has a cut,
         else `plain()`, the uncached step."""
         cut = self.cut_of(selection)
-        if cut is None or self.off:
+        if self.off:
             return plain()
+        if cut is None:
+            return TrainsBelowEveryCut(self, plain())
         prefix, suffix = self._sub_models(cut)
         var_list = [variables[k] for k in selection]
         return CachedStep(
@@ -210,7 +218,7 @@ class PrefixCache:
         once the cache is off."""
         if self.off:
             return None
-        if self.store is not None and self.store.cut is self.cuts[cut]:
+        if self.store is not None and self.store_cut == cut:
             return self.store
         self._drop()
         c = self.cuts[cut]
@@ -222,9 +230,18 @@ class PrefixCache:
             self.turn_off(f"cannot make its {c.bytes_per_example * self.capacity / 2**20:.0f} "
                           f"MB file under {self.run_dir} ({e.strerror or e})")
             return None
+        self.store_cut = cut
         self.builds.append(Build(cut=c.name, shape=list(c.shape), bytes=self.store.nbytes,
                                  where="memory" if path is None else path))
         return self.store
+
+    def training(self, cut):
+        """A step is about to train tensors at or above cut index `cut` and none below it (None:
+        tensors below every cut): the store of a cut above `cut` would then hold what its prefix
+        computed with old weights, so it goes."""
+        if self.store is not None and (cut is None or self.store_cut > cut):
+            self.builds[-1].stale = True
+            self._drop()
 
     def keys(self, x):
         """One key per example: a hash of its pixels' bytes."""
@@ -245,7 +262,7 @@ class PrefixCache:
     def _drop(self):
         if self.store is not None:
             self.store.close()
-            self.store = None
+            self.store = self.store_cut = None
 
     def close(self):
         """The run ends: the store's memory and file go."""
@@ -297,6 +314,7 @@ class CachedStep:
     def __call__(self, x, y):
         cache = self.cache
         store = cache.use(self.cut)
+        cache.training(self.cut)
         self.filled = self.compiled = False
         if store is not None:
             keys = cache.keys(x)
@@ -338,6 +356,22 @@ class CachedStep:
         if store.complete:
             self.fns.pop("prefix", None)  # its graph's memory: needed again only for a new store
         return store.lookup(keys)
+
+
+class TrainsBelowEveryCut:
+    """The uncached train step of a selection with a tensor below every cut: call it as the
+    trainer's steps.  Its update changes every prefix, so each call drops the store first."""
+
+    def __init__(self, cache, step):
+        self.cache, self.step = cache, step
+
+    def tf_functions(self):
+        """The compiled function it holds (for the step cache's size estimate)."""
+        return [self.step]
+
+    def __call__(self, x, y):
+        self.cache.training(None)
+        return self.step(x, y)
 
 
 def _traced(fn):

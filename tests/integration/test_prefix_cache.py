@@ -184,6 +184,8 @@ def test_a_step_that_trains_below_a_cut_leaves_no_stale_activations_behind(tmp_p
         train_on(head, x, y)
     assert all(train_on(conv1, x, y) for x, y in batches)  # conv1 trains: a store at relu0
     assert train_on(head, *batches[0]) and len(cache.builds) == 4
+    # the first store went stale; the others gave way to another cut
+    assert [b.stale for b in cache.builds] == [True, False, False, False]
 
 
 def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
