@@ -6,12 +6,13 @@ below the cut (the prefix) computes the same output for the same image every epo
 module keeps that output for each training example and, from the second time an example is
 drawn, runs only the part above the cut (the suffix), forward and backward.
 
-- Cuts (prefix_graph.py): the tensors every path from the input to the output goes through
+- Cuts (graph.py): the tensors every path from the input to the output goes through
   (block outputs).  A selection's cut is the output-most one below all its tensors.  Only cuts
   whose prefix is deterministic per example qualify: no BatchNorm with batch statistics, no
-  dropout or noise before them; random augmentation at the input only with
-  --cache_fixed_views (each example then keeps the view it drew in the step that filled the
-  cache, until the cache is rebuilt), and otherwise refused with one line.
+  random op (read from the traced prefix: dropout, noise, a user's tf.random call) before
+  them; random augmentation at the input only with --cache_fixed_views (each example then
+  keeps the view it drew in the step that filled the cache, until the cache is rebuilt), and
+  otherwise refused with one line.
 - Examples are recognised by their pixels (a 64-bit hash of each image's bytes), so the loop's
   input pipeline, its order and its checkpoints stay as they are: a step whose images are all
   cached runs the suffix on their stored activations; any other step (the first pass over the
@@ -398,7 +399,7 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
              and c.forward_share <= 1 - MIN_PREFIX_SHARE]
     usable = [c for c in sound if cfg.cache_fixed_views or not c.augmentation]
     if sound and not usable:
-        layers = ", ".join(sound[-1].augmentation)
+        layers = _named(graph, sound[-1].augmentation)
         raise UserError(f"--cache_frozen_prefix: {model.name} augments its input at random "
                         f"({layers}) before every cut point, so a cached activation would "
                         f"replay one random view of each image; pass --cache_fixed_views true "
@@ -428,6 +429,16 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
     memory = sum(w == "memory" for w in cache.where)
     log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
         f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk)"
-        + (f"; random augmentation ({', '.join(fits[-1].augmentation)}) cached as fixed views"
-           if fits[-1].augmentation else ""))
+        + (f"; random augmentation ({_named(graph, fits[-1].augmentation)}) cached as fixed "
+           f"views" if fits[-1].augmentation else ""))
     return cache
+
+
+def _named(graph, layers):
+    """Layer names, each with (some of) the random op types the traced prefix found in it."""
+    def ops(name):
+        found = graph.random_ops[name]
+        return ", ".join(found[:2]) + (", ..." if len(found) > 2 else "")
+
+    return ", ".join(f"{name} ({ops(name)})" if name in graph.random_ops else name
+                     for name in layers)

@@ -56,6 +56,45 @@ def plain_cnn(seed=0):
     return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="plain")
 
 
+class UserFlip(keras.layers.Layer):
+    """A user's augmentation: tf.image.random_flip_left_right, no Keras random generator."""
+
+    def call(self, x):
+        return tf.image.random_flip_left_right(x)
+
+
+class MappedFlip(keras.layers.Layer):
+    """Each image flipped by a stateless random op inside tf.map_fn (a while loop's body)."""
+
+    def call(self, x):
+        return tf.map_fn(lambda im: tf.image.stateless_random_flip_left_right(im, (1, 2)), x)
+
+
+def noise(name="noise"):
+    """A Lambda adding uniform noise."""
+    return keras.layers.Lambda(lambda t: t + tf.random.uniform(tf.shape(t)), name=name)
+
+
+FRONTS = {"lambda noise": (lambda: noise(), "RandomUniform"),
+          "tf.image.random_flip_left_right": (lambda: UserFlip(name="noise"), "RandomUniform"),
+          "stateless flip in tf.map_fn": (lambda: MappedFlip(name="noise"),
+                                          "StatelessRandomUniformV2"),
+          "keras RandomFlip": (lambda: keras.layers.RandomFlip("horizontal", name="noise"),
+                               "RngReadAndSkip")}
+
+
+def fronted_cnn(front, seed=0):
+    """Input -> `front` (a layer of the user's) -> plain_cnn's layers."""
+    keras.utils.set_random_seed(seed)
+    image = keras.Input((SIZE, SIZE, 3))
+    x = front(image)
+    for i, width in enumerate((8, 12)):
+        x = keras.layers.Conv2D(width, 3, strides=2, padding="same", name=f"conv{i}")(x)
+        x = keras.layers.ReLU(name=f"relu{i}")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="fronted")
+
+
 def data(seed=0):
     """(train, test): EXAMPLES fixed images, reshuffled every epoch under the seed."""
     rng = np.random.default_rng(seed)
@@ -186,6 +225,49 @@ def test_a_step_that_trains_below_a_cut_leaves_no_stale_activations_behind(tmp_p
     assert train_on(head, *batches[0]) and len(cache.builds) == 4
     # the first store went stale; the others gave way to another cut
     assert [b.stale for b in cache.builds] == [True, False, False, False]
+
+
+@pytest.mark.parametrize("front", sorted(FRONTS))
+def test_random_ops_are_found_in_the_traced_prefix_whatever_layer_draws_them(front):
+    make, op = FRONTS[front]
+    graph = FlatGraph(fronted_cnn(make()))
+    assert op in graph.random_ops["noise"] and list(graph.random_ops) == ["noise"]
+    # before the first weights: augmentation below every cut
+    assert all(c.augmentation == ("noise",) and not c.random_prefix for c in graph.cuts)
+
+
+def test_random_ops_after_the_first_weights_hold_back_the_cuts_above_them_only():
+    image = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(8, 3, name="conv0")(image)
+    x = noise()(x)
+    inner = keras.Input(x.shape[1:])  # a backbone whose dropout runs in inference mode
+    x = keras.Model(inner, keras.layers.Dropout(0.5, name="drop")(inner))(x, training=False)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    graph = FlatGraph(keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x)))
+    assert list(graph.random_ops) == ["noise"]
+    assert {c.name: c.random_prefix for c in graph.cuts} == {
+        "conv0": (), "noise": ("noise",), "drop": ("noise",), "pool": ("noise",)}
+    assert all(not c.augmentation for c in graph.cuts)
+    assert FlatGraph(plain_cnn()).random_ops == {}
+
+
+@pytest.mark.parametrize("front", ["lambda noise", "tf.image.random_flip_left_right"])
+def test_a_users_random_layer_is_refused_or_cached_as_fixed_views(tmp_path, front):
+    make, op = FRONTS[front]
+    with pytest.raises(UserError, match=rf"at random \(noise \(.*{op}.*\)\).*"
+                                        rf"--cache_fixed_views true") as refused:
+        loop.run(cfg(tmp_path, "refused", cache_frozen_prefix=True), log=lambda m: None,
+                 model=fronted_cnn(make()), data=data())
+    assert "\n" not in str(refused.value)
+    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, cache_fixed_views=True),
+                       log=lambda m: None, model=fronted_cnn(make()), data=data())
+    assert summary["prefix_cache"]["policy"] == "fixed augmented views"
+    assert summary["prefix_cache"]["served_steps"] == 10
+    # without the random layer, the same model is cached as it was
+    summary = loop.run(cfg(tmp_path, "plain", cache_frozen_prefix=True), log=lambda m: None,
+                       model=plain_cnn(), data=data())
+    assert summary["prefix_cache"]["policy"] == "deterministic prefix"
+    assert summary["prefix_cache"]["served_steps"] == 10
 
 
 def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
