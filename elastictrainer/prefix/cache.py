@@ -12,7 +12,9 @@ drawn, runs only the part above the cut (the suffix), forward and backward.
   random op (read from the traced prefix: dropout, noise, a user's tf.random call) before
   them; random augmentation at the input only with --cache_fixed_views (each example then
   keeps the view it drew in the step that filled the cache, until the cache is rebuilt), and
-  otherwise refused with one line.
+  otherwise refused with one line.  No usable cut: one line says why (how many cuts each
+  reason holds back), and a refusal below the uncached forward floor repeats it
+  (no_cut_note).
 - Examples are recognised by their pixels (a 64-bit hash of each image's bytes), so the loop's
   input pipeline, its order and its checkpoints stay as they are: a step whose images are all
   cached runs the suffix on their stored activations; any other step (the first pass over the
@@ -37,6 +39,7 @@ import dataclasses
 import os
 import shutil
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -383,20 +386,18 @@ def _traced(fn):
 
 
 def plan(model, variables, cfg, capacity, run_dir, log=print):
-    """The PrefixCache of a run with --cache_frozen_prefix, or None (said in one line) when
-    the model has no usable cut; UserError when only random augmentation in the prefix stands
-    in the way and --cache_fixed_views is off."""
+    """The PrefixCache of a run with --cache_frozen_prefix, or None when the model has no
+    usable cut: said in one line with why, which no_cut_note(model) gives again (for a
+    refusal that follows from it); UserError when only random augmentation in the prefix
+    stands in the way and --cache_fixed_views is off."""
     graph = FlatGraph(model)
     if graph.why_not:
-        log(f"warning: --cache_frozen_prefix: {model.name} has no cut point: {graph.why_not}; "
-            f"training uncached")
-        return None
+        return _uncached(model, f"{model.name} has no cut point: {graph.why_not}", log)
     budget = cfg.cache_budget_mb * 2**20
     os.makedirs(run_dir, exist_ok=True)
     shutil.rmtree(os.path.join(run_dir, CACHE_DIR), ignore_errors=True)  # a killed run's
     disk = free_disk_bytes(run_dir)
-    sound = [c for c in graph.cuts if not c.batch_prefix and not c.random_prefix
-             and c.forward_share <= 1 - MIN_PREFIX_SHARE]
+    sound = [c for c in graph.cuts if _blocker(graph, c) is None]
     usable = [c for c in sound if cfg.cache_fixed_views or not c.augmentation]
     if sound and not usable:
         layers = _named(graph, sound[-1].augmentation)
@@ -408,11 +409,11 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
     fits = [c for c in usable if c.bytes_per_example * capacity <= max(budget, disk)]
     if not fits:
         smallest = min((c.bytes_per_example for c in usable), default=0) * capacity / 2**20
-        why = ("no cut point whose prefix is deterministic per example" if not usable else
+        why = (_why_no_cut(graph) if not usable else
                f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
                f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
-        log(f"warning: --cache_frozen_prefix: {why}; training uncached")
-        return None
+        return _uncached(model, why, log)
+    _NO_CACHE.pop(model, None)
     everything = graph.tensor_cuts(variables)
     index = {id(c): i for i, c in enumerate(graph.cuts)}
     # the output-most cut that fits, at or below each tensor's own
@@ -432,6 +433,50 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
         + (f"; random augmentation ({_named(graph, fits[-1].augmentation)}) cached as fixed "
            f"views" if fits[-1].augmentation else ""))
     return cache
+
+
+# Why plan() left a model uncached, for the refusal that may follow (no_cut_note).
+_NO_CACHE = weakref.WeakKeyDictionary()
+
+
+def no_cut_note(model):
+    """What a refusal below the uncached forward floor adds for `model`: why the last plan()
+    found no cut to cache at; "" when it found one or was not asked."""
+    why = _NO_CACHE.get(model)
+    return "" if why is None else f"; the prefix cache cannot lower it: {why}"
+
+
+def _uncached(model, why, log):
+    _NO_CACHE[model] = why
+    log(f"warning: --cache_frozen_prefix: {why}; training uncached")
+    return None
+
+
+def _blocker(graph, cut):
+    """What keeps `cut` from being cached whatever the flags, in a few words; None when
+    nothing does."""
+    if cut.forward_share > 1 - MIN_PREFIX_SHARE:
+        return f"less than {MIN_PREFIX_SHARE:.0%} of the forward pass below them"
+    if cut.batch_prefix:
+        return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; a "
+                f"frozen one, or one in a model called with training=False, would use its "
+                f"moving statistics)")
+    if cut.random_prefix:
+        return f"random ops below them ({_named(graph, cut.random_prefix[:1])})"
+    return None
+
+
+def _why_no_cut(graph):
+    """Why none of `graph`'s cuts is usable: each reason with the number of cuts it holds
+    back, from the input up."""
+    if not graph.cuts:
+        return "no cut point: no tensor lies on every path from its input to its output"
+    counts = {}
+    for c in graph.cuts:
+        why = _blocker(graph, c)
+        counts[why] = counts.get(why, 0) + 1
+    return "no usable cut point: " + "; ".join(
+        f"{n} of {len(graph.cuts)} have {why}" for why, n in counts.items())
 
 
 def _named(graph, layers):

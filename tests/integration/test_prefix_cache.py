@@ -270,6 +270,47 @@ def test_a_users_random_layer_is_refused_or_cached_as_fixed_views(tmp_path, fron
     assert summary["prefix_cache"]["served_steps"] == 10
 
 
+def bn_first_cnn(seed=0):
+    """fronted_cnn with a BatchNorm in the step's training mode at the input: every cut has
+    it below."""
+    return fronted_cnn(keras.layers.BatchNormalization(name="bn_in"), seed)
+
+
+def test_no_usable_cut_is_said_in_one_line_with_why_also_in_the_refusal_it_leads_to(
+        tmp_path, tmp_path_factory):
+    from elastictrainer.profiler import run as prun
+    from elastictrainer.profiler import table as ptable
+    from elastictrainer.method.time_model import TimeModel
+
+    lines = []
+    summary = loop.run(cfg(tmp_path, "bn", cache_frozen_prefix=True, num_epochs=1),
+                       log=lines.append, model=bn_first_cnn(), data=data())
+    assert summary["status"] == "finished" and summary["prefix_cache"] is None
+    why = ("no usable cut point: 6 of 6 have BatchNorm computing batch statistics below them "
+           "(bn_in; ")
+    said = [m for m in lines if why in m]
+    assert len(said) == 1 and said[0].endswith("; training uncached")
+
+    table = prun.profile_model(bn_first_cnn(), "bn_first", SIZE, BATCH, CLASSES,
+                               num_iterations=2, progress=False, optimizer="adam")
+    path = tmp_path_factory.mktemp("table") / "bn_first.json"
+    ptable.save_table(table, str(path))
+    floor = TimeModel(table).rho_floor
+    with pytest.raises(UserError, match=r"below this model's forward floor") as refused:
+        loop.run(cfg(tmp_path, "floor", train_type="elastic_training", rho=0.9 * floor,
+                     timing_table=str(path), cache_frozen_prefix=True),
+                 log=lambda m: None, model=bn_first_cnn(), data=data())
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"; the prefix cache cannot lower it: {why}" in message
+    # without the cache flag the refusal is what it was
+    with pytest.raises(UserError) as refused:
+        loop.run(cfg(tmp_path, "plain", train_type="elastic_training", rho=0.9 * floor,
+                     timing_table=str(path)), log=lambda m: None, model=bn_first_cnn(),
+                 data=data())
+    assert "prefix cache" not in str(refused.value)
+
+
 def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
         tmp_path, monkeypatch):
     def run(name, cached, log=lambda m: None):
