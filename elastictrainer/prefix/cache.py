@@ -199,7 +199,8 @@ class PrefixCache:
     # ------------------------------------------------------------------ steps
     def step(self, selection, variables, optimizer, loss_fn, penalty_fn, plain):
         """The train step of `selection` (tuple of indices): a CachedStep when it has a cut,
-        else `plain()`, the uncached step."""
+        else the uncached step `plain()` in a TrainsBelowEveryCut (plain() alone once the
+        cache is off)."""
         cut = self.cut_of(selection)
         if self.off:
             return plain()

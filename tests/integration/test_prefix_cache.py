@@ -1,5 +1,6 @@
-"""--cache_frozen_prefix (prefix_cache.py, prefix_graph.py): the cut points of a model, cached
-and uncached runs that agree step by step, and the ways a cache turns itself off."""
+"""--cache_frozen_prefix (prefix/cache.py, prefix/graph.py): the cut points of a model and the
+random ops in their prefixes, cached and uncached runs that agree step by step, stores that
+go stale, and the ways a cache turns itself off or is never on."""
 import errno
 import json
 import os
