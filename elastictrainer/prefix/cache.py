@@ -6,12 +6,15 @@ below the cut (the prefix) computes the same output for the same image every epo
 module keeps that output for each training example and, from the second time an example is
 drawn, runs only the part above the cut (the suffix), forward and backward.
 
-- Cuts (prefix_graph.py): the tensors every path from the input to the output goes through
+- Cuts (graph.py): the tensors every path from the input to the output goes through
   (block outputs).  A selection's cut is the output-most one below all its tensors.  Only cuts
   whose prefix is deterministic per example qualify: no BatchNorm with batch statistics, no
-  dropout or noise before them; random augmentation at the input only with
-  --cache_fixed_views (each example then keeps the view it drew in the step that filled the
-  cache, until the cache is rebuilt), and otherwise refused with one line.
+  random op (read from the traced prefix: dropout, noise, a user's tf.random call) before
+  them; random augmentation at the input only with --cache_fixed_views (each example then
+  keeps the view it drew in the step that filled the cache, until the cache is rebuilt), and
+  otherwise refused with one line.  No usable cut: one line says why (how many cuts each
+  reason holds back), and a refusal below the uncached forward floor repeats it
+  (no_cut_note).
 - Examples are recognised by their pixels (a 64-bit hash of each image's bytes), so the loop's
   input pipeline, its order and its checkpoints stay as they are: a step whose images are all
   cached runs the suffix on their stored activations; any other step (the first pass over the
@@ -24,6 +27,10 @@ drawn, runs only the part above the cut (the suffix), forward and backward.
   new one.  A write that fails (a full disk), or more distinct images than the training set
   holds (random preprocessing in the input pipeline), turns the cache off for the rest of the
   run; the steps run uncached and nothing else is lost.
+- A store holds what the prefix computed with the weights it had then: any step that trains a
+  tensor at or below a cut (a selection with no cut, or a lower cut) drops that cut's store
+  before it runs, so a later selection at that cut fills it again.  Probes and timed full
+  steps change no weight and keep it; a resumed run starts with no store.
 - Probes, timed full steps and evaluation run the whole model, as without the cache.
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
@@ -32,6 +39,7 @@ import dataclasses
 import os
 import shutil
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -139,6 +147,7 @@ class Build:
     fill_steps: int = 0
     fill_s: float = 0.0
     served_steps: int = 0
+    stale: bool = False  # dropped because a step trained a tensor at or below its cut
 
 
 class PrefixCache:
@@ -154,6 +163,7 @@ class PrefixCache:
         self.where = ["memory" if c.bytes_per_example * capacity <= budget_bytes else "disk"
                       for c in cuts]
         self.store, self.builds, self.off = None, [], None
+        self.store_cut = None  # index in `cuts` of the store's cut
         self.on_off = None  # called once when the cache turns off (the runtime's time model)
         self.served_steps = self.fill_steps = self.uncached_steps = 0
         self.fill_s, self._models = 0.0, {}
@@ -189,10 +199,13 @@ class PrefixCache:
     # ------------------------------------------------------------------ steps
     def step(self, selection, variables, optimizer, loss_fn, penalty_fn, plain):
         """The train step of `selection` (tuple of indices): a CachedStep when it has a cut,
-        else `plain()`, the uncached step."""
+        else the uncached step `plain()` in a TrainsBelowEveryCut (plain() alone once the
+        cache is off)."""
         cut = self.cut_of(selection)
-        if cut is None or self.off:
+        if self.off:
             return plain()
+        if cut is None:
+            return TrainsBelowEveryCut(self, plain())
         prefix, suffix = self._sub_models(cut)
         var_list = [variables[k] for k in selection]
         return CachedStep(
@@ -210,7 +223,7 @@ class PrefixCache:
         once the cache is off."""
         if self.off:
             return None
-        if self.store is not None and self.store.cut is self.cuts[cut]:
+        if self.store is not None and self.store_cut == cut:
             return self.store
         self._drop()
         c = self.cuts[cut]
@@ -222,9 +235,18 @@ class PrefixCache:
             self.turn_off(f"cannot make its {c.bytes_per_example * self.capacity / 2**20:.0f} "
                           f"MB file under {self.run_dir} ({e.strerror or e})")
             return None
+        self.store_cut = cut
         self.builds.append(Build(cut=c.name, shape=list(c.shape), bytes=self.store.nbytes,
                                  where="memory" if path is None else path))
         return self.store
+
+    def training(self, cut):
+        """A step is about to train tensors at or above cut index `cut` and none below it (None:
+        tensors below every cut): the store of a cut above `cut` would then hold what its prefix
+        computed with old weights, so it goes."""
+        if self.store is not None and (cut is None or self.store_cut > cut):
+            self.builds[-1].stale = True
+            self._drop()
 
     def keys(self, x):
         """One key per example: a hash of its pixels' bytes."""
@@ -245,7 +267,7 @@ class PrefixCache:
     def _drop(self):
         if self.store is not None:
             self.store.close()
-            self.store = None
+            self.store = self.store_cut = None
 
     def close(self):
         """The run ends: the store's memory and file go."""
@@ -297,6 +319,7 @@ class CachedStep:
     def __call__(self, x, y):
         cache = self.cache
         store = cache.use(self.cut)
+        cache.training(self.cut)
         self.filled = self.compiled = False
         if store is not None:
             keys = cache.keys(x)
@@ -340,6 +363,22 @@ class CachedStep:
         return store.lookup(keys)
 
 
+class TrainsBelowEveryCut:
+    """The uncached train step of a selection with a tensor below every cut: call it as the
+    trainer's steps.  Its update changes every prefix, so each call drops the store first."""
+
+    def __init__(self, cache, step):
+        self.cache, self.step = cache, step
+
+    def tf_functions(self):
+        """The compiled function it holds (for the step cache's size estimate)."""
+        return [self.step]
+
+    def __call__(self, x, y):
+        self.cache.training(None)
+        return self.step(x, y)
+
+
 def _traced(fn):
     try:
         return bool(compat.concrete_functions(fn))
@@ -348,23 +387,21 @@ def _traced(fn):
 
 
 def plan(model, variables, cfg, capacity, run_dir, log=print):
-    """The PrefixCache of a run with --cache_frozen_prefix, or None (said in one line) when
-    the model has no usable cut; UserError when only random augmentation in the prefix stands
-    in the way and --cache_fixed_views is off."""
+    """The PrefixCache of a run with --cache_frozen_prefix, or None when the model has no
+    usable cut: said in one line with why, which no_cut_note(model) gives again (for a
+    refusal that follows from it); UserError when only random augmentation in the prefix
+    stands in the way and --cache_fixed_views is off."""
     graph = FlatGraph(model)
     if graph.why_not:
-        log(f"warning: --cache_frozen_prefix: {model.name} has no cut point: {graph.why_not}; "
-            f"training uncached")
-        return None
+        return _uncached(model, f"{model.name} has no cut point: {graph.why_not}", log)
     budget = cfg.cache_budget_mb * 2**20
     os.makedirs(run_dir, exist_ok=True)
     shutil.rmtree(os.path.join(run_dir, CACHE_DIR), ignore_errors=True)  # a killed run's
     disk = free_disk_bytes(run_dir)
-    sound = [c for c in graph.cuts if not c.batch_prefix and not c.random_prefix
-             and c.forward_share <= 1 - MIN_PREFIX_SHARE]
+    sound = [c for c in graph.cuts if _blocker(graph, c) is None]
     usable = [c for c in sound if cfg.cache_fixed_views or not c.augmentation]
     if sound and not usable:
-        layers = ", ".join(sound[-1].augmentation)
+        layers = _named(graph, sound[-1].augmentation)
         raise UserError(f"--cache_frozen_prefix: {model.name} augments its input at random "
                         f"({layers}) before every cut point, so a cached activation would "
                         f"replay one random view of each image; pass --cache_fixed_views true "
@@ -373,11 +410,11 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
     fits = [c for c in usable if c.bytes_per_example * capacity <= max(budget, disk)]
     if not fits:
         smallest = min((c.bytes_per_example for c in usable), default=0) * capacity / 2**20
-        why = ("no cut point whose prefix is deterministic per example" if not usable else
+        why = (_why_no_cut(graph) if not usable else
                f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
                f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
-        log(f"warning: --cache_frozen_prefix: {why}; training uncached")
-        return None
+        return _uncached(model, why, log)
+    _NO_CACHE.pop(model, None)
     everything = graph.tensor_cuts(variables)
     index = {id(c): i for i, c in enumerate(graph.cuts)}
     # the output-most cut that fits, at or below each tensor's own
@@ -394,6 +431,60 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
     memory = sum(w == "memory" for w in cache.where)
     log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
         f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk)"
-        + (f"; random augmentation ({', '.join(fits[-1].augmentation)}) cached as fixed views"
-           if fits[-1].augmentation else ""))
+        + (f"; random augmentation ({_named(graph, fits[-1].augmentation)}) cached as fixed "
+           f"views" if fits[-1].augmentation else ""))
     return cache
+
+
+# Why plan() left a model uncached, for the refusal that may follow (no_cut_note).
+_NO_CACHE = weakref.WeakKeyDictionary()
+
+
+def no_cut_note(model):
+    """What a refusal below the uncached forward floor adds for `model`: why the last plan()
+    found no cut to cache at; "" when it found one or was not asked."""
+    why = _NO_CACHE.get(model)
+    return "" if why is None else f"; the prefix cache cannot lower it: {why}"
+
+
+def _uncached(model, why, log):
+    _NO_CACHE[model] = why
+    log(f"warning: --cache_frozen_prefix: {why}; training uncached")
+    return None
+
+
+def _blocker(graph, cut):
+    """What keeps `cut` from being cached whatever the flags, in a few words; None when
+    nothing does."""
+    if cut.forward_share > 1 - MIN_PREFIX_SHARE:
+        return f"less than {MIN_PREFIX_SHARE:.0%} of the forward pass below them"
+    if cut.batch_prefix:
+        return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; a "
+                f"frozen one, or one in a model called with training=False, would use its "
+                f"moving statistics)")
+    if cut.random_prefix:
+        return f"random ops below them ({_named(graph, cut.random_prefix[:1])})"
+    return None
+
+
+def _why_no_cut(graph):
+    """Why none of `graph`'s cuts is usable: each reason with the number of cuts it holds
+    back, from the input up."""
+    if not graph.cuts:
+        return "no cut point: no tensor lies on every path from its input to its output"
+    counts = {}
+    for c in graph.cuts:
+        why = _blocker(graph, c)
+        counts[why] = counts.get(why, 0) + 1
+    return "no usable cut point: " + "; ".join(
+        f"{n} of {len(graph.cuts)} have {why}" for why, n in counts.items())
+
+
+def _named(graph, layers):
+    """Layer names, each with (some of) the random op types the traced prefix found in it."""
+    def ops(name):
+        found = graph.random_ops[name]
+        return ", ".join(found[:2]) + (", ..." if len(found) > 2 else "")
+
+    return ", ".join(f"{name} ({ops(name)})" if name in graph.random_ops else name
+                     for name in layers)

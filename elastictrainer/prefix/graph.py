@@ -12,10 +12,19 @@ A cut is a tensor every path from the input to the output goes through: the call
 outputs, for a plain CNN every layer's output.  Cuts are totally ordered (each one dominates
 the output), so suffixes are nested; the time model and the cache index them from the input
 (0) up.
+
+What draws random numbers is read from the traced graph, not from the layers: the prefix of the
+output-most cut, traced as the cached step runs it (training=True, calls the nesting fixes in
+their own mode), is searched for random ops, stateful and stateless, function bodies (while,
+cond, called functions) included; each op is charged to the layer call whose name scope made
+it.  So a Lambda or custom layer that calls tf.random.* or tf.image.random_* counts as
+Keras's augmentation, dropout and noise layers do, and a random layer that runs in inference
+mode (in a backbone called with training=False) does not.
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import dataclasses
+import re
 from typing import Any, List, Optional
 
 import numpy as np
@@ -32,6 +41,12 @@ from elastictrainer.flavors import compat
 ELEMENT_COST = 8.0
 # Layers whose output depends on the batch they run in when they run in training mode.
 _BATCH_DEPENDENT = (keras.layers.BatchNormalization,)
+# Op types that draw random numbers (is_random_op), by the words TensorFlow's names for them
+# share: RandomUniform, StatelessRandomUniformV2, RandomShuffle, RngReadAndSkip,
+# StatefulUniformFullInt, StatelessTruncatedNormalV2, Multinomial, SampleDistortedBoundingBox,
+# StatelessShuffle, AnonymousSeedGenerator...; the words also name ops still to come.
+_RANDOM_OP = re.compile(r"Random|^Rng|^Stateful(?!PartitionedCall$)|TruncatedNormal|Multinomial"
+                        r"|SampleDistortedBoundingBox|Shuffle|SeedGenerator")
 
 
 @dataclasses.dataclass
@@ -55,8 +70,8 @@ class Cut:
     dtype: Any
     suffix: frozenset         # positions of the calls after it
     forward_share: float = 0.0  # the suffix's share of the forward pass (estimated)
-    augmentation: tuple = ()    # random layers in training mode before the first weights
-    random_prefix: tuple = ()   # other random layers in training mode before it (dropout)
+    augmentation: tuple = ()    # layers with random ops before it and the first weights
+    random_prefix: tuple = ()   # other layers with random ops before it (dropout, noise)
     batch_prefix: tuple = ()    # batch-dependent layers in training mode before it
 
     @property
@@ -66,12 +81,13 @@ class Cut:
 
 class FlatGraph:
     """The model's layer calls in topological order (`calls`), its input and output values,
-    and its cuts from the input up (`cuts`).  UserError-free: `why_not` says why a model has
-    no cut (not a tf-keras functional model, several inputs or outputs)."""
+    its cuts from the input up (`cuts`), and the random op types of each layer call in the
+    output-most cut's prefix (`random_ops`, by layer name).  UserError-free: `why_not` says
+    why a model has no cut (not a tf-keras functional model, several inputs or outputs)."""
 
     def __init__(self, model):
         self.model = model
-        self.calls, self.why_not = [], None
+        self.calls, self.why_not, self.cuts, self.random_ops = [], None, [], {}
         self._canon, self._kt = {}, {}
         if not (isinstance(model, keras.Model) and getattr(model, "outputs", None)):
             self.why_not = "it is not a tf-keras functional model"
@@ -118,15 +134,6 @@ class FlatGraph:
                 readers.setdefault(v, []).append(i)
         costs = [call_cost(c) for c in self.calls]
         total = sum(costs) or 1.0
-        weighted = [i for i, c in enumerate(self.calls) if c.layer.weights]
-        first_weighted = weighted[0] if weighted else len(self.calls)
-
-        def random_in(prefix, augmentation):
-            return tuple(self.calls[j].layer.name for j in prefix
-                         if self.calls[j].training is not False
-                         and is_random(self.calls[j].layer)
-                         and (j < first_weighted) == augmentation)
-
         cuts = []
         for i, c in enumerate(self.calls):
             if len(c.outputs) != 1 or c.outputs[0] == self.output:
@@ -148,11 +155,42 @@ class FlatGraph:
                 name=c.layer.name, value=v, position=i, shape=tuple(kt.shape[1:]),
                 dtype=kt.dtype, suffix=frozenset(suffix),
                 forward_share=sum(costs[j] for j in suffix) / total,
-                augmentation=random_in(prefix, True), random_prefix=random_in(prefix, False),
                 batch_prefix=tuple(self.calls[j].layer.name for j in prefix
                                    if self.calls[j].training is not False
                                    and is_batch_dependent(self.calls[j].layer))))
-        return cuts
+        if not cuts:
+            return cuts
+        random_calls = self._random_calls(cuts[-1])
+        weighted = [i for i, c in enumerate(self.calls) if c.layer.weights]
+        first_weighted = weighted[0] if weighted else len(self.calls)
+
+        def random_in(cut, augmentation):
+            return tuple(self.calls[j].layer.name for j in sorted(random_calls)
+                         if j not in cut.suffix and (j < first_weighted) == augmentation)
+
+        return [dataclasses.replace(c, augmentation=random_in(c, True),
+                                    random_prefix=random_in(c, False)) for c in cuts]
+
+    def _random_calls(self, cut):
+        """Positions of the calls in `cut`'s prefix that run random ops, as the cached step
+        runs that prefix (module doc); `random_ops` gets their op types.  An op no call's name
+        scope claims is charged to every call of the prefix."""
+        prefix = self.prefix_model(cut)
+        spec = tf.TensorSpec(prefix.inputs[0].shape, prefix.inputs[0].dtype)
+        traced = tf.function(lambda x: prefix(x, training=True)).get_concrete_function(spec)
+        at = {}
+        for j, c in enumerate(self.calls):
+            if j not in cut.suffix:
+                at.setdefault(c.layer.name, []).append(j)
+        found = {}
+        for scope, ops in random_ops_by_scope(traced.graph.as_graph_def()).items():
+            # a layer called again in one graph opens its scope as "<name>_1"
+            calls = at.get(scope) or at.get(re.sub(r"_\d+$", "", scope or ""))
+            for j in calls or [j for names in at.values() for j in names]:
+                found.setdefault(j, set()).update(ops)
+        self.random_ops = {self.calls[j].layer.name: tuple(sorted(ops))
+                           for j, ops in sorted(found.items())}
+        return set(found)
 
     def tensor_cuts(self, variables):
         """For each of `variables` (the model's trainable weights), the index in `cuts` of the
@@ -225,10 +263,44 @@ def _topological_nodes(model):
     return order
 
 
-def is_random(layer):
-    """Whether `layer` draws random numbers when it runs in training mode (augmentation,
-    dropout, noise)."""
-    return compat.is_random_layer(layer)
+def is_random_op(op_type):
+    """Whether ops of `op_type` draw random numbers (stateful or stateless)."""
+    return bool(_RANDOM_OP.search(op_type))
+
+
+def random_ops_by_scope(graph_def):
+    """The random op types a traced model call runs, by the scope below the model's own
+    that made them (a layer's name; None for ops outside any layer): each node of the graph
+    counts with the random ops of the functions it calls (its attributes' functions, or its
+    op type when that names one), nested as deep as they go."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    memo = {}
+
+    def in_function(name):
+        if name not in memo:
+            memo[name] = set()  # a function that calls itself adds nothing more
+            memo[name] = set().union(*(in_node(n) for n in library[name].node_def))
+        return memo[name]
+
+    def in_node(node):
+        found = {node.op} if is_random_op(node.op) else set()
+        called = [node.op] if node.op in library else []
+        for value in node.attr.values():
+            if value.HasField("func"):
+                called.append(value.func.name)
+            called += [f.name for f in value.list.func]
+        for name in called:
+            if name in library:
+                found |= in_function(name)
+        return found
+
+    out = {}
+    for node in graph_def.node:
+        ops = in_node(node)
+        if ops:
+            parts = node.name.split("/")
+            out.setdefault(parts[1] if len(parts) > 2 else None, set()).update(ops)
+    return out
 
 
 def is_batch_dependent(layer):

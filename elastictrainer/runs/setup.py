@@ -149,8 +149,10 @@ def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None):
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
             f"version); re-run profiler.py so that rho holds when backward ops overlap")
     if cfg.rho < tm.rho_floor:
+        from elastictrainer.prefix.cache import no_cut_note
         raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
-                        f"alone is {tm.rho_floor:.3f} of a full training step ({path})")
+                        f"alone is {tm.rho_floor:.3f} of a full training step ({path})"
+                        f"{no_cut_note(model)}")
     uncached = tm.without_cache().rho_floor
     if cache is not None and cfg.rho < uncached:
         log(f"prefix cache: rho {cfg.rho:g} is below the forward floor without the cache "

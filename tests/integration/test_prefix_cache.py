@@ -1,5 +1,6 @@
-"""--cache_frozen_prefix (prefix_cache.py, prefix_graph.py): the cut points of a model, cached
-and uncached runs that agree step by step, and the ways a cache turns itself off."""
+"""--cache_frozen_prefix (prefix/cache.py, prefix/graph.py): the cut points of a model and the
+random ops in their prefixes, cached and uncached runs that agree step by step, stores that
+go stale, and the ways a cache turns itself off or is never on."""
 import errno
 import json
 import os
@@ -14,6 +15,8 @@ from elastictrainer import config, runlog
 from elastictrainer.runs import loop
 from elastictrainer.prefix import cache as prefix_cache
 from elastictrainer.errors import UserError
+from elastictrainer.method.roles import tensor_roles
+from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.prefix.graph import FlatGraph
 from elastictrainer.train.compiled import CompiledSteps
 
@@ -39,6 +42,58 @@ def nested_model(bn_training=False, augment=False, seed=0):
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(0.2, name="dropout", force_generator=True)(x)
     return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="nested")
+
+
+def plain_cnn(seed=0):
+    """Input -> conv0 -> ReLU -> conv1 -> ReLU -> pool -> dense: no BatchNorm, no dropout, so
+    its forward pass in training mode is a function of the weights alone; conv0 reads the input,
+    so no cut lies below it."""
+    keras.utils.set_random_seed(seed)
+    x = image = keras.Input((SIZE, SIZE, 3))
+    for i, width in enumerate((8, 12)):
+        x = keras.layers.Conv2D(width, 3, strides=2, padding="same", name=f"conv{i}")(x)
+        x = keras.layers.ReLU(name=f"relu{i}")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="plain")
+
+
+class UserFlip(keras.layers.Layer):
+    """A user's augmentation: tf.image.random_flip_left_right, no Keras random generator."""
+
+    def call(self, x):
+        return tf.image.random_flip_left_right(x)
+
+
+class MappedFlip(keras.layers.Layer):
+    """Each image flipped by a stateless random op inside tf.map_fn (a while loop's body)."""
+
+    def call(self, x):
+        return tf.map_fn(lambda im: tf.image.stateless_random_flip_left_right(im, (1, 2)), x)
+
+
+def noise(name="noise"):
+    """A Lambda adding uniform noise."""
+    return keras.layers.Lambda(lambda t: t + tf.random.uniform(tf.shape(t)), name=name)
+
+
+FRONTS = {"lambda noise": (lambda: noise(), "RandomUniform"),
+          "tf.image.random_flip_left_right": (lambda: UserFlip(name="noise"), "RandomUniform"),
+          "stateless flip in tf.map_fn": (lambda: MappedFlip(name="noise"),
+                                          "StatelessRandomUniformV2"),
+          "keras RandomFlip": (lambda: keras.layers.RandomFlip("horizontal", name="noise"),
+                               "RngReadAndSkip")}
+
+
+def fronted_cnn(front, seed=0):
+    """Input -> `front` (a layer of the user's) -> plain_cnn's layers."""
+    keras.utils.set_random_seed(seed)
+    image = keras.Input((SIZE, SIZE, 3))
+    x = front(image)
+    for i, width in enumerate((8, 12)):
+        x = keras.layers.Conv2D(width, 3, strides=2, padding="same", name=f"conv{i}")(x)
+        x = keras.layers.ReLU(name=f"relu{i}")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x), name="fronted")
 
 
 def data(seed=0):
@@ -128,6 +183,133 @@ def test_a_cached_run_trains_as_the_uncached_one_step_by_step(tmp_path, monkeypa
     assert pc["fill_steps"] == steps // 3 and pc["served_steps"] == 2 * steps // 3
     assert pc["served_share"] == pytest.approx(2 / 3) and pc["fill_s"] > 0
     assert summary["version"] == runlog.SUMMARY_VERSION and pc["off"] is None
+
+
+def test_a_step_that_trains_below_a_cut_leaves_no_stale_activations_behind(tmp_path):
+    """Selections the elastic runtime may pick one after the other: the head (cut at the pool),
+    every tensor (no cut), conv1 and the head (cut below conv1), the head again.  Each cached
+    step's logits must be the model's own at that moment: a store filled before conv0 or conv1
+    changed would serve what the prefix computed with the old weights."""
+    model = plain_cnn()
+    train, _ = data()
+    batches = list(train)
+    cache = prefix_cache.plan(model, model.trainable_weights,
+                              cfg(tmp_path, "stale", cache_frozen_prefix=True), EXAMPLES,
+                              str(tmp_path / "stale"), log=lambda m: None)
+    trainer = CompiledSteps(model, keras.optimizers.SGD(1e-3), SCHEMES["elastic_training"],
+                            tensor_roles(model), prefix_cache=cache)
+    names = [w.name.split("/")[0] for w in model.trainable_weights]
+    head = tuple(i for i, n in enumerate(names) if n == "head")
+    conv1 = tuple(i for i, n in enumerate(names) if n in ("conv1", "head"))
+    every = tuple(range(len(names)))
+    assert [cache.cuts[cache.cut_of(s)].name for s in (head, conv1)] == ["pool", "relu0"]
+    assert cache.cut_of(every) is None
+
+    def train_on(selection, x, y):
+        expected = model(x, training=True).numpy()  # what the step's forward pass must give
+        step = trainer.step_for(selection)
+        _, logits = step(x, y)
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+        return getattr(step, "filled", False)
+
+    assert all(train_on(head, x, y) for x, y in batches)  # the first pass fills the store
+    x, y = batches[0]
+    trainer.probe_step(x, y, want_terms=True)  # every gradient, no update: the store holds
+    assert not train_on(head, x, y)
+    served = cache.served_steps
+    assert not train_on(every, x, y)  # trains conv0 and conv1, below the pool
+    assert train_on(head, *batches[1])  # filled again, not served from the old store
+    assert cache.served_steps == served and len(cache.builds) == 2
+    for x, y in batches[2:]:
+        train_on(head, x, y)
+    assert all(train_on(conv1, x, y) for x, y in batches)  # conv1 trains: a store at relu0
+    assert train_on(head, *batches[0]) and len(cache.builds) == 4
+    # the first store went stale; the others gave way to another cut
+    assert [b.stale for b in cache.builds] == [True, False, False, False]
+
+
+@pytest.mark.parametrize("front", sorted(FRONTS))
+def test_random_ops_are_found_in_the_traced_prefix_whatever_layer_draws_them(front):
+    make, op = FRONTS[front]
+    graph = FlatGraph(fronted_cnn(make()))
+    assert op in graph.random_ops["noise"] and list(graph.random_ops) == ["noise"]
+    # before the first weights: augmentation below every cut
+    assert all(c.augmentation == ("noise",) and not c.random_prefix for c in graph.cuts)
+
+
+def test_random_ops_after_the_first_weights_hold_back_the_cuts_above_them_only():
+    image = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(8, 3, name="conv0")(image)
+    x = noise()(x)
+    inner = keras.Input(x.shape[1:])  # a backbone whose dropout runs in inference mode
+    x = keras.Model(inner, keras.layers.Dropout(0.5, name="drop")(inner))(x, training=False)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    graph = FlatGraph(keras.Model(image, keras.layers.Dense(CLASSES, name="head")(x)))
+    assert list(graph.random_ops) == ["noise"]
+    assert {c.name: c.random_prefix for c in graph.cuts} == {
+        "conv0": (), "noise": ("noise",), "drop": ("noise",), "pool": ("noise",)}
+    assert all(not c.augmentation for c in graph.cuts)
+    assert FlatGraph(plain_cnn()).random_ops == {}
+
+
+@pytest.mark.parametrize("front", ["lambda noise", "tf.image.random_flip_left_right"])
+def test_a_users_random_layer_is_refused_or_cached_as_fixed_views(tmp_path, front):
+    make, op = FRONTS[front]
+    with pytest.raises(UserError, match=rf"at random \(noise \(.*{op}.*\)\).*"
+                                        rf"--cache_fixed_views true") as refused:
+        loop.run(cfg(tmp_path, "refused", cache_frozen_prefix=True), log=lambda m: None,
+                 model=fronted_cnn(make()), data=data())
+    assert "\n" not in str(refused.value)
+    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, cache_fixed_views=True),
+                       log=lambda m: None, model=fronted_cnn(make()), data=data())
+    assert summary["prefix_cache"]["policy"] == "fixed augmented views"
+    assert summary["prefix_cache"]["served_steps"] == 10
+    # without the random layer, the same model is cached as it was
+    summary = loop.run(cfg(tmp_path, "plain", cache_frozen_prefix=True), log=lambda m: None,
+                       model=plain_cnn(), data=data())
+    assert summary["prefix_cache"]["policy"] == "deterministic prefix"
+    assert summary["prefix_cache"]["served_steps"] == 10
+
+
+def bn_first_cnn(seed=0):
+    """fronted_cnn with a BatchNorm in the step's training mode at the input: every cut has
+    it below."""
+    return fronted_cnn(keras.layers.BatchNormalization(name="bn_in"), seed)
+
+
+def test_no_usable_cut_is_said_in_one_line_with_why_also_in_the_refusal_it_leads_to(
+        tmp_path, tmp_path_factory):
+    from elastictrainer.profiler import run as prun
+    from elastictrainer.profiler import table as ptable
+    from elastictrainer.method.time_model import TimeModel
+
+    lines = []
+    summary = loop.run(cfg(tmp_path, "bn", cache_frozen_prefix=True, num_epochs=1),
+                       log=lines.append, model=bn_first_cnn(), data=data())
+    assert summary["status"] == "finished" and summary["prefix_cache"] is None
+    why = ("no usable cut point: 6 of 6 have BatchNorm computing batch statistics below them "
+           "(bn_in; ")
+    said = [m for m in lines if why in m]
+    assert len(said) == 1 and said[0].endswith("; training uncached")
+
+    table = prun.profile_model(bn_first_cnn(), "bn_first", SIZE, BATCH, CLASSES,
+                               num_iterations=2, progress=False, optimizer="adam")
+    path = tmp_path_factory.mktemp("table") / "bn_first.json"
+    ptable.save_table(table, str(path))
+    floor = TimeModel(table).rho_floor
+    with pytest.raises(UserError, match=r"below this model's forward floor") as refused:
+        loop.run(cfg(tmp_path, "floor", train_type="elastic_training", rho=0.9 * floor,
+                     timing_table=str(path), cache_frozen_prefix=True),
+                 log=lambda m: None, model=bn_first_cnn(), data=data())
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"; the prefix cache cannot lower it: {why}" in message
+    # without the cache flag the refusal is what it was
+    with pytest.raises(UserError) as refused:
+        loop.run(cfg(tmp_path, "plain", train_type="elastic_training", rho=0.9 * floor,
+                     timing_table=str(path)), log=lambda m: None, model=bn_first_cnn(),
+                 data=data())
+    assert "prefix cache" not in str(refused.value)
 
 
 def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
