@@ -188,7 +188,7 @@ def resnet50(args, workdir):
     from elastictrainer import config
     from elastictrainer.train import steps as train_steps
     from elastictrainer.flavors import optimizers
-    from elastictrainer.prefix import cache as prefix_cache
+    from elastictrainer.prefix import cache as prefix_cache, plan as prefix_plan
     from elastictrainer.models.build import build_sized
     from elastictrainer.profiler.run import load_or_profile
     from elastictrainer.profiler.table import default_table_path
@@ -206,7 +206,7 @@ def resnet50(args, workdir):
                       SCHEMES["elastic_training"], tensor_roles(model))
     trainer.steps.maxsize = 16
     cfg = config.Config(cache_frozen_prefix=True, cache_fixed_views=True)
-    cache = prefix_cache.plan(model, trainer.variables, cfg, batches * batch, workdir)
+    cache = prefix_plan.plan(model, trainer.variables, cfg, batches * batch, workdir)
     trainer.prefix_cache = cache
     plain_tm, cached_tm = TimeModel(table), TimeModel(table, cache=cache.for_time_model())
     n = len(trainer.variables)

@@ -1,3 +1,4 @@
 """Caching the frozen prefix's activations (not in the paper): the model as a flat graph of
-layer calls and its cut points (graph.py), and the store of one cut's activations with the step
-that fills and reads it (cache.py)."""
+layer calls, its cut points and the random ops of its traced prefix (graph.py); which cuts
+qualify and fit, and why none does (plan.py); one cut's stored activations (store.py); the
+cache and the step that fills and reads it (cache.py)."""

@@ -4,7 +4,9 @@ ElasticTrainer saves backward work only: every step still runs the whole forward
 every tensor below a cut point is frozen for the current selection, the part of the model
 below the cut (the prefix) computes the same output for the same image every epoch.  This
 module keeps that output for each training example and, from the second time an example is
-drawn, runs only the part above the cut (the suffix), forward and backward.
+drawn, runs only the part above the cut (the suffix), forward and backward.  It owns the
+cache of a run (PrefixCache) and its steps (CachedStep, TrainsBelowEveryCut); which cuts qualify
+is plan.py's, the stored rows store.py's.
 
 - Cuts (graph.py): the tensors every path from the input to the output goes through
   (block outputs).  A selection's cut is the output-most one below all its tensors.  Only cuts
@@ -39,101 +41,14 @@ import dataclasses
 import os
 import shutil
 import time
-import weakref
 
 import numpy as np
 import tensorflow as tf
 
 from elastictrainer.flavors import compat
 from elastictrainer.train import steps as train_steps
-from elastictrainer.errors import UserError
-from elastictrainer.prefix.graph import FlatGraph
+from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull
 
-CACHE_DIR = "prefix_cache"  # under the run directory, for caches beyond the memory budget
-# What a disk cache leaves free on its file system: other writers (checkpoints, events, the OS)
-# must not meet a full disk because of it.
-DISK_RESERVE_BYTES = 1 << 30
-DISK_RESERVE_SHARE = 0.05
-# A cut point whose prefix holds less than this share of the forward pass (by prefix_graph's
-# estimate) saves less than reading its rows costs: input rescaling, the first layer.
-MIN_PREFIX_SHARE = 0.05
-
-
-def free_disk_bytes(path):
-    """Bytes a disk cache under `path` may take (free space less the reserve)."""
-    usage = shutil.disk_usage(path)
-    return usage.free - max(DISK_RESERVE_BYTES, DISK_RESERVE_SHARE * usage.total)
-
-
-class StoreFull(Exception):
-    """More distinct examples than the store has rows."""
-
-
-class Store:
-    """A cut's activations, one row per training example, keyed by the example's pixels;
-    a numpy array in memory, or a file (written with pwrite, read through a memory map)."""
-
-    def __init__(self, cut, capacity, path=None):
-        self.cut, self.capacity, self.path = cut, int(capacity), path
-        self.keys = {}
-        shape = (self.capacity,) + tuple(cut.shape)
-        self.dtype = np.dtype(tf.as_dtype(cut.dtype).as_numpy_dtype)
-        self.row_bytes = int(np.prod(cut.shape)) * self.dtype.itemsize
-        if path is None:
-            self.data = np.empty(shape, self.dtype)
-            self.fd = None
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            size = self.capacity * self.row_bytes
-            if hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(self.fd, 0, size)  # a full disk fails here, not later
-            else:
-                os.ftruncate(self.fd, size)
-            self.data = np.memmap(path, self.dtype, "r", shape=shape)
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def nbytes(self):
-        return self.capacity * self.row_bytes
-
-    @property
-    def complete(self):
-        return len(self.keys) >= self.capacity
-
-    def lookup(self, keys):
-        return np.array([self.keys.get(k, -1) for k in keys], np.int64)
-
-    def read(self, rows):
-        return self.data[rows]
-
-    def add(self, keys, rows, values):
-        """Store `values` of the examples whose `rows` are -1 (not stored yet)."""
-        for k, row, value in zip(keys, rows, values):
-            if row >= 0 or k in self.keys:
-                continue
-            if len(self.keys) >= self.capacity:
-                raise StoreFull
-            new = len(self.keys)
-            value = np.ascontiguousarray(value, self.dtype)
-            if self.fd is None:
-                self.data[new] = value
-            else:
-                os.pwrite(self.fd, value.tobytes(), new * self.row_bytes)
-            self.keys[k] = new
-
-    def close(self):
-        self.data = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-            try:
-                os.remove(self.path)
-            except OSError:
-                pass
 
 
 @dataclasses.dataclass
@@ -384,107 +299,3 @@ def _traced(fn):
         return bool(compat.concrete_functions(fn))
     except AttributeError:  # not a tf.function
         return True
-
-
-def plan(model, variables, cfg, capacity, run_dir, log=print):
-    """The PrefixCache of a run with --cache_frozen_prefix, or None when the model has no
-    usable cut: said in one line with why, which no_cut_note(model) gives again (for a
-    refusal that follows from it); UserError when only random augmentation in the prefix
-    stands in the way and --cache_fixed_views is off."""
-    graph = FlatGraph(model)
-    if graph.why_not:
-        return _uncached(model, f"{model.name} has no cut point: {graph.why_not}", log)
-    budget = cfg.cache_budget_mb * 2**20
-    os.makedirs(run_dir, exist_ok=True)
-    shutil.rmtree(os.path.join(run_dir, CACHE_DIR), ignore_errors=True)  # a killed run's
-    disk = free_disk_bytes(run_dir)
-    sound = [c for c in graph.cuts if _blocker(graph, c) is None]
-    usable = [c for c in sound if cfg.cache_fixed_views or not c.augmentation]
-    if sound and not usable:
-        layers = _named(graph, sound[-1].augmentation)
-        raise UserError(f"--cache_frozen_prefix: {model.name} augments its input at random "
-                        f"({layers}) before every cut point, so a cached activation would "
-                        f"replay one random view of each image; pass --cache_fixed_views true "
-                        f"to cache the view each image draws when the cache is filled, or "
-                        f"leave the cache off")
-    fits = [c for c in usable if c.bytes_per_example * capacity <= max(budget, disk)]
-    if not fits:
-        smallest = min((c.bytes_per_example for c in usable), default=0) * capacity / 2**20
-        why = (_why_no_cut(graph) if not usable else
-               f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
-               f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
-        return _uncached(model, why, log)
-    _NO_CACHE.pop(model, None)
-    everything = graph.tensor_cuts(variables)
-    index = {id(c): i for i, c in enumerate(graph.cuts)}
-    # the output-most cut that fits, at or below each tensor's own
-    tensor_cut = []
-    for k in everything:
-        best = -1
-        for j, c in enumerate(fits):
-            if index[id(c)] <= k:
-                best = j
-        tensor_cut.append(best)
-    cache = PrefixCache(graph, fits, tensor_cut, capacity, budget, run_dir,
-                        cfg.cache_fixed_views, log)
-    cache.time_lookups(cfg.batch_size, model.inputs[0].shape[1:])
-    memory = sum(w == "memory" for w in cache.where)
-    log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
-        f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk)"
-        + (f"; random augmentation ({_named(graph, fits[-1].augmentation)}) cached as fixed "
-           f"views" if fits[-1].augmentation else ""))
-    return cache
-
-
-# Why plan() left a model uncached, for the refusal that may follow (no_cut_note).
-_NO_CACHE = weakref.WeakKeyDictionary()
-
-
-def no_cut_note(model):
-    """What a refusal below the uncached forward floor adds for `model`: why the last plan()
-    found no cut to cache at; "" when it found one or was not asked."""
-    why = _NO_CACHE.get(model)
-    return "" if why is None else f"; the prefix cache cannot lower it: {why}"
-
-
-def _uncached(model, why, log):
-    _NO_CACHE[model] = why
-    log(f"warning: --cache_frozen_prefix: {why}; training uncached")
-    return None
-
-
-def _blocker(graph, cut):
-    """What keeps `cut` from being cached whatever the flags, in a few words; None when
-    nothing does."""
-    if cut.forward_share > 1 - MIN_PREFIX_SHARE:
-        return f"less than {MIN_PREFIX_SHARE:.0%} of the forward pass below them"
-    if cut.batch_prefix:
-        return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; a "
-                f"frozen one, or one in a model called with training=False, would use its "
-                f"moving statistics)")
-    if cut.random_prefix:
-        return f"random ops below them ({_named(graph, cut.random_prefix[:1])})"
-    return None
-
-
-def _why_no_cut(graph):
-    """Why none of `graph`'s cuts is usable: each reason with the number of cuts it holds
-    back, from the input up."""
-    if not graph.cuts:
-        return "no cut point: no tensor lies on every path from its input to its output"
-    counts = {}
-    for c in graph.cuts:
-        why = _blocker(graph, c)
-        counts[why] = counts.get(why, 0) + 1
-    return "no usable cut point: " + "; ".join(
-        f"{n} of {len(graph.cuts)} have {why}" for why, n in counts.items())
-
-
-def _named(graph, layers):
-    """Layer names, each with (some of) the random op types the traced prefix found in it."""
-    def ops(name):
-        found = graph.random_ops[name]
-        return ", ".join(found[:2]) + (", ..." if len(found) > 2 else "")
-
-    return ", ".join(f"{name} ({ops(name)})" if name in graph.random_ops else name
-                     for name in layers)

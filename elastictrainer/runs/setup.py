@@ -114,10 +114,10 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                                           flavor=flavors.for_model(model).NAME)
     cache = None
     if cfg.cache_frozen_prefix:
-        from elastictrainer.prefix import cache as prefix_cache
+        from elastictrainer.prefix.plan import plan as plan_cache
 
         examples = bundle.num_train or steps_per_epoch * cfg.batch_size
-        cache = prefix_cache.plan(model, list(model.trainable_weights), cfg, examples, out, log)
+        cache = plan_cache(model, list(model.trainable_weights), cfg, examples, out, log)
     compiled = CompiledSteps(model, optimizer, scheme, roles, dist=dist,
                              global_batch=cfg.batch_size, prefix_cache=cache)
     if scheme.elastic and dist.on and not compiled.in_step:
@@ -149,7 +149,7 @@ def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None):
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
             f"version); re-run profiler.py so that rho holds when backward ops overlap")
     if cfg.rho < tm.rho_floor:
-        from elastictrainer.prefix.cache import no_cut_note
+        from elastictrainer.prefix.plan import no_cut_note
         raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
                         f"alone is {tm.rho_floor:.3f} of a full training step ({path})"
                         f"{no_cut_note(model)}")

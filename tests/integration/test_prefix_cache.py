@@ -13,7 +13,7 @@ import tf_keras as keras
 
 from elastictrainer import config, runlog
 from elastictrainer.runs import loop
-from elastictrainer.prefix import cache as prefix_cache
+from elastictrainer.prefix import cache as prefix_cache, plan as prefix_plan, store as prefix_store
 from elastictrainer.errors import UserError
 from elastictrainer.method.roles import tensor_roles
 from elastictrainer.method.schemes import SCHEMES
@@ -193,7 +193,7 @@ def test_a_step_that_trains_below_a_cut_leaves_no_stale_activations_behind(tmp_p
     model = plain_cnn()
     train, _ = data()
     batches = list(train)
-    cache = prefix_cache.plan(model, model.trainable_weights,
+    cache = prefix_plan.plan(model, model.trainable_weights,
                               cfg(tmp_path, "stale", cache_frozen_prefix=True), EXAMPLES,
                               str(tmp_path / "stale"), log=lambda m: None)
     trainer = CompiledSteps(model, keras.optimizers.SGD(1e-3), SCHEMES["elastic_training"],
@@ -348,14 +348,14 @@ def test_beyond_the_memory_budget_the_cache_is_a_file_and_a_full_disk_turns_it_o
     summary = loop.run(cfg(tmp_path, "disk", cache_frozen_prefix=True, cache_budget_mb=0),
                        log=lines.append, model=nested_model(), data=data())
     build, = summary["prefix_cache"]["builds"]
-    assert build["where"].startswith(str(tmp_path / "disk" / prefix_cache.CACHE_DIR))
+    assert build["where"].startswith(str(tmp_path / "disk" / prefix_store.CACHE_DIR))
     assert summary["prefix_cache"]["served_steps"] == 10
-    assert not (tmp_path / "disk" / prefix_cache.CACHE_DIR).exists()  # removed at the end
+    assert not (tmp_path / "disk" / prefix_store.CACHE_DIR).exists()  # removed at the end
 
     def full(fd, data, offset):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(prefix_cache.os, "pwrite", full)
+    monkeypatch.setattr(prefix_store.os, "pwrite", full)
     lines.clear()
     summary = loop.run(cfg(tmp_path, "full", cache_frozen_prefix=True, cache_budget_mb=0),
                        log=lines.append, model=nested_model(), data=data())
