@@ -253,8 +253,13 @@ def fit_runs(args, log):
             callbacks.append(ElasticCallback(
                 rho=rho, logdir=os.path.join(workdir, f"rho{rho:g}_seed{seed}"),
                 profiles=os.path.join(workdir, "profiles_" + f"rho{rho:g}"), log=None))
-        model.fit(train, epochs=args.epochs, validation_data=test, verbose=0,
-                  callbacks=callbacks)
+        try:
+            model.fit(train, epochs=args.epochs, validation_data=test, verbose=0,
+                      callbacks=callbacks)
+        except UserError as e:  # a rho below the forward floor, say: the row says so
+            log(f"    refused: {e}")
+            curves[name] = tta.Refused(str(e))
+            continue
         curves[name] = clock.points
     return curves
 

@@ -368,7 +368,7 @@ def test_beyond_the_memory_budget_the_cache_is_a_file_and_a_full_disk_turns_it_o
 
 def test_no_room_anywhere_or_changing_images_leave_the_run_uncached(tmp_path, monkeypatch):
     lines = []
-    monkeypatch.setattr(prefix_cache, "free_disk_bytes", lambda path: 0)
+    monkeypatch.setattr(prefix_plan, "free_disk_bytes", lambda path: 0)
     summary = loop.run(cfg(tmp_path, "tiny", cache_frozen_prefix=True, cache_budget_mb=0.001),
                        log=lines.append, model=nested_model(), data=data())
     assert summary["status"] == "finished" and summary["prefix_cache"] is None
