@@ -156,9 +156,12 @@ def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
     assert summary["replicas_agree"] and other["replicas_agree"]
     assert summary["replica_checksums"] == other["replica_checksums"]
     _assert_same_training(_summary(tmp, "one_elastic"), summary)
-    expected, full = _expected_bytes(summary, json.load(open(tmp / "table.json")))
+    table = json.load(open(tmp / "table.json"))
+    expected, full = _expected_bytes(summary, table)
     assert summary["allreduce_bytes_per_step"] == pytest.approx(expected, rel=1e-12)
     assert summary["allreduce_bytes_per_step"] < full
+    # and every step the chief's decision: float64 [step, kind, one flag per tensor]
+    assert summary["decision_allreduce_bytes_per_step"] == 8 * (len(table["tensors"]) + 2)
 
 
 def test_a_lost_worker_fails_the_run_which_then_resumes(work):
