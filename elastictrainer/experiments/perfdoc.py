@@ -187,7 +187,8 @@ def readme_bench_distributed(figures=FIGURES):
     return "\n".join([
         _table(["devices", "run", "step", "step ratio", "all-reduced per step (of full's)"],
                rows), "",
-        f"{_ran('bench_distributed.py', d['machine'], d['date'])}: {_note('bench_distributed', figures)}"])
+        f"{_ran('bench_distributed.py', d['machine'], d['date'])}: "
+        f"{_note('bench_distributed', figures)}"])
 
 
 def _cell_name(settings):
