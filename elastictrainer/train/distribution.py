@@ -200,7 +200,7 @@ class Distribution:
             return [_checksum([v.numpy() for v in variables])], True
         import tensorflow as tf
 
-        from elastictrainer.train.steps import tf_variable
+        from elastictrainer.flavors.optimizers import tf_variable
 
         copies = [self.strategy.experimental_local_results(tf_variable(v)) for v in variables]
         local = [_checksum([c[r].numpy() for c in copies]) for r in range(len(copies[0]))]
