@@ -100,9 +100,9 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
             if stop.requested:
                 break
         result = elastic.on_train_end(st.train_time, st.global_step) if elastic else None
-    if decisions is not None:  # Decisions keeps its exchange, the tf.function, as _exchange
+    if decisions is not None:  # one exchange a step, read from its traced graph
         from elastictrainer.train.collectives import allreduce_bytes
-        rec.summary.decision_allreduce_bytes_per_step = allreduce_bytes(decisions._exchange)
+        rec.summary.decision_allreduce_bytes_per_step = allreduce_bytes(decisions)
     summary = rec.finish(st, stop.requested, result)
     if setup.prefix_cache is not None:
         setup.prefix_cache.close()

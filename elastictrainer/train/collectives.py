@@ -19,8 +19,16 @@ AllReduce = collections.namedtuple("AllReduce", "device op dtype shape nbytes")
 
 
 def _functions(step):
-    """The tf.functions behind a step: a step object's tf_functions(), or the tf.function."""
-    return step.tf_functions() if hasattr(step, "tf_functions") else [step]
+    """The tf.functions behind a step: a step object's tf_functions(), the tf.function itself,
+    or else the tf.functions among the object's attributes."""
+    import tensorflow as tf
+
+    if hasattr(step, "tf_functions"):
+        return step.tf_functions()
+    if isinstance(step, tf.types.experimental.GenericFunction):
+        return [step]
+    return [v for v in vars(step).values()
+            if isinstance(v, tf.types.experimental.GenericFunction)]
 
 
 def _called(op):
@@ -52,8 +60,8 @@ def _walk(graph, library, device):
 
 
 def allreduces(step):
-    """Every all-reduce of one call of `step` (a tf.function, or a step object with
-    tf_functions()), as AllReduce(device, op, dtype, shape, nbytes), one per replica that runs
+    """Every all-reduce of one call of `step` (a tf.function, a step object with
+    tf_functions(), or an object holding tf.functions: one call of each), as AllReduce(device, op, dtype, shape, nbytes), one per replica that runs
     it.  A step traced more than once (another input signature) gives its first trace's;
     None before the step's first call."""
     from elastictrainer.flavors import compat

@@ -64,3 +64,15 @@ def test_replicas_that_reduce_different_amounts_and_unknown_shapes_are_refused()
 
     with pytest.raises(ValueError, match="unknown shape"):
         collectives.allreduce_bytes(_traced(ragged, tf.TensorSpec([None])))
+
+
+def test_an_object_holding_tf_functions_is_read_through_them():
+    class Holder:
+        def __init__(self):
+            self.reduce = tf.function(lambda v: _reduce(v, 1))
+            self.plain = tf.function(lambda v: v + 1.0)
+
+    holder = Holder()
+    assert collectives.allreduce_bytes(holder) is None  # nothing traced yet
+    holder.reduce.get_concrete_function(tf.TensorSpec([6], tf.float64))
+    assert collectives.allreduce_bytes(holder) == 6 * 8
