@@ -84,6 +84,9 @@ class RunSummary:
     replicas: Optional[int] = None
     allreduce_bytes_per_step: Optional[float] = None
     full_allreduce_bytes_per_step: Optional[float] = None
+    # a multi-worker elastic run's other all-reduce, every step: the chief's decision (the
+    # step's kind and selection), read from its traced graph; gradients it is not, so apart
+    decision_allreduce_bytes_per_step: Optional[float] = None
     # what this process's steps ran, [global step, kind, tensors] where it changed, and its
     # replicas' weight checksums at the end (every replica and worker must agree)
     ran: List[list] = dataclasses.field(default_factory=list)

@@ -1,10 +1,14 @@
-"""docs/performance.md's tables: written by the benchmarks, never by hand.
+"""The performance tables of docs/performance.md and README.md: written by the benchmarks, never
+by hand.
 
-Each benchmark writes its table, headed by the machine and the date it ran on, to
-figures/<name>.md and then calls `update_for(that path)`, which copies the file between the
-`<!-- bench:<name> -->` and `<!-- /bench:<name> -->` markers of docs/performance.md.
-`python -m elastictrainer.experiments.perfdoc` copies every table again (after a merge, say); the tests
-check that each block equals its file.  No TensorFlow.
+Each benchmark writes its results, headed by the machine and the date it ran on, to
+figures/<name>.json and its table to figures/<name>.md, and then calls `update_for(that path)`,
+which copies the .md file between the `<!-- bench:<name> -->` and `<!-- /bench:<name> -->`
+markers of docs/performance.md, and rewrites README.md's block of the same name, a shorter
+excerpt rendered from the figures (README_BLOCKS: the numbers from the .json, with the machine,
+the date and the flags the benchmark ran with).  `python -m elastictrainer.experiments.perfdoc`
+copies and renders every block again (after a merge, say; `--readme`: README.md's alone); the
+tests check that each block equals what its figures give.  No TensorFlow.
 """
 import os
 import re
@@ -12,6 +16,7 @@ import sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone
 DOC = os.path.join(HERE, "docs", "performance.md")
+README = os.path.join(HERE, "README.md")
 FIGURES = os.path.join(HERE, "figures")
 _BLOCK = re.compile(r"<!-- bench:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /bench:(?P=name) -->",
                     re.S)
@@ -26,16 +31,13 @@ def table_file(name, figures=FIGURES):
     return os.path.join(figures, f"{name}.md")
 
 
-def update(name, doc=DOC, figures=FIGURES):
-    """Copy figures/<name>.md into the doc's block `name`; True when the doc changed.  A doc
-    without that block is left as it is (a benchmark run outside a clone, or into another
-    --out)."""
-    if not os.path.exists(doc) or not os.path.exists(table_file(name, figures)):
+def _replace_block(doc, name, body):
+    """Put `body` between the doc's markers of block `name`; True when the doc changed.  A doc
+    without that block is left as it is."""
+    if not os.path.exists(doc):
         return False
     with open(doc, encoding="utf-8") as f:
         text = f.read()
-    with open(table_file(name, figures), encoding="utf-8") as f:
-        body = f.read()
     body = body if body.endswith("\n") else body + "\n"
     begin, end = f"<!-- bench:{name} -->\n", f"<!-- /bench:{name} -->"
     i = text.find(begin)
@@ -47,17 +49,36 @@ def update(name, doc=DOC, figures=FIGURES):
     return True
 
 
+def update(name, doc=DOC, figures=FIGURES):
+    """Copy figures/<name>.md into the doc's block `name`; True when the doc changed.  A doc
+    without that block is left as it is (a benchmark run outside a clone, or into another
+    --out)."""
+    if not os.path.exists(table_file(name, figures)):
+        return False
+    with open(table_file(name, figures), encoding="utf-8") as f:
+        return _replace_block(doc, name, f.read())
+
+
+def update_readme(name, readme=README, figures=FIGURES):
+    """Render README.md's block `name` from figures/<name>.json (README_BLOCKS); True when the
+    README changed.  False for a name without a README block or without its figures."""
+    if name not in README_BLOCKS or not os.path.exists(os.path.join(figures, f"{name}.json")):
+        return False
+    return _replace_block(readme, name, readme_block(name, figures))
+
+
 def update_for(out_path):
-    """update() for a benchmark that wrote `out_path` (.md or .json): only when it wrote into
-    this clone's figures/, the tables the doc shows."""
+    """update() and update_readme() for a benchmark that wrote `out_path` (.md or .json; both
+    written first): only when it wrote into this clone's figures/, the tables the docs show."""
     stem = os.path.splitext(os.path.abspath(out_path))[0]
     if os.path.dirname(stem) == FIGURES:
         update(os.path.basename(stem))
+        update_readme(os.path.basename(stem))
 
 
 def write_benchmark(out, results, text):
     """A benchmark's results: `out`.json (the numbers) and `out`.md (`text`, its table), both
-    whole or absent, and its block of the doc when `out` is in this clone's figures/."""
+    whole or absent, and its blocks of the docs when `out` is in this clone's figures/."""
     import json
 
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -68,11 +89,250 @@ def write_benchmark(out, results, text):
     update_for(out + ".md")
 
 
-def main():
-    with open(DOC, encoding="utf-8") as f:
+# ----------------------------------------------------------------------------- README's blocks
+# README.md shows an excerpt of each benchmark's results, rendered from its figures/<name>.json
+# by the function README_BLOCKS names; the .md note is quoted where the .json does not record
+# the flags the runs took.
+
+_NAMES = {"smallcnn": "smallcnn", "mobilenetv2": "MobileNetV2", "resnet50": "ResNet50",
+          "cnn": "CNN"}
+
+
+def _load(name, figures):
+    import json
+
+    with open(os.path.join(figures, f"{name}.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _note(name, figures):
+    """The last paragraph of the benchmark's .md: its settings, in its own words."""
+    with open(table_file(name, figures), encoding="utf-8") as f:
+        return f.read().strip().split("\n\n")[-1]
+
+
+def _machine(m):
+    """'2 cores of an AMD EPYC, TensorFlow 2.21.0' from machine_info or machine_text."""
+    if isinstance(m, dict):
+        cpu, cores, tf = m["cpu"], m["cores"], m["tensorflow"]
+    else:
+        parts = m.split(", ")
+        cpu, cores, tf = parts[0], parts[1].split()[0], parts[-1].split()[-1]
+    article = "an" if cpu[:1].upper() in "AEIOU" else "a"
+    return f"{cores} cores of {article} {cpu}, TensorFlow {tf}"
+
+
+def _ran(script, machine, date):
+    return f"*`python scripts/{script}` on {_machine(machine)}, {date}*"
+
+
+def _row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(head, rows):
+    return "\n".join([_row(head), "|---" * len(head) + "|"] + [_row(r) for r in rows])
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+_TIME_RATIO = "elastic time / full's"  # scripts/bench_fixed_selection.py's keys
+
+
+def readme_command1(figures=FIGURES):
+    """README command 1's table: the seeds' benchmark (scripts/bench_fixed_selection.py) at seed
+    0, which is command 1's own, and its mean over the seeds."""
+    d = _load("bench_fixed_selection", figures)
+    seed = next(r for r in d["results"] if r["seed"] == 0)
+    last = seed["mean of the last epochs"]
+    rho = d["args"]["rho"]
+    rows = [["Full training", "", f"{seed['full training']:.1f}%",
+             f"{last['full training']:.1f}%", "1.00", ""],
+            ["ElasticTrainer", f"{rho:g}", f"{seed['ElasticTrainer']:.1f}%",
+             f"{last['ElasticTrainer']:.1f}%", f"{seed[_TIME_RATIO]:.2f}",
+             f"{seed['elastic measured_ratio']:.3f}"]]
+    runs = d["results"]
+    under = [r["full training"] - r["ElasticTrainer"] for r in runs]
+    times = [r[_TIME_RATIO] for r in runs]
+    seeds = [r["seed"] for r in runs]
+
+    def points(v):
+        return f"{abs(v):.1f} {'under' if v >= 0 else 'over'}"
+
+    return "\n".join([
+        _table(["scheme", "rho", "best test accuracy", f"mean of the last {d['last_epochs']} "
+                "epochs", "time / full training's", "measured step ratio"], rows), "",
+        f"{_ran('bench_fixed_selection.py', d['machine'], d['date'])}, seed 0: `{d['command']} "
+        f"--rho {rho:g} --seed 0`.  Seeds {min(seeds)}-{max(seeds)}: ElasticTrainer "
+        f"{_mean(under):.1f} points under full training's best ({points(min(under))} to "
+        f"{points(max(under))}) in {_mean(times):.2f} of its time."])
+
+
+def readme_bench_distributed(figures=FIGURES):
+    """Step time, step ratio and all-reduced bytes per topology: full training and the first
+    rho's elastic run."""
+    d = _load("bench_distributed", figures)
+    rows = []
+    for topology, runs in d["topologies"].items():
+        rhos = [r["rho"] for r in runs if r["rho"] is not None]
+        for r in runs:
+            if r["rho"] is None or r["rho"] == rhos[0]:
+                ratio = r["measured_ratio"]
+                rows.append([topology, r["run"], f"{r['step_ms']:.1f} ms",
+                             "" if ratio is None else f"{ratio:.3f}",
+                             f"{r['allreduce_kb']:.0f} KB ({r['allreduce_share']:.2f})"])
+    return "\n".join([
+        _table(["devices", "run", "step", "step ratio", "all-reduced per step (of full's)"],
+               rows), "",
+        f"{_ran('bench_distributed.py', d['machine'], d['date'])}: "
+        f"{_note('bench_distributed', figures)}"])
+
+
+def _cell_name(settings):
+    return (f"{_NAMES.get(settings['model_name'], settings['model_name'])}, "
+            f"{settings['input_size']} px, batch {settings['batch_size']}")
+
+
+def readme_bench_runtime(figures=FIGURES):
+    """Accuracy, time and step ratio per cell, and the profiler's side of each timing table."""
+    d = _load("bench_runtime", figures)
+    cells = list(d["cells"].values())
+    rows, profiles = [], {}
+    for c in cells:
+        r, s = c["results"], c["settings"]
+        ratio = r["measured_step_ratio"]
+        selected = r["selected_tensors"][-1] if r["selected_tensors"] else r["num_tensors"]
+        rows.append([_cell_name(s), str(r["steps"]), f"{r['full_step_ms']:.0f} ms",
+                     f"{r['wall_ratio_measured']:.2f} ({r['wall_ratio_estimated']:.2f})",
+                     "not timed" if ratio is None else f"{ratio:.3f}",
+                     f"{100 * r['overhead_share']:.1f}%", f"{selected} of {r['num_tensors']}",
+                     f"{r['best_accuracy_full']:.1f}% / {r['best_accuracy_elastic']:.1f}%"])
+        profiles.setdefault(c["profile"]["path"], (s, c["profile"]))
+    prof_rows = [[_cell_name(s), str(p["tensors"]), f"{100 * p['coverage']:.1f}%",
+                  f"{p['t_fp_ms'] / p['t_full_ms']:.2f}", f"{p['compile_ms'] / 1000:.1f} s",
+                  f"{p['profiling_wall_s']:.0f} s"] for s, p in profiles.values()]
+    first = cells[0]["settings"]
+    common = {k: v for k, v in first.items()
+              if all(c["settings"].get(k) == v for c in cells)}
+    flags = " ".join(f"--{k} {str(common[k]).lower() if isinstance(common[k], bool) else common[k]}"
+                     for k in ("optimizer", "learning_rate", "rho", "economy") if k in common)
+    dates = sorted({c["date"][:10] for c in cells})
+    return "\n".join([
+        _table(["model", "steps", "full step", "wall clock / full's (estimate)", "step ratio",
+                "overhead", "tensors", "best accuracy, full / elastic"], rows), "",
+        f"{_ran('bench_runtime.py', cells[0]['machine'], ' to '.join(dates))}: `{flags}`.  "
+        "The profiler's timing tables those cells used:", "",
+        _table(["model", "tensors", "op time attributed", "forward / full step",
+                "compiling a selection", "profiling"], prof_rows)])
+
+
+def readme_bench_prefix_cache(figures=FIGURES):
+    """The frozen prefix cached below the forward floor: command 1's runs over the seeds, and
+    ResNet50's last stage."""
+    d = _load("bench_prefix_cache", figures)
+    rows = d["results"]["command1"]
+    full = [r for r in rows if r["run"] == "full training"]
+    cached = [r for r in rows if r["run"] == "ElasticTrainer + cache" and r["rho"] == 0.3
+              and "error" not in r]
+    uncached = {rho: [r for r in rows if r["run"] == "ElasticTrainer" and r["rho"] == rho]
+                for rho in (0.3, 0.4)}
+    seeds = sorted({r["seed"] for r in full})
+    refused = all("error" in r for r in uncached[0.3])
+    last = next(r for r in d["results"]["resnet50"]["rows"] if r["selection"].startswith("last"))
+    fixed = {cache: _mean(r["best"] for r in rows if r["run"].startswith("tensors")
+                          and r["run"].endswith("+ cache") == cache) for cache in (False, True)}
+    table = _table(
+        [f"README command 1, seeds {seeds[0]}-{seeds[-1]}", "rho",
+         "best accuracy, full / elastic", "wall clock / full's", "cached step ratio"],
+        [["ElasticTrainer, frozen prefix cached", "0.3",
+          f"{_mean(r['best'] for r in full):.1f}% / {_mean(r['best'] for r in cached):.1f}%",
+          f"{_mean(r['time_ratio'] for r in cached):.2f}",
+          f"{_mean(r['step_ratio'] for r in cached):.2f}"]])
+    return "\n".join([
+        table, "",
+        f"{_ran('bench_prefix_cache.py', d['machine'], d['date'])}: `--rho 0.3 "
+        "--cache_frozen_prefix true --cache_fixed_views true` on command 1.  Uncached, rho 0.3 "
+        f"is {'below the forward floor' if refused else 'trained'} and rho 0.4 gets "
+        f"{_mean(r['best'] for r in uncached[0.4]):.1f}%; ResNet50's last stage steps at "
+        f"{last['cached_ratio']:.2f} of a full step cached, {last['uncached_ratio']:.2f} "
+        f"without.  Replaying one augmented view per image cost {fixed[False] - fixed[True]:.1f} "
+        "points with tensors 12-19 held fixed."])
+
+
+def readme_bench_keras(figures=FIGURES):
+    """One architecture in each Keras: coverage, full step and step ratio, command line and
+    model.fit."""
+    import statistics
+
+    d = _load("bench_keras", figures)
+    rows, steps = [], {}
+    for cell in d["cells"].values():
+        for flavor, label in (("tf_keras", "tf-keras"), ("keras3", "Keras 3")):
+            r = cell[flavor]
+            p = r["profile"]
+            ratios = [statistics.median(x["measured_ratio"] for x in r[key]
+                                        if x["measured_ratio"] is not None)
+                      for key in ("runs", "fit_runs")]
+            name = (f"{_NAMES.get(cell['architecture'], cell['architecture'])}, "
+                    f"{cell['input_size']} px, batch {cell['batch_size']}")
+            steps.setdefault(name, {})[label] = p["full_step_ms"]
+            rows.append([name, label, f"{100 * p['coverage']:.1f}%",
+                         f"{p['full_step_ms']:.1f} ms", f"{ratios[0]:.3f} / {ratios[1]:.3f}"])
+    shorter = [100 * (1 - s["tf-keras"] / s["Keras 3"]) for s in steps.values()]
+    return "\n".join([
+        _table(["architecture", "Keras", "op time attributed", "full step",
+                f"step ratio at rho {d['rho']:g}, command line / model.fit"], rows), "",
+        f"{_ran('bench_keras.py', d['machine'], d['date'])}: {_note('bench_keras', figures)}  "
+        f"tf-keras's steps are {min(shorter):.0f}-{max(shorter):.0f}% shorter (its fused "
+        "BatchNorm): the built-in models stay on it."])
+
+
+def readme_memory(figures=FIGURES):
+    """Peak memory of full training and an elastic run (the first setting benchmarked)."""
+    group = next(iter(_load("memory", figures).values()))
+    parts = []
+    for r in group["rows"]:
+        if r["run"] != "profiler.py alone":
+            runs = r.get("rss_runs_mb") or [r["rss_mb"]]
+            label = "full training" if r["run"] == "full" else f"ElasticTrainer at rho {r['rho']:g}"
+            parts.append(f"{label} {r['rss_mb']:.0f} MB ({min(runs):.0f}-{max(runs):.0f})")
+    model = group["rows"][0]["model"]
+    return (f"{_NAMES.get(model, model)}: {', '.join(parts)}, each the median of its runs' "
+            f"peaks (*`python scripts/bench_memory.py`: {group['settings']}*).")
+
+
+README_BLOCKS = {
+    "bench_fixed_selection": readme_command1,
+    "bench_distributed": readme_bench_distributed,
+    "bench_runtime": readme_bench_runtime,
+    "bench_prefix_cache": readme_bench_prefix_cache,
+    "bench_keras": readme_bench_keras,
+    "memory": readme_memory,
+}
+
+
+def readme_block(name, figures=FIGURES):
+    """README.md's block `name`, rendered from figures/<name>.json."""
+    return README_BLOCKS[name](figures) + "\n"
+
+
+def main(argv=None):
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--readme"]):
+        print("usage: python -m elastictrainer.experiments.perfdoc [--readme]", file=sys.stderr)
+        return 2
+    if not args:
+        with open(DOC, encoding="utf-8") as f:
+            names = list(blocks(f.read()))
+        for name in names:
+            print(f"docs/performance.md {name}: " + ("rewritten" if update(name) else "up to date"))
+    with open(README, encoding="utf-8") as f:
         names = list(blocks(f.read()))
     for name in names:
-        print(f"{name}: " + ("rewritten" if update(name) else "up to date"))
+        print(f"README.md {name}: " + ("rewritten" if update_readme(name) else "up to date"))
     return 0
 
 

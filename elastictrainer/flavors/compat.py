@@ -326,3 +326,18 @@ def tensorboard_without_tensorflow():
     if "tensorflow" not in sys.modules:
         stub = types.ModuleType("tensorboard.compat.notf")
         sys.modules.setdefault("tensorboard.compat.notf", stub)
+
+
+# -- traced graphs ----------------------------------------------------------------------------
+
+def library_function_graphs(graph):
+    """{name: FuncGraph} of the functions a traced graph holds in its library (what its If,
+    While and PartitionedCall ops call, nested calls included).  The public GraphDef gives their
+    FunctionDefs, which carry no tensor shapes; the traced FuncGraphs do (train/collectives.py
+    reads the shapes that enter all-reduce ops)."""
+    found = {}
+    for name, function in getattr(graph, "_functions", {}).items():
+        nested = getattr(function, "graph", None)
+        if nested is not None:
+            found[name] = nested
+    return found

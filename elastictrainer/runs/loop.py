@@ -47,7 +47,12 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
     cfg, steps, dist, per_epoch = setup.cfg, setup.compiled, setup.dist, setup.steps_per_epoch
     train_iter = iter(dist.global_batches(setup.bundle.train, cfg.batch_size).repeat())
     probe_iter = iter(setup.bundle.train.repeat())
-    elastic = _elastic_driver(setup, probe_iter, clock, log) if setup.scheme.elastic else None
+    decisions = None
+    if setup.scheme.elastic and dist.multi_worker and dist.is_chief:
+        from elastictrainer.elastic.follower import Decisions
+        decisions = Decisions(dist, len(steps.variables))  # each step's, to the other workers
+    elastic = (_elastic_driver(setup, probe_iter, clock, log, decisions)
+               if setup.scheme.elastic else None)
     session = _Session(setup, {"train_data": train_iter, "probe_data": probe_iter}, elastic,
                        clock, log)
     st = session.start()
@@ -101,6 +106,9 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
             if stop.requested:
                 break
         result = elastic.on_train_end(st.train_time, st.global_step) if elastic else None
+    if decisions is not None:  # one exchange a step, read from its traced graph
+        from elastictrainer.train.collectives import allreduce_bytes
+        session.rec.set(decision_allreduce_bytes_per_step=allreduce_bytes(decisions))
     summary = session.finish(st, stop.requested, result)
     if setup.prefix_cache is not None:
         setup.prefix_cache.close()
@@ -108,7 +116,7 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
     return summary
 
 
-def _elastic_driver(setup, probe_iter, clock, log):
+def _elastic_driver(setup, probe_iter, clock, log, decisions=None):
     from elastictrainer.elastic.driver import ElasticDriver
 
     cfg, dist = setup.cfg, setup.dist
@@ -122,9 +130,8 @@ def _elastic_driver(setup, probe_iter, clock, log):
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
         economy=cfg.economy, clock=clock, log=log)
     hooks = ElasticDriver(setup.compiled, setup.scheme, runtime, probe_iter, cfg.probe_batches)
-    if dist.multi_worker:  # every step's kind and selection, to the other workers
-        from elastictrainer.elastic.follower import Decisions
-        hooks.announce = Decisions(dist, len(setup.compiled.variables)).send
+    if decisions is not None:  # every step's kind and selection, to the other workers
+        hooks.announce = decisions.send
     return hooks
 
 

@@ -117,6 +117,22 @@ def graph_bytes(step):
     return sum(f.graph.as_graph_def().ByteSize() for f in fns)
 
 
+class CountedStep:
+    """A distributed step that reports each call to `count(step)` (CompiledSteps sums what its
+    steps all-reduce); its graph stays reachable through tf_functions()."""
+
+    def __init__(self, step, count):
+        self.step, self.count = step, count
+
+    def __call__(self, x, y):
+        outputs = self.step(x, y)
+        self.count(self.step)
+        return outputs
+
+    def tf_functions(self):
+        return self.step.tf_functions()
+
+
 class CompiledSteps:
     """Holds the model, the optimizer (built once for all trainable weights) and the compiled
     steps; `step_for(selection)` gives the train step of a selection (tuple of indices).
@@ -208,12 +224,12 @@ class CompiledSteps:
         step = distributed_steps.DistributedStep(self.dist, self.model, self.optimizer,
                                       [self.variables[k] for k in selection], self.global_batch,
                                       self._penalty)
+        return CountedStep(step, self._count)
 
-        def run(x, y):
-            outputs = step(x, y)
-            self._count(step)
-            return outputs
-        return run
+    @property
+    def probe(self):
+        """The probe step built so far (every gradient, no update), None before the first."""
+        return self._probe
 
     def _count(self, step):
         self.allreduce_bytes += step.allreduce_bytes or 0

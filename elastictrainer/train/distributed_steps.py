@@ -76,6 +76,10 @@ class DistributedStep:
     def __call__(self, x, y):
         return self.step(x, y)
 
+    def tf_functions(self):
+        """The tf.function this step runs (its graph: collectives.py)."""
+        return [self.step]
+
 
 class DistributedProbeStep(ProbeStep):
     """ProbeStep under a strategy: every gradient of the global batch, all-reduced, and the
@@ -92,3 +96,6 @@ class DistributedProbeStep(ProbeStep):
     @property
     def allreduce_bytes(self):
         return self.inner.allreduce_bytes
+
+    def tf_functions(self):
+        return self.inner.tf_functions()

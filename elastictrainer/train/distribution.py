@@ -6,10 +6,12 @@
 - multi_worker: tf.distribute.MultiWorkerMirroredStrategy; the cluster comes from TF_CONFIG or,
   without it, from SLURM's environment (TensorFlow's own resolvers).
 
-What ElasticTrainer adds here: a frozen tensor's gradient is never computed, so it is never
-all-reduced either.  A step runs the forward and backward pass of the selected tensors on every
-replica (`strategy.run`), all-reduces exactly those gradients (the bytes are recorded as the step
-is traced, `allreduce_bytes`), and applies the optimizer's update to every replica's copy of
+What ElasticTrainer adds here: a selection's step computes no frozen tensor's gradient, so it
+all-reduces none either; the probe and timed full steps compute and all-reduce every gradient.
+A step runs the forward and backward pass of the selected tensors on every replica
+(`strategy.run`), all-reduces exactly those gradients (the bytes are recorded as the step is
+traced, `allreduce_bytes`; collectives.py reads them from the graph to check), and applies the
+optimizer's update to every replica's copy of
 each variable in cross-replica context (`strategy.extended.update` with the Keras flavor's
 update_variable), as Keras does inside its merge_call, without the merge_call.  The loss is the
 global batch's mean: each replica's sum of per-example losses over the global batch size.

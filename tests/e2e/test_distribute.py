@@ -109,6 +109,29 @@ def test_mirrored_on_two_logical_cpus_trains_as_one_device(work, train_type):
         assert two["allreduce_bytes_per_step"] < full  # frozen tensors are not all-reduced
 
 
+def test_the_bytes_all_reduced_are_read_from_the_steps_graphs_and_match_their_count():
+    """On a mirrored strategy over two logical CPUs, every step of CompiledSteps all-reduces,
+    per replica and by its graph's collective ops, exactly its selection's gradient bytes, which
+    is what it counts; a step that all-reduced every gradient for a selection of two shows it."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "e2e", "collectives_run.py")],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    sizes, replicas = out["sizes"], out["replicas"]
+    assert replicas == 2
+    kinds = set()
+    for step in out["steps"]:
+        expected = sum(sizes[k] for k in step["selection"])
+        assert step["measured"] == expected == step["counted"], step
+        # one all-reduce per replica, each on its own device
+        assert len({op[0] for op in step["ops"]}) == replicas, step["ops"]
+        kinds.add(len(step["selection"]))
+    assert len(kinds) == 4  # every tensor, and subsets of 1, 2 and 3
+    unpruned = out["unpruned"]
+    assert unpruned["measured"] == sum(sizes) > sum(sizes[k] for k in unpruned["selection"])
+
+
 def _workers(tmp, name, fault=None):
     """Two workers of one run on localhost; (chief, worker 1) CompletedProcess-likes."""
     procs = []
@@ -133,9 +156,12 @@ def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
     assert summary["replicas_agree"] and other["replicas_agree"]
     assert summary["replica_checksums"] == other["replica_checksums"]
     _assert_same_training(_summary(tmp, "one_elastic"), summary)
-    expected, full = _expected_bytes(summary, json.load(open(tmp / "table.json")))
+    table = json.load(open(tmp / "table.json"))
+    expected, full = _expected_bytes(summary, table)
     assert summary["allreduce_bytes_per_step"] == pytest.approx(expected, rel=1e-12)
     assert summary["allreduce_bytes_per_step"] < full
+    # and every step the chief's decision: float64 [step, kind, one flag per tensor]
+    assert summary["decision_allreduce_bytes_per_step"] == 8 * (len(table["tensors"]) + 2)
 
 
 def test_a_lost_worker_fails_the_run_which_then_resumes(work):

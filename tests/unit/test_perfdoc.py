@@ -31,3 +31,66 @@ def test_update_rewrites_only_its_block(tmp_path):
                                "tail\n")
     assert perfdoc.update("a", doc=str(doc), figures=str(figures)) is False  # up to date
     assert perfdoc.update("b", doc=str(doc), figures=str(figures)) is False  # no figures/b.md
+
+
+def test_every_readme_table_is_a_block_rendered_from_its_benchmarks_figures():
+    with open(perfdoc.README, encoding="utf-8") as f:
+        text = f.read()
+    found = perfdoc.blocks(text)
+    assert set(found) == set(perfdoc.README_BLOCKS)
+    for name, body in found.items():
+        assert body == perfdoc.readme_block(name), (
+            f"README.md's {name} block differs from what figures/{name}.json gives: run "
+            "`python -m elastictrainer.experiments.perfdoc --readme`")
+        # the benchmark that wrote it, the machine, the date, and the flags it ran with
+        assert f"scripts/{name if name != 'memory' else 'bench_memory'}.py" in body, name
+        assert re.search(r"\d+ cores", body) and re.search(r"20\d\d-\d\d-\d\d", body), name
+        assert re.search(r"--[a-z_]+ \S+|economy off", body), name
+    # no results table outside the blocks: every table row of the README is inside one
+    outside = perfdoc._BLOCK.sub("", text)
+    rows = [line for line in outside.splitlines() if line.startswith("| ") and "---" not in line]
+    assert all(line.startswith("| command |") or line.startswith("| `elastictrainer")
+               for line in rows), rows
+
+
+def test_command_1s_table_is_the_seeds_benchmark_at_seed_0(tmp_path):
+    import json
+    import shutil
+
+    figures = tmp_path / "figures"
+    shutil.copytree(perfdoc.FIGURES, figures)
+    path = figures / "bench_fixed_selection.json"
+    data = json.loads(path.read_text())
+    seed0 = next(r for r in data["results"] if r["seed"] == 0)
+    time_ratio = "elastic time / full's"
+    body = perfdoc.readme_command1(str(figures))
+    assert (f"| ElasticTrainer | {data['args']['rho']:g} | {seed0['ElasticTrainer']:.1f}% | "
+            f"{seed0['mean of the last epochs']['ElasticTrainer']:.1f}% | "
+            f"{seed0[time_ratio]:.2f} | "
+            f"{seed0['elastic measured_ratio']:.3f} |") in body
+    assert f"| Full training |  | {seed0['full training']:.1f}% |" in body
+    assert f"{data['command']} --rho {data['args']['rho']:g} --seed 0" in body
+    # another seed's numbers in seed 0's place: the block follows the file, not a pasted run
+    other = next(r for r in data["results"] if r["seed"] != 0)
+    seed0.update({k: other[k] for k in ("ElasticTrainer", "elastic measured_ratio")})
+    path.write_text(json.dumps(data))
+    changed = perfdoc.readme_command1(str(figures))
+    assert f"| {other['ElasticTrainer']:.1f}% |" in changed and changed != body
+
+
+def test_update_readme_rewrites_only_its_block(tmp_path):
+    import shutil
+
+    figures = tmp_path / "figures"
+    shutil.copytree(perfdoc.FIGURES, figures)
+    readme = tmp_path / "README.md"
+    readme.write_text("# R\n<!-- bench:bench_keras -->\nold\n<!-- /bench:bench_keras -->\n"
+                      "<!-- bench:memory -->\nkept\n<!-- /bench:memory -->\n")
+    assert perfdoc.update_readme("bench_keras", readme=str(readme), figures=str(figures))
+    assert readme.read_text() == ("# R\n<!-- bench:bench_keras -->\n"
+                                  + perfdoc.readme_block("bench_keras", str(figures))
+                                  + "<!-- /bench:bench_keras -->\n"
+                                  "<!-- bench:memory -->\nkept\n<!-- /bench:memory -->\n")
+    assert not perfdoc.update_readme("bench_keras", readme=str(readme), figures=str(figures))
+    assert not perfdoc.update_readme("bench_dp", readme=str(readme), figures=str(figures))
+    assert perfdoc.main(["--readmee"]) == 2
