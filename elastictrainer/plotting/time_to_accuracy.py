@@ -24,11 +24,13 @@ def draw(curves, out, reference_best=None, title=""):
     """{label: curve} as one figure at `out` (.png and .pdf); the levels as dashed lines when
     `reference_best` (full training's best accuracy) is given, else from the first curve's."""
     plt = pyplot()
+    # a run that was refused has a reason (a string) in place of its curve: nothing to draw
+    curves = {k: v for k, v in curves.items() if not isinstance(v, str) and v}
     if not curves:
         raise UserError("nothing to draw: no curves")
     if reference_best is None:
         reference_best = max(a for _, a in next(iter(curves.values())))
-    longest = max((c[-1][0] for c in curves.values() if c), default=1.0)
+    longest = max(c[-1][0] for c in curves.values())
     scale, unit = time_unit(longest)
     fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
     for label, points in curves.items():
