@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from elastictrainer import flavors, runlog
 from elastictrainer.train import steps as train_steps
-from elastictrainer.flavors import optimizers
+from elastictrainer.flavors import compat, optimizers
 from elastictrainer.flavors import shared
 from elastictrainer.errors import UserError
 from elastictrainer.config import Config
@@ -49,11 +49,7 @@ MEASURED_RATIO_LOG = "elastic_measured_ratio"
 SELECTED_LOG = "elastic_selected"
 
 
-def _base():
-    return _keras3.callbacks.Callback
-
-
-class ElasticCallback(_base()):
+class ElasticCallback(_keras3.callbacks.Callback):
     """ElasticTrainer in model.fit (module docstring).  Works with Keras 3 and tf-keras models
     (it is a Keras 3 callback that also answers tf-keras' batch-hook questions).
 
@@ -84,7 +80,8 @@ class ElasticCallback(_base()):
         self.profiles = profiles
         self.log = log or (lambda msg: None)
         self.clock = clock
-        self._supports_tf_logs = False  # tf-keras: logs as numbers
+        # a tf-keras model's fit asks its callbacks which batch hooks they implement
+        compat.answer_tf_keras_batch_hooks(self, train=True)
 
     def set_model(self, model):
         """Keras hands every callback the model before fit starts any of them: the optimizer
@@ -95,16 +92,6 @@ class ElasticCallback(_base()):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and model.built and model.trainable_weights:
             optimizers.prepare_optimizer(optimizer, model.trainable_weights)
-
-    # tf-keras' CallbackList asks these of every callback
-    def _implements_train_batch_hooks(self):
-        return True
-
-    def _implements_test_batch_hooks(self):
-        return False
-
-    def _implements_predict_batch_hooks(self):
-        return False
 
     # ------------------------------------------------------------------ the run
     def on_train_begin(self, logs=None):
@@ -135,13 +122,7 @@ class ElasticCallback(_base()):
         self.hooks, self._restore_state = None, None
         self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
         self._last_batch_end = None
-        self._keras_train_function = model.train_function
-        model.train_function = self._train_function
-        # tf-keras' TensorBoard callback draws the graph of `train_tf_function` (Keras' own
-        # step, never traced now): a plain function there makes it skip the drawing
-        self._keras_train_tf_function = getattr(model, "train_tf_function", None)
-        if self._keras_train_tf_function is not None:
-            model.train_tf_function = self._train_function
+        self.keras_train_functions = compat.replace_train_function(model, self._train_function)
 
     def _train_function(self, iterator):
         data = next(iterator)
@@ -282,9 +263,7 @@ class ElasticCallback(_base()):
         logs[SELECTED_LOG] = len(rt.selection or ())
 
     def on_train_end(self, logs=None):
-        self.model.train_function = self._keras_train_function
-        if self._keras_train_tf_function is not None:
-            self.model.train_tf_function = self._keras_train_tf_function
+        compat.restore_train_function(self.model, self.keras_train_functions)
         if self.hooks is None:
             return
         with self.writer.as_default():
