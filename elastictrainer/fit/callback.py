@@ -35,7 +35,7 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import compat, optimizers
 from elastictrainer.flavors import shared
 from elastictrainer.errors import UserError
-from elastictrainer.config import Config
+from elastictrainer.config import FIT_LOGDIR, Config
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.fit.steps import FitSteps
@@ -55,15 +55,18 @@ class ElasticCallback(_keras3.callbacks.Callback):
 
     rho: the requested step-time ratio (elastic step / full step); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags;
+    probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags (these and
+    their defaults are Config's fields);
     timing_table: a table to use instead of profiling (else one is looked up or profiled under
     `profiles`); log: where the runtime's lines go (print; None for silence);
     clock: seconds, for step timing."""
 
-    def __init__(self, rho=0.5, interval=1.0, logdir="logs/elastic_fit",
-                 train_type="elastic_training", probe_batches=1, rho_feedback=True,
-                 economy=True, dp_resolution=10000, timing_table=None, profiles="profiles",
-                 log=print, clock=time.perf_counter):
+    # the command line's settings with its defaults (config.py)
+    def __init__(self, rho=Config.rho, interval=Config.interval, logdir=FIT_LOGDIR,
+                 train_type=Config.train_type, probe_batches=Config.probe_batches,
+                 rho_feedback=Config.rho_feedback, economy=Config.economy,
+                 dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
+                 profiles=tables.PROFILE_DIR, log=print, clock=time.perf_counter):
         super().__init__()
         if not SCHEMES.get_or_fail(train_type).elastic:
             raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
