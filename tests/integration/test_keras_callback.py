@@ -10,8 +10,8 @@ import pytest
 
 import tensorflow as tf
 
-from helpers import keras3_cnn, tiny_model
-from elastictrainer import config, flavors, runlog
+from helpers import keras3_cnn, scripted_table, tiny_model
+from elastictrainer import config, runlog
 from elastictrainer.errors import UserError
 from elastictrainer.profiler import table as ptable
 from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
@@ -71,23 +71,9 @@ FULL_S, SELECTION_RATIO = 0.1, 0.68
 
 
 def _scripted_table(tmp_path, model, batch=16):
-    variables = model.trainable_weights
-    n, optimizer = len(variables), type(model.optimizer).__name__.lower()
-    each = 70.0 / (2 * n)
-    table = {
-        "version": ptable.TABLE_VERSION, "model": model.name, "input_size": 16,
-        "batch_size": batch, "num_classes": int(model.output_shape[-1]), "optimizer": optimizer,
-        "t_fp_ms": 30.0, "t_full_ms": 100.0, "t_bp_ms": 70.0, "t_grads_ms": None,
-        "t_fp_ops_ms": None, "t_bp_ops_ms": None, "coverage": 1.0, "unattributed": [],
-        "num_iterations": None, "timing_note": None, "compile_ms": None, "calibration": None,
-        "tensors": [{"name": flavors.tensor_name(v), "shape": [int(d) for d in v.shape],
-                     "t_dw_ms": each, "t_dy_ms": each, "estimated": False, "rank": n - 1 - k}
-                    for k, v in enumerate(variables)],
-        "created": None, "host": None, "trace": None, "profiling_wall_s": None,
-        "peak_rss_mb": None, "profiled_pid": None}
-    path = str(tmp_path / f"{model.name}_{optimizer}.json")
-    ptable.save_table(table, path)
-    return path
+    optimizer = type(model.optimizer).__name__.lower()
+    return scripted_table(model, tmp_path / f"{model.name}_{optimizer}.json", 16, batch,
+                          optimizer)
 
 
 class _StepClock:
