@@ -5,7 +5,8 @@ Each field also carries its command-line flag (`flag(...)` metadata: help, choic
 as shown), so the train command's flags (cli.train_parser) and docs/usage.md's flag table
 (`python -m elastictrainer.config --write`) are both generated from this one class.  The
 profile and figure commands' settings are ProfileConfig and FigureConfig, made the same way
-(their model and data flags are Config's fields), and ElasticCallback's defaults are Config's.
+(their model and data flags are Config's fields; their tables are in docs/usage.md and
+docs/reproducing.md), and ElasticCallback's defaults are Config's.
 """
 import argparse
 import dataclasses
@@ -358,9 +359,9 @@ class ProfileConfig:
         shown_default=flag_of(CONFIG_FIELDS["timing_table"]).shown_default))
     trace_dir: Optional[str] = field(default=None, metadata=flag(
         "where tf.profiler writes its trace (open it with tensorboard --logdir and the Profile "
-        "tab)", shown_default="profiles/traces/<table name>"))
+        "tab)", shown_default="profiles/traces/<table>"))
     figure: Optional[str] = field(default=None, metadata=flag(
-        "t_dw/t_dy bar chart ('' = none)", shown_default="figures/profile_<table name>.png"))
+        "t_dw/t_dy bar chart ('' = none)", shown_default="figures/profile_<table>.png"))
     seed: int = same_as("seed", help="seed of the random profiling batch")
     progress: bool = same_as("progress")
 
@@ -381,12 +382,13 @@ class FigureConfig:
     """The figure command's settings (experiments/figures.py's Driver): which runs it starts,
     where they write, and where they run; the data flags mean what they mean to train."""
     ego: bool = field(default=False, metadata=flag(
-        "ElasticTrainer runs only, no baselines", switch=True))
+        "ElasticTrainer runs only, no baselines (what the _ego scripts pass)", switch=True))
     smoke: bool = field(default=False, metadata=flag(
         "the README's command 1 settings (smallcnn from --weights synthetic on synthetic data, "
-        "64 px): the whole pipeline in minutes", switch=True))
+        "64 px): the whole pipeline in minutes (what SMOKE=1 passes)", switch=True))
     seeds: tuple = field(default=(0,), metadata=flag(
-        "comma-separated seeds; each run once per seed", parse=comma_list(int, "integers"),
+        "comma-separated seeds; each run once per seed (the plots average them)",
+        parse=comma_list(int, "integers"),
         shown_default="0"))
     logdir: Optional[str] = field(default=None, metadata=flag(
         "run directories", shown_default="logs/figures/FIG, smoke: logs/smoke/FIG"))
@@ -402,14 +404,14 @@ class FigureConfig:
         "print the commands, run nothing (with --ray: contact no cluster)", switch=True))
     ray: Optional[str] = field(default=None, metadata=flag(
         "run every profiling and training run as a Ray task on the cluster at ADDRESS "
-        "(HOST:PORT of its head, as `ray start --head` prints it; 'auto': the cluster this "
-        "machine belongs to; 'local': start one here, a run per core): profiling first, then "
+        "(HOST:PORT of its head, which starting it prints; auto: the cluster this "
+        "machine belongs to; local: start one here, a run per core): profiling first, then "
         "the runs, each retried once; run directories come back into --logdir here and the "
-        "figures are drawn here (needs pip install '.[cluster]')", metavar="ADDRESS",
+        "figures are drawn here (needs pip install .[cluster])", metavar="ADDRESS",
         shown_default="off: the runs run here, one after another"))
     ray_resources: Optional[dict] = field(default=None, metadata=flag(
-        "with --ray: run only on nodes that advertise these custom resources "
-        "(`ray start --resources '{\"pi4\": 1}'` on each Pi, then pi4=1: one run at a time per "
+        "NAME=N[,NAME=N], with --ray: run only on nodes that advertise these custom resources "
+        "(give each Pi's Ray the custom resource pi4 = 1, then pi4=1: one run at a time per "
         "board); timing tables go to PROFILES/NAME", metavar="NAME=N[,NAME=N]",
         parse=_ray_resources, shown_default="any node"))
 
@@ -420,9 +422,19 @@ class FigureConfig:
 
 
 # ----------------------------------------------------------------------------------- docs
-USAGE_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
-                         "usage.md")
-TABLE_BEGIN, TABLE_END = "<!-- flags:train -->", "<!-- /flags:train -->"
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+USAGE_DOC = os.path.join(DOCS, "usage.md")
+# each command's flag table: the settings it is made from, and the doc that shows it between
+# its markers
+DOC_TABLES = {"train": (Config, USAGE_DOC), "profile": (ProfileConfig, USAGE_DOC),
+              "figure": (FigureConfig, os.path.join(DOCS, "reproducing.md"))}
+
+
+def table_markers(command="train"):
+    return f"<!-- flags:{command} -->", f"<!-- /flags:{command} -->"
+
+
+TABLE_BEGIN, TABLE_END = table_markers("train")
 # Flags and $VARIABLES read as code, and so must a word with <placeholders>, which GitHub would
 # otherwise drop as an HTML tag.
 _CODE = re.compile(r"(?<![\w`-])(--\w+|\$\w+|[^\s`(),;]*<[^\s`(),;]*)")
@@ -432,42 +444,49 @@ def _markdown(text):
     return _CODE.sub(r"`\1`", text).replace("|", "\\|")
 
 
-def flag_table():
-    """The train command's flags as a markdown table, one row per Config field, in field order."""
+def flag_table(settings=Config):
+    """A command's flags as a markdown table, one row per field of its settings, in order."""
     rows = ["| flag | default | meaning |", "|---|---|---|"]
     rows += [f"| `{option_of(f)}` | {_markdown(shown_default(f))} | {_markdown(flag_of(f).help_text())} |"
-             for f in fields(Config)]
+             for f in fields(settings)]
     return "\n".join(rows) + "\n"
 
 
-def documented_flag_table(text):
-    """The flag table between the markers in `text`; None without the markers."""
-    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+def documented_flag_table(text, command="train"):
+    """The flag table between `command`'s markers in `text`; None without the markers."""
+    begin_marker, end_marker = table_markers(command)
+    begin, end = text.find(begin_marker), text.find(end_marker)
     if begin < 0 or end < begin:
         return None
-    return text[begin + len(TABLE_BEGIN):end].lstrip("\n")
+    return text[begin + len(begin_marker):end].lstrip("\n")
 
 
-def write_flag_table(path=USAGE_DOC):
-    """Put flag_table() between the markers of docs/usage.md; True when the file changed."""
+def write_flag_table(path=USAGE_DOC, command="train"):
+    """Put `command`'s flag_table() between its markers in `path`; True when the file
+    changed."""
+    begin_marker, end_marker = table_markers(command)
+    table = flag_table(DOC_TABLES[command][0])
     text = open(path, encoding="utf-8").read()
-    old = documented_flag_table(text)
+    old = documented_flag_table(text, command)
     if old is None:
-        raise UserError(f"{path} has no {TABLE_BEGIN} ... {TABLE_END} block")
-    if old == flag_table():
+        raise UserError(f"{path} has no {begin_marker} ... {end_marker} block")
+    if old == table:
         return False
-    begin, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    begin, end = text.index(begin_marker) + len(begin_marker), text.index(end_marker)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text[:begin] + "\n" + flag_table() + text[end:])
+        f.write(text[:begin] + "\n" + table + text[end:])
     return True
 
 
 if __name__ == "__main__":
-    # python -m elastictrainer.config [--write]: print the table, or rewrite docs/usage.md's block
+    # python -m elastictrainer.config [--write]: print the tables, or rewrite the docs' blocks
     if sys.argv[1:] == ["--write"]:
-        print(f"{USAGE_DOC}: " + ("table rewritten" if write_flag_table() else "up to date"))
+        for command, (_, doc) in DOC_TABLES.items():
+            changed = write_flag_table(doc, command)
+            print(f"{doc} ({command}): " + ("table rewritten" if changed else "up to date"))
     elif sys.argv[1:]:
         print("usage: python -m elastictrainer.config [--write]", file=sys.stderr)
         sys.exit(2)
     else:
-        print(flag_table(), end="")
+        for command, (settings, _) in DOC_TABLES.items():
+            print(f"{table_markers(command)[0]}\n{flag_table(settings)}")

@@ -202,3 +202,13 @@ def test_synthetic_sizes_default_to_the_data_packages_count():
 def test_the_callbacks_own_defaults_are_declared_in_config():
     assert config.FIT_LOGDIR.startswith(Config().logdir)
     assert set(config.FIT_CONFIG_FIELDS) <= set(config.CONFIG_FIELDS)
+
+
+@pytest.mark.parametrize("command", ["profile", "figure"])
+def test_each_commands_documented_flag_table_is_generated_from_its_settings(command):
+    settings, doc = config.DOC_TABLES[command]
+    block = config.documented_flag_table(open(doc, encoding="utf-8").read(), command)
+    assert block is not None, f"{doc} lost its {config.table_markers(command)[0]} block"
+    assert block == config.flag_table(settings), (
+        f"{doc}'s {command} flags differ from config.py: run python -m elastictrainer.config "
+        "--write")
