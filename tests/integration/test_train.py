@@ -490,11 +490,14 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     weights = np.array([s["steps"] for s in judged])
     ratios = np.array([s["measured_ratio"] for s in judged])
     assert summary["measured_ratio"] == pytest.approx(float(weights @ ratios / weights.sum()))
-    assert 0 <= summary["reselection_overhead_s"] <= summary["train_time_s"]
     parts = summary["reselection_overhead_parts_s"]
     assert set(parts) == {"importance", "timing full steps", "compiling", "solving"}
     assert sum(parts.values()) == pytest.approx(summary["reselection_overhead_s"])
-    assert min(parts.values()) >= 0
+    # on the fake device only steps take time: compiling and solving cost nothing on its
+    # clock, and the importance is a whole number of probe steps
+    assert parts["compiling"] == pytest.approx(0.0, abs=1e-9) and parts["solving"] == 0.0
+    probes = parts["importance"] / (truth.t_full / truth.full_over_grads / 1e3)
+    assert probes >= 1 and probes == pytest.approx(round(probes))
     tags = set(_scalars(run).Tags()["tensors"]) | set(_scalars(run).Tags()["scalars"])
     assert runlog.MEASURED_RATIO in tags
     over = [s for s in sels if s["reason"] == "interval" and s["measured_ratio"] > rho * 1.05]
@@ -601,7 +604,7 @@ def test_a_probe_step_trains_nothing_and_gives_the_taylor_importance():
     returns the Taylor terms that the separate probe (importance.taylor_importance) computes,
     but changes no weight and no optimizer state: an elastic run trains its selections only."""
     from elastictrainer.method import importance
-    from elastictrainer.train.steps import make_optimizer
+    from elastictrainer.flavors.optimizers import make_optimizer
     x, y = batch()
 
     def fresh():
