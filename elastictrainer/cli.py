@@ -28,18 +28,31 @@ def _config_type(f):
 
 
 def _add_config_flag(p, f):
-    """Config field `f` as a flag of parser `p`: help, choices and default all from Config."""
+    """Settings field `f` (of Config, ProfileConfig or FigureConfig) as a flag of parser `p`:
+    help, choices and default all from the field."""
     fl = config.flag_of(f)
     # the help names its default, so DefaultsHelpFormatter adds none; a "%" is meant literally
     text = f"{fl.help_text()} (default: {config.shown_default(f)})".replace("%", "%%")
     if fl.off_switch:
         p.add_argument(config.option_of(f), dest=f.name, action="store_false", help=text)
         return
-    p.add_argument(config.option_of(f), type=_config_type(f), default=f.default,
+    if fl.switch:
+        p.add_argument(config.option_of(f), dest=f.name, action="store_true", help=text)
+        return
+    p.add_argument(config.option_of(f), type=fl.parse or _config_type(f), default=f.default,
                    choices=fl.choice_list(), metavar=fl.metavar, help=text)
 
 
-CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+def _add_settings_flags(p, settings_class):
+    """Every field of a settings dataclass as a flag of `p`, in field order."""
+    for f in dataclasses.fields(settings_class):
+        _add_config_flag(p, f)
+
+
+def settings_from_args(settings_class, args):
+    """The settings dataclass the flags in `args` give."""
+    return settings_class(**{f.name: getattr(args, f.name)
+                             for f in dataclasses.fields(settings_class)})
 
 
 # ----------------------------------------------------------------------------------- train
@@ -50,13 +63,12 @@ def train_parser(prog="elastictrainer train"):
                     "tensors that matter most within a step-time budget) or one of its "
                     "baselines. Writes TensorBoard events, config.json and summary.json under "
                     "LOGDIR/RUN_NAME.")
-    for f in dataclasses.fields(Config):
-        _add_config_flag(p, f)
+    _add_settings_flags(p, Config)
     return p
 
 
 def config_from_args(args):
-    return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
+    return settings_from_args(Config, args)
 
 
 def train_main(argv=None, prog="elastictrainer train"):
@@ -77,57 +89,25 @@ def profile_parser(prog="elastictrainer profile"):
         prog=prog,
         description="Profile per-tensor backward times (t_dw, t_dy) and forward/full step times "
                     "of a model on this device, and write them as a JSON timing table.")
-    # the model flags mean what they mean to train, except --num_classes' default
-    _add_config_flag(p, CONFIG_FIELDS["model_name"])
-    _add_config_flag(p, CONFIG_FIELDS["input_size"])
-    p.add_argument("--num_classes", type=int, default=None,
-                   help="classifier outputs (default: 200, as the paper's CUB-200; a saved model "
-                        "file keeps its own)")
-    _add_config_flag(p, CONFIG_FIELDS["optimizer"])
-    p.add_argument("--batch_size", type=int, default=4, help="training batch size to profile")
-    p.add_argument("--weights", default="none",
-                   help="imagenet | synthetic | none | PATH; timings do not depend on the values, so the "
-                        "default avoids a download")
-    p.add_argument("--num_iterations", type=int, default=5,
-                   help="profiled training steps (also the number of timed steps)")
-    p.add_argument("--calibrate", type=str2bool, default=True,
-                   help="also time a few real partial selections and fit separate t_dw / t_dy "
-                        "scales, so that rho holds when ops overlap (default true; adds about "
-                        "3 compiles and 10 steps per selection)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
-    p.add_argument("--output", default=None,
-                   help="table path (default: profiles/<model>_i<input>_b<batch>_c<classes>"
-                        "[_<optimizer>].json, where training looks for it)")
-    p.add_argument("--trace_dir", default=None,
-                   help="where tf.profiler writes its trace (default: profiles/traces/<table "
-                        "name>; open it with `tensorboard --logdir` and the Profile tab)")
-    p.add_argument("--figure", default=None,
-                   help="t_dw/t_dy bar chart (default: figures/profile_<table name>.png; '' = "
-                        "none)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random profiling batch")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_settings_flags(p, config.ProfileConfig)
     return p
 
 
 def profile_main(argv=None, prog="elastictrainer profile"):
-    args = profile_parser(prog).parse_args(argv)
-    for flag in ("input_size", "batch_size", "num_classes", "num_iterations"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise UserError(f"--{flag} must be a positive integer")
-    if args.warmup < 0:
-        raise UserError("--warmup must be >= 0")
+    cfg = settings_from_args(config.ProfileConfig, profile_parser(prog).parse_args(argv))
+    cfg.validate()
     from elastictrainer.profiler.run import profile_configuration
     from elastictrainer.profiler.report import summarize
 
     table, path = profile_configuration(
-        args.model_name, args.input_size, args.batch_size, args.num_classes, args.weights,
-        args.num_iterations, args.warmup, args.output, args.trace_dir, args.seed,
-        progress=not args.quiet, calibrate=args.calibrate, optimizer=args.optimizer)
-    if args.figure != "":
+        cfg.model_name, cfg.input_size, cfg.batch_size, cfg.num_classes, cfg.weights,
+        cfg.num_iterations, cfg.warmup, cfg.output, cfg.trace_dir, cfg.seed,
+        progress=cfg.progress, calibrate=cfg.calibrate, optimizer=cfg.optimizer)
+    if cfg.figure != "":
         from elastictrainer import plotting
 
         stem = os.path.splitext(os.path.basename(path))[0]
-        plotting.draw_profile(table, args.figure or os.path.join("figures", f"profile_{stem}.png"))
+        plotting.draw_profile(table, cfg.figure or os.path.join("figures", f"profile_{stem}.png"))
     print(summarize(table))
     print(f"timing table written to {path}")
     return 0
@@ -241,61 +221,25 @@ def figure_parser(prog="elastictrainer figure"):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("figure", type=figures.figure_key, metavar="FIGURE",
                    help=" | ".join(figures.FIGURES) + " (or just the number: 15, 16, 17, 19)")
-    p.add_argument("--ego", action="store_true", help="ElasticTrainer runs only, no baselines")
-    p.add_argument("--smoke", action="store_true",
-                   help="the README's command 1 settings (smallcnn from --weights synthetic on "
-                        "synthetic data, 64 px): the whole pipeline in minutes")
-    p.add_argument("--seeds", default="0", type=comma_list(int, "integers"),
-                   help="comma-separated seeds; each run once per seed (default 0)")
-    p.add_argument("--logdir", default=None,
-                   help="run directories (default logs/figures/FIG, smoke: logs/smoke/FIG)")
-    p.add_argument("--figdir", default=None,
-                   help="figures (default figures/, smoke: figures/smoke/)")
-    p.add_argument("--profiles", default=None, help="timing tables (default profiles/)")
-    p.add_argument("--data_dir", default=None, help="TFDS data directory (default: TFDS's)")
-    p.add_argument("--steps_per_epoch", type=int, default=None,
-                   help="cap on every run's training steps per epoch, for a quick check of the "
-                        "pipeline (the numbers then mean little)")
-    p.add_argument("--dry_run", action="store_true",
-                   help="print the commands, run nothing (with --ray: contact no cluster)")
-    p.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="run every profiling and training run as a Ray task on the cluster at "
-                        "ADDRESS (HOST:PORT of its head, as `ray start --head` prints it; "
-                        "'auto': the cluster this machine belongs to; 'local': start one here, "
-                        "a run per core): profiling first, then the runs, each retried once; "
-                        "run directories come back into --logdir here and the figures are "
-                        "drawn here (needs pip install '.[cluster]')")
-    p.add_argument("--ray_resources", default=None, metavar="NAME=N[,NAME=N]",
-                   type=_ray_resources,
-                   help="with --ray: run only on nodes that advertise these custom resources "
-                        "(`ray start --resources '{\"pi4\": 1}'` on each Pi, then pi4=1: one "
-                        "run at a time per board); timing tables go to PROFILES/NAME")
+    _add_settings_flags(p, config.FigureConfig)
     return p
-
-
-def _ray_resources(text):
-    from elastictrainer.experiments.cluster import parse_resources
-
-    return parse_resources(text)
 
 
 def figure_main(argv=None, prog="elastictrainer figure"):
     args = figure_parser(prog).parse_args(argv)
-    if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
-        raise UserError(f"--steps_per_epoch must be positive, got {args.steps_per_epoch}")
-    if args.ray_resources and not args.ray:
-        raise UserError("--ray_resources pins runs to a Ray cluster's nodes: it needs --ray")
+    cfg = settings_from_args(config.FigureConfig, args)
+    cfg.validate()
     from elastictrainer.experiments.figures import Driver
 
     runner = None
-    if args.ray:
+    if cfg.ray:
         from elastictrainer.experiments.cluster import RayRunner
 
-        runner = RayRunner(args.ray, args.ray_resources)
-    driver = Driver(args.figure, ego=args.ego, smoke=args.smoke, seeds=args.seeds,
-                    logdir=args.logdir, figdir=args.figdir, profiles=args.profiles,
-                    data_dir=args.data_dir, dry_run=args.dry_run,
-                    steps_per_epoch=args.steps_per_epoch, runner=runner)
+        runner = RayRunner(cfg.ray, cfg.ray_resources)
+    driver = Driver(args.figure, ego=cfg.ego, smoke=cfg.smoke, seeds=cfg.seeds,
+                    logdir=cfg.logdir, figdir=cfg.figdir, profiles=cfg.profiles,
+                    data_dir=cfg.data_dir, dry_run=cfg.dry_run,
+                    steps_per_epoch=cfg.steps_per_epoch, runner=runner)
     _, failed = driver()
     return 1 if failed else 0
 

@@ -3,9 +3,13 @@ as config.json.  No TensorFlow: the CLI builds and checks it before starting Ten
 
 Each field also carries its command-line flag (`flag(...)` metadata: help, choices, the default
 as shown), so the train command's flags (cli.train_parser) and docs/usage.md's flag table
-(`python -m elastictrainer.config --write`) are both generated from this one class.
+(`python -m elastictrainer.config --write`) are both generated from this one class.  The
+profile and figure commands' settings are ProfileConfig and FigureConfig, made the same way
+(their model and data flags are Config's fields; their tables are in docs/usage.md and
+docs/reproducing.md), and ElasticCallback's defaults are Config's.
 """
 import argparse
+import dataclasses
 import datetime
 import os
 import re
@@ -14,9 +18,9 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from elastictrainer.errors import UserError
-from elastictrainer.data import choices_help as datasets_help
+from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
-from elastictrainer.models import MODELS, choices_help as models_help
+from elastictrainer.models import DEFAULT_NUM_CLASSES, MODELS, choices_help as models_help
 from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
                                   lr_schedule_for)
 from elastictrainer.method.schemes import SCHEMES, choices_help as schemes_help
@@ -82,12 +86,16 @@ class Flag:
       (None usually means "derived", and this says from what).
     off_switch: for a bool field that is on by default, the name of the flag that turns it off
       (a plain switch, no value).
+    switch: for a bool field that is off by default, the flag is a plain switch that turns it on.
+    parse: the argparse type, where the field's annotation is not one (a comma list, say).
     """
     help: str
     choices: Optional[tuple] = None
     metavar: Optional[str] = None
     shown_default: Optional[str] = None
     off_switch: Optional[str] = None
+    switch: bool = False
+    parse: Optional[object] = None
 
     def help_text(self):
         return self.help() if callable(self.help) else self.help
@@ -116,7 +124,7 @@ def shown_default(f):
     fl = flag_of(f)
     if fl.shown_default is not None:
         return fl.shown_default
-    if fl.off_switch:
+    if fl.off_switch or fl.switch:
         return "off"
     if isinstance(f.default, bool):
         return str(f.default).lower()  # as str2bool reads it
@@ -132,6 +140,21 @@ def _synthetic_weights():
 
 def _options(choices):
     return "; ".join(f"{k}: {v}" for k, v in choices.items())
+
+
+def _strategies():
+    from elastictrainer.train.distribution import STRATEGIES
+
+    return STRATEGIES
+
+
+def check_positive(settings, names):
+    """UserError unless each of `names` (attributes of `settings`) is None or a positive
+    integer."""
+    for name in names:
+        value = getattr(settings, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name} must be a positive integer, got {value}")
 
 
 @dataclass(frozen=True)
@@ -215,19 +238,18 @@ class Config:
         "cap on training steps per epoch, for quick trials", shown_default="the whole set"))
     num_train: Optional[int] = field(default=None, metadata=flag(
         "synthetic dataset only: training images to generate (a set of up to 64 MB of 8-bit "
-        "pixels is generated once and kept in memory)", shown_default="512"))
+        "pixels is generated once and kept in memory)", shown_default=str(SYNTHETIC_EXAMPLES)))
     num_test: Optional[int] = field(default=None, metadata=flag(
         "synthetic dataset only: test images; every epoch is evaluated on all of them, so more "
-        "means steadier accuracies", shown_default="512"))
+        "means steadier accuracies", shown_default=str(SYNTHETIC_EXAMPLES)))
     dp_resolution: int = field(default=10000, metadata=flag(
         "time units the tensor selector (eq. 3) divides the backward time budget into: tensor "
         "times round up to whole units, so a selection always fits; more units come closer to "
         "the exact optimum and take longer to solve"))
     strategy: str = field(default="one_device", metadata=flag(
-        lambda: _options(__import__("elastictrainer.train.distribution", fromlist=["STRATEGIES"])
-                         .STRATEGIES) + ". A frozen tensor's gradient is neither computed nor "
+        lambda: _options(_strategies()) + ". A frozen tensor's gradient is neither computed nor "
         "all-reduced; --batch_size is the global batch, split among the replicas",
-        choices=("one_device", "mirrored", "multi_worker")))
+        choices=lambda: tuple(_strategies())))
     logical_cpus: Optional[int] = field(default=None, metadata=flag(
         "--strategy mirrored: split the CPU into this many logical devices, one replica each "
         "(to try data parallelism without GPUs)", shown_default="the GPUs"))
@@ -247,18 +269,11 @@ class Config:
     progress: bool = field(default=True, metadata=flag("no progress bars", off_switch="quiet"))
 
     def validate(self):
-        positive = ("input_size", "batch_size", "num_epochs", "probe_batches", "dp_resolution")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name} must be a positive integer, got {getattr(self, name)}")
-        if self.num_classes is not None and self.num_classes < 1:
-            raise UserError(f"--num_classes must be positive, got {self.num_classes}")
-        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
-            raise UserError(f"--steps_per_epoch must be positive, got {self.steps_per_epoch}")
+        check_positive(self, ("input_size", "batch_size", "num_epochs", "probe_batches",
+                              "dp_resolution", "num_classes", "steps_per_epoch", "num_train",
+                              "num_test"))
         for name in ("num_train", "num_test"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UserError(f"--{name} must be a positive integer, got {value}")
             if value is not None and self.dataset_name != "synthetic":
                 raise UserError(f"--{name} sizes the built-in synthetic dataset only; "
                                 f"{self.dataset_name} has its own splits")
@@ -298,10 +313,128 @@ class Config:
         return f"{model}_{data}_{self.train_type}{rho}_seed{self.seed}_{stamp}"
 
 
+CONFIG_FIELDS = {f.name: f for f in fields(Config)}
+
+
+def same_as(name, **changes):
+    """A field that is Config's `name` (its default and flag) in another command's settings,
+    with `changes`: `default`, and Flag's fields (help, shown_default, ...)."""
+    f = CONFIG_FIELDS[name]
+    default = changes.pop("default", f.default)
+    return field(default=default, metadata={"flag": dataclasses.replace(flag_of(f), **changes),
+                                            "same_as": name})
+
+
+# ElasticCallback's own settings (model.fit has no command line; its other arguments are
+# Config's fields, with Config's defaults): the run directory it writes when given none.
+FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
+# the callback's arguments that are Config's fields
+FIT_CONFIG_FIELDS = ("rho", "interval", "train_type", "probe_batches", "rho_feedback", "economy",
+                     "dp_resolution", "timing_table")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """The profile command's settings (profiler/run.py's profile_configuration); the model's
+    flags mean what they mean to train, except that it needs no data."""
+    model_name: str = same_as("model_name")
+    input_size: int = same_as("input_size")
+    num_classes: Optional[int] = same_as(
+        "num_classes", help="classifier outputs (a saved model file keeps its own)",
+        shown_default=f"{DEFAULT_NUM_CLASSES}, as the paper's CUB-200")
+    optimizer: str = same_as("optimizer")
+    batch_size: int = same_as("batch_size", help="training batch size to profile")
+    weights: str = same_as(
+        "weights", default="none",
+        help="imagenet | synthetic | none | PATH; timings do not depend on the values, so the "
+             "default avoids a download")
+    num_iterations: int = field(default=5, metadata=flag(
+        "profiled training steps (also the number of timed steps)"))
+    calibrate: bool = field(default=True, metadata=flag(
+        "also time a few real partial selections and fit separate t_dw / t_dy scales, so that "
+        "rho holds when ops overlap (adds about 3 compiles and 10 steps per selection)"))
+    warmup: int = field(default=2, metadata=flag("untimed warm-up steps"))
+    output: Optional[str] = field(default=None, metadata=flag(
+        "table path, where training looks for it",
+        shown_default=flag_of(CONFIG_FIELDS["timing_table"]).shown_default))
+    trace_dir: Optional[str] = field(default=None, metadata=flag(
+        "where tf.profiler writes its trace (open it with tensorboard --logdir and the Profile "
+        "tab)", shown_default="profiles/traces/<table>"))
+    figure: Optional[str] = field(default=None, metadata=flag(
+        "t_dw/t_dy bar chart ('' = none)", shown_default="figures/profile_<table>.png"))
+    seed: int = same_as("seed", help="seed of the random profiling batch")
+    progress: bool = same_as("progress")
+
+    def validate(self):
+        check_positive(self, ("input_size", "batch_size", "num_classes", "num_iterations"))
+        if self.warmup < 0:
+            raise UserError(f"--warmup must be >= 0, got {self.warmup}")
+
+
+def _ray_resources(text):
+    from elastictrainer.experiments.cluster import parse_resources
+
+    return parse_resources(text)
+
+
+@dataclass(frozen=True)
+class FigureConfig:
+    """The figure command's settings (experiments/figures.py's Driver): which runs it starts,
+    where they write, and where they run; the data flags mean what they mean to train."""
+    ego: bool = field(default=False, metadata=flag(
+        "ElasticTrainer runs only, no baselines (what the _ego scripts pass)", switch=True))
+    smoke: bool = field(default=False, metadata=flag(
+        "the README's command 1 settings (smallcnn from --weights synthetic on synthetic data, "
+        "64 px): the whole pipeline in minutes (what SMOKE=1 passes)", switch=True))
+    seeds: tuple = field(default=(0,), metadata=flag(
+        "comma-separated seeds; each run once per seed (the plots average them)",
+        parse=comma_list(int, "integers"),
+        shown_default="0"))
+    logdir: Optional[str] = field(default=None, metadata=flag(
+        "run directories", shown_default="logs/figures/FIG, smoke: logs/smoke/FIG"))
+    figdir: Optional[str] = field(default=None, metadata=flag(
+        "figures", shown_default="figures/, smoke: figures/smoke/"))
+    profiles: Optional[str] = field(default=None, metadata=flag(
+        "timing tables", shown_default="profiles/"))
+    data_dir: Optional[str] = same_as("data_dir")
+    steps_per_epoch: Optional[int] = same_as(
+        "steps_per_epoch", help="cap on every run's training steps per epoch, for a quick check "
+                                "of the pipeline (the numbers then mean little)")
+    dry_run: bool = field(default=False, metadata=flag(
+        "print the commands, run nothing (with --ray: contact no cluster)", switch=True))
+    ray: Optional[str] = field(default=None, metadata=flag(
+        "run every profiling and training run as a Ray task on the cluster at ADDRESS "
+        "(HOST:PORT of its head, which starting it prints; auto: the cluster this "
+        "machine belongs to; local: start one here, a run per core): profiling first, then "
+        "the runs, each retried once; run directories come back into --logdir here and the "
+        "figures are drawn here (needs pip install .[cluster])", metavar="ADDRESS",
+        shown_default="off: the runs run here, one after another"))
+    ray_resources: Optional[dict] = field(default=None, metadata=flag(
+        "NAME=N[,NAME=N], with --ray: run only on nodes that advertise these custom resources "
+        "(give each Pi's Ray the custom resource pi4 = 1, then pi4=1: one run at a time per "
+        "board); timing tables go to PROFILES/NAME", metavar="NAME=N[,NAME=N]",
+        parse=_ray_resources, shown_default="any node"))
+
+    def validate(self):
+        check_positive(self, ("steps_per_epoch",))
+        if self.ray_resources and not self.ray:
+            raise UserError("--ray_resources pins runs to a Ray cluster's nodes: it needs --ray")
+
+
 # ----------------------------------------------------------------------------------- docs
-USAGE_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
-                         "usage.md")
-TABLE_BEGIN, TABLE_END = "<!-- flags:train -->", "<!-- /flags:train -->"
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+USAGE_DOC = os.path.join(DOCS, "usage.md")
+# each command's flag table: the settings it is made from, and the doc that shows it between
+# its markers
+DOC_TABLES = {"train": (Config, USAGE_DOC), "profile": (ProfileConfig, USAGE_DOC),
+              "figure": (FigureConfig, os.path.join(DOCS, "reproducing.md"))}
+
+
+def table_markers(command="train"):
+    return f"<!-- flags:{command} -->", f"<!-- /flags:{command} -->"
+
+
+TABLE_BEGIN, TABLE_END = table_markers("train")
 # Flags and $VARIABLES read as code, and so must a word with <placeholders>, which GitHub would
 # otherwise drop as an HTML tag.
 _CODE = re.compile(r"(?<![\w`-])(--\w+|\$\w+|[^\s`(),;]*<[^\s`(),;]*)")
@@ -311,42 +444,49 @@ def _markdown(text):
     return _CODE.sub(r"`\1`", text).replace("|", "\\|")
 
 
-def flag_table():
-    """The train command's flags as a markdown table, one row per Config field, in field order."""
+def flag_table(settings=Config):
+    """A command's flags as a markdown table, one row per field of its settings, in order."""
     rows = ["| flag | default | meaning |", "|---|---|---|"]
     rows += [f"| `{option_of(f)}` | {_markdown(shown_default(f))} | {_markdown(flag_of(f).help_text())} |"
-             for f in fields(Config)]
+             for f in fields(settings)]
     return "\n".join(rows) + "\n"
 
 
-def documented_flag_table(text):
-    """The flag table between the markers in `text`; None without the markers."""
-    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+def documented_flag_table(text, command="train"):
+    """The flag table between `command`'s markers in `text`; None without the markers."""
+    begin_marker, end_marker = table_markers(command)
+    begin, end = text.find(begin_marker), text.find(end_marker)
     if begin < 0 or end < begin:
         return None
-    return text[begin + len(TABLE_BEGIN):end].lstrip("\n")
+    return text[begin + len(begin_marker):end].lstrip("\n")
 
 
-def write_flag_table(path=USAGE_DOC):
-    """Put flag_table() between the markers of docs/usage.md; True when the file changed."""
+def write_flag_table(path=USAGE_DOC, command="train"):
+    """Put `command`'s flag_table() between its markers in `path`; True when the file
+    changed."""
+    begin_marker, end_marker = table_markers(command)
+    table = flag_table(DOC_TABLES[command][0])
     text = open(path, encoding="utf-8").read()
-    old = documented_flag_table(text)
+    old = documented_flag_table(text, command)
     if old is None:
-        raise UserError(f"{path} has no {TABLE_BEGIN} ... {TABLE_END} block")
-    if old == flag_table():
+        raise UserError(f"{path} has no {begin_marker} ... {end_marker} block")
+    if old == table:
         return False
-    begin, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    begin, end = text.index(begin_marker) + len(begin_marker), text.index(end_marker)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text[:begin] + "\n" + flag_table() + text[end:])
+        f.write(text[:begin] + "\n" + table + text[end:])
     return True
 
 
 if __name__ == "__main__":
-    # python -m elastictrainer.config [--write]: print the table, or rewrite docs/usage.md's block
+    # python -m elastictrainer.config [--write]: print the tables, or rewrite the docs' blocks
     if sys.argv[1:] == ["--write"]:
-        print(f"{USAGE_DOC}: " + ("table rewritten" if write_flag_table() else "up to date"))
+        for command, (_, doc) in DOC_TABLES.items():
+            changed = write_flag_table(doc, command)
+            print(f"{doc} ({command}): " + ("table rewritten" if changed else "up to date"))
     elif sys.argv[1:]:
         print("usage: python -m elastictrainer.config [--write]", file=sys.stderr)
         sys.exit(2)
     else:
-        print(flag_table(), end="")
+        for command, (settings, _) in DOC_TABLES.items():
+            print(f"{table_markers(command)[0]}\n{flag_table(settings)}")

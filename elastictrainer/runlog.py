@@ -125,7 +125,6 @@ def truncate_events(run_directory, wall_time):
     file is rewritten whole-or-nothing.  TensorFlow's TFRecord reader and writer; event files
     are TFRecords of Event protos."""
     import tensorflow as tf
-    from tensorboard.compat.proto import event_pb2
 
     for name in sorted(os.listdir(run_directory)):
         if not name.startswith("events.out.tfevents"):
@@ -135,7 +134,7 @@ def truncate_events(run_directory, wall_time):
         try:
             for record in tf.data.TFRecordDataset(path):
                 raw = record.numpy()
-                if event_pb2.Event.FromString(raw).wall_time <= wall_time:
+                if tf.compat.v1.Event.FromString(raw).wall_time <= wall_time:
                     kept.append(raw)
                 else:
                     dropped += 1
@@ -166,23 +165,16 @@ def open_events(run_directory):
     # TensorBoard's own TensorFlow stub, so that plotting does not start TensorFlow (seconds,
     # and its banners)
     compat.tensorboard_without_tensorflow()
-    # Lazy import: reading events is only needed by the plotting side, not by training.
-    from tensorboard.backend.event_processing import event_accumulator
-    # size_guidance 0 = keep every event; the default samples tensors down to 10 per tag.
-    acc = event_accumulator.EventAccumulator(
-        str(run_directory), size_guidance={"tensors": 0, "scalars": 0})
-    acc.Reload()
-    return acc
+    return compat.load_events(run_directory)
 
 
 def read_tensors(run_directory, tag, accumulator=None):
     """(steps, arrays) of a tensor summary tag in step order; empty lists if absent."""
-    from tensorboard.util import tensor_util
     acc = accumulator or open_events(run_directory)
     if tag not in acc.Tags().get("tensors", []):
         return [], []
     events = sorted(acc.Tensors(tag), key=lambda e: e.step)
-    return [e.step for e in events], [tensor_util.make_ndarray(e.tensor_proto) for e in events]
+    return [e.step for e in events], [compat.tensor_event_array(e) for e in events]
 
 
 def read_scalars(run_directory, tag, accumulator=None):

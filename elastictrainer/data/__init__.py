@@ -22,6 +22,8 @@ TFDS_NAMES = DATASET_NAMES[:3]
 # heads and timing tables up front); a test checks them against TFDS's own metadata.
 NUM_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120,
                "synthetic": 10}
+# Training and test images of the synthetic dataset when --num_train / --num_test are not given.
+SYNTHETIC_EXAMPLES = 512
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 

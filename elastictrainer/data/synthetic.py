@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer.errors import UserError
-from elastictrainer.data import NUM_CLASSES
+from elastictrainer.data import NUM_CLASSES, SYNTHETIC_EXAMPLES
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, batch, positive_int, shuffle
 
 # Grating frequencies in cycles per image width, so a class looks the same at every input size.
@@ -134,8 +134,9 @@ def _generated_once(indices, make):
     return lookup
 
 
-def synthetic_dataset(input_size=224, num_classes=NUM_CLASSES["synthetic"], num_train=512,
-                      num_test=512, seed=0, batch_size=4, shuffle_buffer=1000):
+def synthetic_dataset(input_size=224, num_classes=NUM_CLASSES["synthetic"],
+                      num_train=SYNTHETIC_EXAMPLES, num_test=SYNTHETIC_EXAMPLES, seed=0,
+                      batch_size=4, shuffle_buffer=1000):
     """The built-in 'synthetic' dataset (see synthetic_examples) as a DatasetBundle."""
     input_size = positive_int(input_size, "input_size")
     num_classes = positive_int(num_classes, "num_classes")

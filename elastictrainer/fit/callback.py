@@ -32,10 +32,10 @@ import tensorflow as tf
 
 from elastictrainer import flavors, runlog
 from elastictrainer.train import steps as train_steps
-from elastictrainer.flavors import optimizers
+from elastictrainer.flavors import compat, optimizers
 from elastictrainer.flavors import shared
 from elastictrainer.errors import UserError
-from elastictrainer.config import Config
+from elastictrainer.config import FIT_LOGDIR, Config
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.fit.steps import FitSteps
@@ -50,25 +50,24 @@ MEASURED_RATIO_LOG = "elastic_measured_ratio"
 SELECTED_LOG = "elastic_selected"
 
 
-def _base():
-    return _keras3.callbacks.Callback
-
-
-class ElasticCallback(_base()):
+class ElasticCallback(_keras3.callbacks.Callback):
     """ElasticTrainer in model.fit (module docstring).  Works with Keras 3 and tf-keras models
     (it is a Keras 3 callback that also answers tf-keras' batch-hook questions).
 
     rho: the requested step-time ratio (elastic step / full step); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags;
+    probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags (these and
+    their defaults are Config's fields);
     timing_table: a table to use instead of profiling (else one is looked up or profiled under
     `profiles`); log: where the runtime's lines go (print; None for silence);
     clock: seconds, for step timing."""
 
-    def __init__(self, rho=0.5, interval=1.0, logdir="logs/elastic_fit",
-                 train_type="elastic_training", probe_batches=1, rho_feedback=True,
-                 economy=True, dp_resolution=10000, timing_table=None, profiles="profiles",
-                 log=print, clock=time.perf_counter):
+    # the command line's settings with its defaults (config.py)
+    def __init__(self, rho=Config.rho, interval=Config.interval, logdir=FIT_LOGDIR,
+                 train_type=Config.train_type, probe_batches=Config.probe_batches,
+                 rho_feedback=Config.rho_feedback, economy=Config.economy,
+                 dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
+                 profiles=tables.PROFILE_DIR, log=print, clock=time.perf_counter):
         super().__init__()
         if not SCHEMES.get_or_fail(train_type).elastic:
             raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
@@ -85,7 +84,8 @@ class ElasticCallback(_base()):
         self.profiles = profiles
         self.log = log or (lambda msg: None)
         self.clock = clock
-        self._supports_tf_logs = False  # tf-keras: logs as numbers
+        # a tf-keras model's fit asks its callbacks which batch hooks they implement
+        compat.answer_tf_keras_batch_hooks(self, train=True)
 
     def set_model(self, model):
         """Keras hands every callback the model before fit starts any of them: the optimizer
@@ -96,16 +96,6 @@ class ElasticCallback(_base()):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and model.built and model.trainable_weights:
             optimizers.prepare_optimizer(optimizer, model.trainable_weights)
-
-    # tf-keras' CallbackList asks these of every callback
-    def _implements_train_batch_hooks(self):
-        return True
-
-    def _implements_test_batch_hooks(self):
-        return False
-
-    def _implements_predict_batch_hooks(self):
-        return False
 
     # ------------------------------------------------------------------ the run
     def on_train_begin(self, logs=None):
@@ -136,13 +126,7 @@ class ElasticCallback(_base()):
         self.hooks, self._restore_state = None, None
         self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
         self._last_batch_end = None
-        self._keras_train_function = model.train_function
-        model.train_function = self._train_function
-        # tf-keras' TensorBoard callback draws the graph of `train_tf_function` (Keras' own
-        # step, never traced now): a plain function there makes it skip the drawing
-        self._keras_train_tf_function = getattr(model, "train_tf_function", None)
-        if self._keras_train_tf_function is not None:
-            model.train_tf_function = self._train_function
+        self.keras_train_functions = compat.replace_train_function(model, self._train_function)
 
     def _train_function(self, iterator):
         data = next(iterator)
@@ -268,9 +252,7 @@ class ElasticCallback(_base()):
         logs[SELECTED_LOG] = len(rt.selection or ())
 
     def on_train_end(self, logs=None):
-        self.model.train_function = self._keras_train_function
-        if self._keras_train_tf_function is not None:
-            self.model.train_tf_function = self._keras_train_tf_function
+        compat.restore_train_function(self.model, self.keras_train_functions)
         if self.hooks is None:
             return
         with self.writer.as_default():

@@ -87,10 +87,29 @@ tf-keras layers and the functional graph
         (run_setup.py).  Public `keras.utils.set_random_seed` reseeds, but cannot read a
         generator's state or put it back.
 
+model.fit's callbacks and train function (fit/callback.py)
+    answer_tf_keras_batch_hooks (`Callback._supports_tf_logs`,
+        `Callback._implements_{train,test,predict}_batch_hooks`): tf-keras' CallbackList asks
+        every callback these before fit starts, and ElasticCallback is a Keras 3 callback
+        (Keras 3 asks nothing of the kind), so it must answer them to run in a tf-keras fit.
+        tf-keras has no public way to say which hooks a callback implements.
+    replace_train_function, restore_train_function (`Model.train_function`, tf-keras'
+        `Model.train_tf_function`): model.fit calls `train_function(iterator)` for each batch;
+        ElasticCallback runs the step its runtime asks for instead (a probe, a timed full
+        step, a selection's step).  Neither Keras has a public hook that replaces the step a
+        batch runs; a custom train_step would be one compiled function for every selection.
+        tf-keras' TensorBoard callback draws the graph of `train_tf_function`, which is then
+        never traced: a plain function there makes it skip the drawing.
+
 TensorBoard (runlog.py)
     tensorboard_without_tensorflow (module `tensorboard.compat.notf`): TensorBoard reads event
         files through its own TensorFlow stub when that module imports, so that plotting
         does not start TensorFlow.  TensorBoard has no public switch for it.
+    load_events, tensor_event_array (`tensorboard.backend.event_processing.event_accumulator`,
+        `tensorboard.util.tensor_util`): the scalars and tensors of a run's event files.
+        TensorBoard has no public reader of event files, and TensorFlow's
+        (tf.compat.v1.train.summary_iterator, tf.make_ndarray) would start TensorFlow in
+        plotting.
 """
 import sys
 import types
@@ -326,6 +345,53 @@ def tensorboard_without_tensorflow():
     if "tensorflow" not in sys.modules:
         stub = types.ModuleType("tensorboard.compat.notf")
         sys.modules.setdefault("tensorboard.compat.notf", stub)
+
+
+def load_events(run_directory):
+    """An EventAccumulator over every event file of `run_directory`, fully loaded: every
+    scalar and tensor event kept (its default keeps 10 tensors per tag)."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(
+        str(run_directory), size_guidance={"tensors": 0, "scalars": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def tensor_event_array(event):
+    """The numpy array of a tensor event (an EventAccumulator's `Tensors(tag)` item)."""
+    from tensorboard.util import tensor_util
+
+    return tensor_util.make_ndarray(event.tensor_proto)
+
+
+# -- model.fit --------------------------------------------------------------------------------
+
+def answer_tf_keras_batch_hooks(callback, train=True, test=False, predict=False):
+    """Make `callback` answer tf-keras' CallbackList: which batch hooks it implements (tf-keras
+    skips the others' calls), and that it takes its logs as numbers, not tensors."""
+    callback._supports_tf_logs = False
+    callback._implements_train_batch_hooks = lambda: train
+    callback._implements_test_batch_hooks = lambda: test
+    callback._implements_predict_batch_hooks = lambda: predict
+
+
+def replace_train_function(model, function):
+    """Make model.fit call `function(iterator)` for each batch instead of the model's own train
+    function (tf-keras' TensorBoard callback then draws no graph of it); returns what
+    restore_train_function puts back."""
+    saved = (model.train_function, getattr(model, "train_tf_function", None))
+    model.train_function = function
+    if saved[1] is not None:
+        model.train_tf_function = function
+    return saved
+
+
+def restore_train_function(model, saved):
+    """Put back the train function(s) replace_train_function returned."""
+    model.train_function = saved[0]
+    if saved[1] is not None:
+        model.train_tf_function = saved[1]
 
 
 # -- traced graphs ----------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """compat.py: each private-API function does on this TensorFlow / tf-keras what the public
 behaviour it stands in for implies, and no other module of the package reaches private API."""
 import ast
+import importlib
 import importlib.util
+import inspect
+import re
 import os
 import subprocess
 import sys
@@ -257,6 +260,71 @@ def test_tensorboard_without_tensorflow():
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+# -- model.fit and TensorBoard ----------------------------------------------------------------
+
+def test_answer_tf_keras_batch_hooks_makes_a_keras3_callback_run_in_a_tf_keras_fit():
+    import keras as keras3
+
+    class Count(keras3.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.batches = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches += 1
+            assert not isinstance(logs["loss"], tf.Tensor)  # numbers, as asked
+
+    plain, answering = Count(), Count()
+    compat.answer_tf_keras_batch_hooks(answering, train=True)
+    with pytest.raises(AttributeError, match="_implements_train_batch_hooks"):
+        keras.callbacks.CallbackList([plain])  # tf-keras asks every callback
+    hooks = keras.callbacks.CallbackList([answering])
+    assert hooks._should_call_train_batch_hooks and not hooks._should_call_test_batch_hooks
+    model = tiny_model()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = batch()
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[answering])
+    assert answering.batches == -(-len(x) // 2)
+
+
+def test_replace_train_function_runs_the_given_step_for_each_batch_and_restores():
+    model = tiny_model()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = batch()
+    calls = []
+
+    class Swap(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.saved = compat.replace_train_function(self.model, self.step)
+            assert self.model.train_tf_function == self.step
+
+        def step(self, iterator):
+            calls.append(next(iterator))
+            return {"loss": tf.constant(0.0)}
+
+        def on_train_end(self, logs=None):
+            compat.restore_train_function(self.model, self.saved)
+
+    before = [w.numpy() for w in model.trainable_weights]
+    swap = Swap()
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[swap])
+    assert len(calls) == -(-len(x) // 2)
+    for w, b in zip(model.trainable_weights, before):  # Keras' own step never ran
+        np.testing.assert_array_equal(w.numpy(), b)
+    assert model.train_function is swap.saved[0] and model.train_tf_function is swap.saved[1]
+
+
+def test_load_events_reads_every_scalar_and_tensor_event(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step in range(25):  # more than the accumulator keeps by default
+            tf.summary.write("mask", tf.constant([step, 1]), step=step)
+    writer.flush()
+    events = compat.load_events(tmp_path).Tensors("mask")
+    assert len(events) == 25
+    np.testing.assert_array_equal(compat.tensor_event_array(events[-1]), [24, 1])
+
+
 # -- nothing else reaches private API ---------------------------------------------------------
 
 # Private attributes that are the project's own, set or defined where the checker below cannot
@@ -271,12 +339,20 @@ OWN_PRIVATE_ATTRIBUTES = {
                               "CompiledSteps",
     "_names": "profiler.table.TimingTable's own classmethod",
     "_get_help_string": "the hook argparse's HelpFormatter subclasses override "
-                        "(common.DefaultsHelpFormatter); Python's argparse, not TensorFlow",
+                        "(config.DefaultsHelpFormatter); Python's argparse, not TensorFlow",
 }
-# Module paths that are not TensorFlow's or Keras' public API.
+# Module paths that are not TensorFlow's, Keras' or TensorBoard's public API.
 PRIVATE_MODULE_PREFIXES = ("tensorflow.python", "tensorflow.tsl", "tensorflow.core",
                            "tensorflow.compiler", "tf_keras.src", "keras.src")
+# TensorBoard's public Python API; the rest of the tensorboard package is its own internals.
+PUBLIC_TENSORBOARD = ("tensorboard.summary", "tensorboard.data", "tensorboard.program",
+                      "tensorboard.plugins.hparams.api")
 ATTRIBUTE_FUNCTIONS = {"getattr", "hasattr", "setattr", "delattr"}
+FRAMEWORKS = ("tensorflow", "keras", "tf_keras")
+# Keras' public modules whose classes a user subclasses; a class of one Keras may be handed to
+# the other's fit (ElasticCallback is a Keras 3 callback that runs in tf-keras' fit too), so a
+# subclass of either's class reaches the private names of both.
+KERAS_KINDS = ("callbacks", "layers", "models", "optimizers", "losses", "metrics")
 
 
 def _is_private(name):
@@ -303,46 +379,191 @@ def _defined_names(trees):
     return {n for n in names if _is_private(n)}
 
 
-def private_uses(tree, defined, allowed=OWN_PRIVATE_ATTRIBUTES):
-    """(line, what) for each private TensorFlow / Keras name `tree` reaches: an attribute
-    `x._name` (or getattr & co. with a "_name" string, or __dict__["_name"]) that is neither
-    `self`/`cls`'s own (in `defined`) nor in `allowed`, and imports from PRIVATE_MODULE_PREFIXES
-    or any module path with a private part."""
+def _imported_names(tree):
+    """name -> the dotted path it was imported as, for every import in `tree`."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                root = a.name.split(".")[0]
+                names[a.asname or root] = a.name if a.asname else root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _dotted(expr):
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    return [expr.id] + parts[::-1] if isinstance(expr, ast.Name) else None
+
+
+def _live(path):
+    """The object at dotted `path` (its longest importable module, then attributes); None when
+    there is none."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part, None)
+        return obj
+    return None
+
+
+def _framework_private_names(cls):
+    """Every private name in the sources of `cls`'s TensorFlow / Keras classes and of the other
+    Keras' class of the same name: what the framework may read or write on such an object."""
+    def framework(k):
+        return k.__module__.split(".")[0] in FRAMEWORKS
+
+    classes = [k for k in cls.__mro__ if framework(k)]
+    for lib in ("keras", "tf_keras"):
+        module = importlib.import_module(lib)
+        for kind in KERAS_KINDS:
+            other = getattr(getattr(module, kind, None), cls.__name__, None)
+            if isinstance(other, type):
+                classes += [k for k in other.__mro__ if framework(k)]
+    names = set()
+    for k in classes:
+        names |= {n for n in dir(k) if _is_private(n)}
+        source = inspect.getsourcefile(k)
+        if source:
+            with open(source) as fh:
+                names |= set(re.findall(r"\b(_[A-Za-z]\w*)", fh.read()))
+    return {n for n in names if _is_private(n)}
+
+
+def framework_classes(trees):
+    """{ClassDef node: the private names its TensorFlow / Keras bases' framework uses (None when
+    a base cannot be resolved, so that every private name counts)} for each class in `trees`
+    that derives, directly or through the package's own classes, from a TensorFlow or Keras
+    class."""
+    package_classes = {}  # name -> (ClassDef, that module's imports)
+    for tree in trees:
+        imports = _imported_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                package_classes.setdefault(node.name, (node, imports))
+    result, seen = {}, set()
+
+    def resolve(node, imports):
+        if node.name in seen:
+            return result.get(node)
+        seen.add(node.name)
+        derived, names = False, set()
+        for base in node.bases:
+            parts = _dotted(base)
+            if parts is None:  # a call or other expression: which class it is is unknown
+                derived, names = True, None
+                continue
+            path = ".".join([imports.get(parts[0], parts[0])] + parts[1:])
+            if path.split(".")[0] in FRAMEWORKS:
+                live = _live(path)
+                derived = True
+                if names is not None:
+                    names = (names | _framework_private_names(live)
+                             if isinstance(live, type) else None)
+            elif parts[-1] in package_classes and (
+                    len(parts) == 1 or path.startswith("elastictrainer.")):
+                inner = resolve(*package_classes[parts[-1]])
+                if package_classes[parts[-1]][0] in result:
+                    derived = True
+                    names = None if names is None or inner is None else names | inner
+        if derived:
+            result[node] = names
+        return names
+
+    for node, imports in list(package_classes.values()):
+        resolve(node, imports)
+    return result
+
+
+def _nodes_in_classes(tree):
+    """(node, innermost enclosing ClassDef or None) for every node of `tree`."""
+    stack = [(tree, None)]
+    while stack:
+        node, cls = stack.pop()
+        yield node, cls
+        inner = node if isinstance(node, ast.ClassDef) else cls
+        stack += [(child, inner) for child in ast.iter_child_nodes(node)]
+
+
+def private_uses(tree, defined, frameworks, allowed=OWN_PRIVATE_ATTRIBUTES):
+    """(line, what) for each private TensorFlow / Keras / TensorBoard name `tree` reaches:
+
+    - an attribute `x._name` (or getattr & co. with a "_name" string, or __dict__["_name"])
+      that is neither `self`/`cls`'s own nor in `allowed`.  `self`'s own are the names the
+      package defines (`defined`); in a class that derives from a TensorFlow or Keras class
+      (`frameworks`, from framework_classes) `self` is that framework's object, so a name its
+      framework also uses is not the class's own;
+    - a method or class attribute of such a class named as one of its framework's private
+      names (an override of the framework's private protocol);
+    - imports from PRIVATE_MODULE_PREFIXES, of TensorBoard other than PUBLIC_TENSORBOARD, or of
+      any module path with a private part."""
     found = []
 
-    def check(receiver, name, line):
-        if not _is_private(name):
+    def check(receiver, name, line, cls):
+        if not _is_private(name) or name in allowed:
             return
         own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls")
-        if (own and name in defined) or name in allowed:
-            return
+        if own and name in defined:
+            if cls not in frameworks:
+                return
+            names = frameworks[cls]
+            if names is not None and name not in names:
+                return
         found.append((line, name))
 
     def private_module(module):
+        if module.split(".")[0] == "tensorboard":
+            return not any(module == p or module.startswith(p + ".") for p in PUBLIC_TENSORBOARD)
         return (module.startswith(PRIVATE_MODULE_PREFIXES)
                 or any(_is_private(part) for part in module.split(".")))
 
-    for node in ast.walk(tree):
+    for node, cls in _nodes_in_classes(tree):
+        if cls in frameworks and node is not cls and cls is not None:
+            names = frameworks[cls]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node in cls.body:
+                if _is_private(node.name) and (names is None or node.name in names):
+                    found.append((node.lineno, node.name))
+            elif isinstance(node, ast.Assign) and node in cls.body:
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and _is_private(t.id) and (
+                            names is None or t.id in names):
+                        found.append((node.lineno, t.id))
         if isinstance(node, ast.Attribute):
-            check(node.value, node.attr, node.lineno)
+            check(node.value, node.attr, node.lineno, cls)
         elif isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Name) \
                 and node.func.id in ATTRIBUTE_FUNCTIONS and len(node.args) >= 2 \
                 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
-            check(node.args[0], node.args[1].value, node.lineno)
+            check(node.args[0], node.args[1].value, node.lineno, cls)
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
                 and node.value.attr == "__dict__" and isinstance(node.slice, ast.Constant) \
                 and isinstance(node.slice.value, str):
-            check(node.value.value, node.slice.value, node.lineno)
+            check(node.value.value, node.slice.value, node.lineno, cls)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and isinstance(node.func.value, ast.Attribute) \
                 and node.func.value.attr == "__dict__" and node.args \
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            check(node.func.value.value, node.args[0].value, node.lineno)
+            check(node.func.value.value, node.args[0].value, node.lineno, cls)
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if private_module(a.name)]
-        elif isinstance(node, ast.ImportFrom) and node.module and private_module(node.module):
+        elif isinstance(node, ast.ImportFrom) and node.module and (
+                any(private_module(f"{node.module}.{a.name}") for a in node.names)
+                if node.module.split(".")[0] == "tensorboard" else private_module(node.module)):
             found.append((node.lineno, node.module))
-    return found
+    return sorted(found)
+
+
+def _uses_in(code):
+    tree = ast.parse(code)
+    return private_uses(tree, _defined_names([tree]), framework_classes([tree]))
 
 
 def _package_sources():
@@ -359,8 +580,12 @@ def test_no_module_but_compat_uses_private_api():
     assert compat_path in sources and len(sources) > 20
     others = {p: t for p, t in sources.items() if p != compat_path}
     defined = _defined_names(others.values())
+    frameworks = framework_classes(others.values())
+    # the package's Keras subclasses are seen as such (the callback, the ViT's and the
+    # preprocessing layers)
+    assert {"ElasticCallback", "ClassToken", "ImagenetPreprocess"} <= {c.name for c in frameworks}
     found = [f"{path}:{line}: {what}" for path, tree in sorted(others.items())
-             for line, what in private_uses(tree, defined)]
+             for line, what in private_uses(tree, defined, frameworks)]
     assert not found, "private API outside compat.py:\n" + "\n".join(found)
     # every allow-listed name is still used somewhere, so the list stays honest
     used = {n.attr for t in others.values() for n in ast.walk(t) if isinstance(n, ast.Attribute)}
@@ -376,13 +601,74 @@ def test_the_private_api_checker_finds_each_kind_of_use():
             "getattr(layer, '_trainable_weights', [])\n"
             "self._name_scope()\n"
             "optimizer.__dict__['_velocities']\n"
-            "super()._private_method()\n")
-    uses = private_uses(ast.parse(code), defined=set())
-    assert sorted(line for line, _ in uses) == [1, 2, 3, 4, 5, 6, 7], uses
+            "super()._private_method()\n"
+            "from tensorboard.backend.event_processing import event_accumulator\n"
+            "from tensorboard.compat.proto import event_pb2\n")
+    assert [line for line, _ in _uses_in(code)] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert _uses_in("from tensorboard.plugins.hparams import api\nimport tensorboard.summary\n"
+                    "from tensorboard.data import experimental\n") == []
     own = ("self._steps = {}\nself._steps.clear()\ngetattr(self, '_steps', None)\n"
            "optimizer._tensor_steps\nclass A:\n    def _helper(self):\n        self._helper()\n")
-    tree = ast.parse(own)
-    assert private_uses(tree, _defined_names([tree])) == []
+    assert _uses_in(own) == []
+
+
+# What the callback did before its private API moved to compat.py: a Keras 3 callback that
+# answers tf-keras' CallbackList itself, and a Keras layer touching its own base's private state.
+OLD_CALLBACK = '''
+import keras as _keras3
+import tf_keras as keras
+
+class ElasticCallback(_keras3.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self._supports_tf_logs = False
+        self._global_step = 0
+
+    def _implements_train_batch_hooks(self):
+        return True
+
+    def _setup(self):
+        self._global_step += 1
+
+class Scaled(keras.layers.Layer):
+    _FACTORS = {"a": 2}
+
+    def build(self, shape):
+        self._trainable_weights = []
+        self._own = self._FACTORS["a"]
+'''
+
+
+def test_the_checker_sees_private_names_of_keras_objects_on_self():
+    uses = _uses_in(OLD_CALLBACK)
+    lines = OLD_CALLBACK.splitlines()
+    assert sorted({what for _, what in uses}) == [
+        "_implements_train_batch_hooks", "_supports_tf_logs", "_trainable_weights"], uses
+    for line, what in uses:
+        assert what in lines[line - 1]
+    # the same attributes in a class of the project's own are its own; a class deriving from a
+    # Keras class through one of the project's is a Keras class
+    assert _uses_in(OLD_CALLBACK.replace("(_keras3.callbacks.Callback)", "")
+                    .replace("(keras.layers.Layer)", "")) == []
+    derived = OLD_CALLBACK + "\nclass Mine(ElasticCallback):\n    def on_epoch_end(self, e):\n" \
+                             "        self._supports_tf_logs = True\n"
+    assert ("_supports_tf_logs" in [w for line, w in _uses_in(derived)
+                                    if line == len(derived.splitlines())])
+    # a base the checker cannot resolve (a call): every private name on self counts
+    opaque = "import keras\nclass C(base()):\n    def f(self):\n        self._x = 1\n"
+    assert _uses_in(opaque) == [(4, "_x")]
+
+
+def test_the_current_callback_and_compat_agree_with_the_checker():
+    # the package's callback passes, and compat.py itself (what it is for) does not
+    sources = _package_sources()
+    defined = _defined_names(sources.values())
+    frameworks = framework_classes(sources.values())
+    compat_uses = private_uses(sources[os.path.join("elastictrainer", "flavors", "compat.py")],
+                               defined, frameworks)
+    assert {"_supports_tf_logs", "_implements_train_batch_hooks", "_trainable_weights"} <= {
+        what for _, what in compat_uses}
+    assert "tensorboard.backend.event_processing" in {what for _, what in compat_uses}
 
 
 def test_steps_per_execution_is_what_compile_was_given():

@@ -1,5 +1,6 @@
 """ElasticCallback (elastictrainer/fit/callback.py): ElasticTrainer inside model.fit, for Keras 3 and
 tf-keras models, with the optimizer the model was compiled with, next to Keras' own callbacks."""
+import inspect
 import json
 import os
 import warnings
@@ -9,9 +10,10 @@ import pytest
 
 import tensorflow as tf
 
-from helpers import keras3_cnn, tiny_model
-from elastictrainer import runlog
+from helpers import keras3_cnn, scripted_table, tiny_model
+from elastictrainer import config, runlog
 from elastictrainer.errors import UserError
+from elastictrainer.profiler import table as ptable
 from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
 
 
@@ -61,6 +63,40 @@ def _callback(tmp_path, name="run", **kw):
                            profiles=str(tmp_path / "profiles"), log=None, **kw)
 
 
+# Scripted times: the table's forward pass is 30 ms of a 100 ms step and its backward 70 ms,
+# shared evenly among the tensors, so that under rho 0.7 (a 40 ms backward budget) a selection
+# trains some tensors and never all; the clock makes every probe and full step FULL_S long and
+# every selection step SELECTION_RATIO of it (within the closed loop's 5% of rho: no correction).
+FULL_S, SELECTION_RATIO = 0.1, 0.68
+
+
+def _scripted_table(tmp_path, model, batch=16):
+    optimizer = type(model.optimizer).__name__.lower()
+    return scripted_table(model, tmp_path / f"{model.name}_{optimizer}.json", 16, batch,
+                          optimizer)
+
+
+class _StepClock:
+    """Seconds that advance, at each reading, by the scripted time of the step the callback's
+    runtime is on (ElasticDriver.ran)."""
+
+    def __init__(self):
+        self.now, self.callback = 0.0, None
+
+    def __call__(self):
+        hooks = getattr(self.callback, "hooks", None)
+        kind = hooks.ran[0] if hooks is not None and hooks.ran else None
+        self.now += FULL_S * (SELECTION_RATIO if kind == "selection" else 1.0)
+        return self.now
+
+
+def _scripted_callback(tmp_path, model, name="run", **kw):
+    clock = _StepClock()
+    clock.callback = _callback(tmp_path, name, timing_table=_scripted_table(tmp_path, model),
+                               clock=clock, **kw)
+    return clock.callback
+
+
 @pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
 @pytest.mark.parametrize("kind", ["sgd", "adam", "adamw"])
 def test_fit_trains_only_the_selected_tensors(tmp_path, flavor, kind):
@@ -68,21 +104,23 @@ def test_fit_trains_only_the_selected_tensors(tmp_path, flavor, kind):
     before = [v.numpy().copy() for v in model.trainable_weights]
     train, test = _data()
     history = model.fit(train, epochs=3, validation_data=test, verbose=0,
-                         callbacks=[_callback(tmp_path)])
+                         callbacks=[_scripted_callback(tmp_path, model)])
     out = tmp_path / "logs" / "run"
     summary = runlog.read_summary(str(out))
     assert summary["status"] == "finished" and len(summary["epochs"]) == 3
     ever = np.any([r["mask"] for r in summary["selections"]], axis=0)
-    assert 0 < ever.sum() < len(before)  # a selection, not everything
+    assert 0 < ever.sum() < len(before)  # the table leaves room for some tensors, not all
     for trained, a, v in zip(ever, before, model.trainable_weights):
         if trained:
             assert not np.array_equal(a, v.numpy())
         else:
             np.testing.assert_array_equal(a, v.numpy())  # never selected: never moved
-    # what it measured is in history as well as in summary.json
+    # what its clock measured (selection steps against the run's full steps) is in history as
+    # well as in summary.json
     ratios = history.history[MEASURED_RATIO_LOG]
-    assert len(ratios) == 3 and 0 < ratios[-1] < 1
-    assert summary["measured_ratio"] is not None and 0 < summary["measured_ratio"] < 1
+    assert len(ratios) == 3 and ratios[-1] == pytest.approx(SELECTION_RATIO)
+    assert summary["measured_ratio"] == pytest.approx(SELECTION_RATIO)
+    assert not summary["corrections"]
     assert history.history[SELECTED_LOG][-1] == sum(summary["selections"][-1]["mask"])
     assert summary["epochs"][-1]["test_accuracy"] == pytest.approx(
         100 * history.history["val_accuracy"][-1])
@@ -102,7 +140,7 @@ def test_it_composes_with_keras_callbacks(tmp_path, flavor):
     train, test = _data()
     ckpt = str(tmp_path / "best.weights.h5")
     model.fit(train, epochs=6, validation_data=test, verbose=0, callbacks=[
-        _callback(tmp_path),
+        _scripted_callback(tmp_path, model),
         keras.callbacks.ModelCheckpoint(ckpt, save_weights_only=True),
         keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0),
         keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb"))])
@@ -129,12 +167,12 @@ def test_backup_and_restore_resumes_the_elastic_runtime(tmp_path, flavor):
     model = _compile(_model(flavor), flavor)
     with pytest.raises(RuntimeError, match="power cut"):
         model.fit(train, epochs=4, validation_data=test, verbose=0,
-                  callbacks=[_callback(tmp_path), backup, Crash()])
+                  callbacks=[_scripted_callback(tmp_path, model), backup, Crash()])
     saved = json.load(open(tmp_path / "logs" / "run" / STATE_FILE))
     assert saved["epoch"] == 2
     said = []
     model = _compile(_model(flavor), flavor)
-    callback = _callback(tmp_path)
+    callback = _scripted_callback(tmp_path, model)
     callback.log = said.append
     # BackupAndRestore first: it restores into the optimizer as the elastic run trains it
     # (per-tensor Adam counts included), whatever the order
@@ -154,7 +192,7 @@ def test_the_profile_is_made_once_per_model_and_batch_shape(tmp_path):
     model = _compile(_model("keras3"), "keras3")
     train, test = _data()
     said = []
-    callback = _callback(tmp_path)
+    callback = _callback(tmp_path, rho=1.0)  # above any forward floor the profile may find
     callback.log = said.append
     model.fit(train, epochs=1, verbose=0, callbacks=[callback])
     assert sum("profiling" in line for line in said) == 1
@@ -162,11 +200,24 @@ def test_the_profile_is_made_once_per_model_and_batch_shape(tmp_path):
     assert len(tables) == 1 and tables[0].startswith("k3cnn-")
     said.clear()
     again = _compile(_model("keras3"), "keras3")
-    callback = _callback(tmp_path, name="again")
+    callback = _callback(tmp_path, name="again", rho=1.0)
     callback.log = said.append
     again.fit(train, epochs=1, verbose=0, callbacks=[callback])
     assert not any("profiling" in line for line in said)  # the same tensors: cached
     assert os.listdir(tmp_path / "profiles") == tables
+
+
+def test_its_defaults_are_configs():
+    params = inspect.signature(ElasticCallback).parameters
+    for name in config.FIT_CONFIG_FIELDS:
+        assert params[name].default == config.CONFIG_FIELDS[name].default, name
+    assert params["logdir"].default == config.FIT_LOGDIR
+    assert params["profiles"].default == ptable.PROFILE_DIR
+    # every other argument is the callback's wiring, not a setting
+    assert set(params) - set(config.FIT_CONFIG_FIELDS) == {"logdir", "profiles", "log", "clock"}
+    cfg = ElasticCallback(log=None).cfg
+    assert {n: getattr(cfg, n) for n in config.FIT_CONFIG_FIELDS} == {
+        n: getattr(config.Config(), n) for n in config.FIT_CONFIG_FIELDS}
 
 
 def test_bad_use_is_refused_in_one_line(tmp_path):

@@ -13,7 +13,7 @@ import tf_keras as keras
 
 from elastictrainer import config, runlog
 from elastictrainer.runs import loop
-from elastictrainer.prefix import cache as prefix_cache, plan as prefix_plan, store as prefix_store
+from elastictrainer.prefix import plan as prefix_plan, store as prefix_store
 from elastictrainer.errors import UserError
 from elastictrainer.method.roles import tensor_roles
 from elastictrainer.method.schemes import SCHEMES

@@ -167,7 +167,11 @@ def _scalars(run):
 
 @pytest.mark.parametrize("train_type", sorted(schemes.SCHEMES))
 def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
+    from elastictrainer.machine import peak_rss_mb
+
+    rss_before = peak_rss_mb()
     assert main_cli.main(_argv(workdir, train_type, train_type)) == 0
+    rss_after = peak_rss_mb()
     run = workdir / "logs" / train_type
     cfg = json.load(open(run / runlog.CONFIG_FILE))
     assert cfg["train_type"] == train_type and cfg["seed"] == 0 and cfg["num_classes"] == 10
@@ -176,8 +180,11 @@ def test_every_train_type_runs_and_writes_its_logs(workdir, train_type):
         assert key in summary
     assert summary["status"] == "finished" and len(summary["epochs"]) == 2
     assert set(summary["epochs"][0]) >= {"epoch", "train_time_s", "test_accuracy", "test_loss", "selected"}
-    assert 0 <= summary["best_test_accuracy"] <= 100 and summary["train_time_s"] > 0
-    assert 100 < summary["peak_rss_mb"] < 20000  # TensorFlow alone takes a few hundred MB
+    # the best epoch's accuracy, and the time of the epochs trained
+    assert summary["best_test_accuracy"] == max(e["test_accuracy"] for e in summary["epochs"])
+    assert summary["train_time_s"] == pytest.approx(summary["epochs"][-1]["train_time_s"])
+    # this process's peak memory (a peak only grows), in MB as read during the run
+    assert rss_before <= summary["peak_rss_mb"] <= rss_after
     acc = _scalars(run)
     tags = set(acc.Tags()["tensors"]) | set(acc.Tags()["scalars"])
     assert {runlog.TRAIN_ACCURACY, runlog.TRAIN_LOSS, runlog.LEARNING_RATE, runlog.TEST_ACCURACY,
@@ -483,11 +490,14 @@ def test_rho_feedback_measures_and_corrects_a_wrong_table(workdir, monkeypatch, 
     weights = np.array([s["steps"] for s in judged])
     ratios = np.array([s["measured_ratio"] for s in judged])
     assert summary["measured_ratio"] == pytest.approx(float(weights @ ratios / weights.sum()))
-    assert 0 <= summary["reselection_overhead_s"] <= summary["train_time_s"]
     parts = summary["reselection_overhead_parts_s"]
     assert set(parts) == {"importance", "timing full steps", "compiling", "solving"}
     assert sum(parts.values()) == pytest.approx(summary["reselection_overhead_s"])
-    assert min(parts.values()) >= 0
+    # on the fake device only steps take time: compiling and solving cost nothing on its
+    # clock, and the importance is a whole number of probe steps
+    assert parts["compiling"] == pytest.approx(0.0, abs=1e-9) and parts["solving"] == 0.0
+    probes = parts["importance"] / (truth.t_full / truth.full_over_grads / 1e3)
+    assert probes >= 1 and probes == pytest.approx(round(probes))
     tags = set(_scalars(run).Tags()["tensors"]) | set(_scalars(run).Tags()["scalars"])
     assert runlog.MEASURED_RATIO in tags
     over = [s for s in sels if s["reason"] == "interval" and s["measured_ratio"] > rho * 1.05]

@@ -1,5 +1,6 @@
 """Config is the one declaration of the train command's settings: its fields make the flags,
-their defaults and help, and docs/usage.md's flag table."""
+their defaults and help, and docs/usage.md's flag table; the profile and figure commands' flags
+are ProfileConfig's and FigureConfig's fields, made the same way."""
 import dataclasses
 import subprocess
 import sys
@@ -103,3 +104,111 @@ def test_a_scheme_registered_later_is_a_valid_train_type(monkeypatch):
     monkeypatch.setitem(SCHEMES, "my_scheme", next(iter(SCHEMES.values())))
     args = cli.train_parser().parse_args(["--train_type", "my_scheme"])
     assert args.train_type == "my_scheme"
+
+
+# -- the other commands' settings and ElasticCallback's come from config.py too --------------
+
+def _defaults(parser):
+    return {dest: a.default for dest, a in _actions(parser).items()}
+
+
+@pytest.mark.parametrize("parser, settings", [(cli.profile_parser, config.ProfileConfig),
+                                              (cli.figure_parser, config.FigureConfig)])
+def test_each_commands_flags_are_its_settings_fields(parser, settings):
+    actions = _actions(parser())
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    assert set(actions) == set(fields), "a flag that is not a settings field, or the reverse"
+    for name, f in fields.items():
+        assert actions[name].option_strings == [config.option_of(f)]
+        assert config.flag_of(f).help_text().replace("%", "%%") in actions[name].help
+    assert settings(**_defaults(parser())) == settings()  # each flag's default is the field's
+
+
+# where a profile flag means what train's does, its default differs only where said
+PROFILE_DEFAULTS_OF_ITS_OWN = {"weights": "none"}  # timings do not depend on the weights
+# flags of another command named as a train flag but meaning something else
+SAME_NAME_OTHER_MEANING = {("figure", "logdir"): "the figure's run directories, logs/figures/FIG"}
+
+
+def test_profile_and_figure_flags_shared_with_train_have_trains_defaults_and_choices():
+    train = _actions(cli.train_parser())
+    shared = 0
+    for command, settings in (("profile", config.ProfileConfig), ("figure", config.FigureConfig)):
+        actions = _actions(getattr(cli, f"{command}_parser")())
+        for f in dataclasses.fields(settings):
+            if f.metadata.get("same_as") is None:
+                assert (f.name not in config.CONFIG_FIELDS
+                        or (command, f.name) in SAME_NAME_OTHER_MEANING), (command, f.name)
+                continue
+            name, shared = f.metadata["same_as"], shared + 1
+            expected = PROFILE_DEFAULTS_OF_ITS_OWN.get(name, train[name].default)
+            assert actions[f.name].default == expected, (command, name)
+            assert actions[f.name].choices == train[name].choices, (command, name)
+            assert actions[f.name].type == train[name].type, (command, name)
+    assert shared == 10
+    assert config.ProfileConfig().weights == "none" != Config().weights
+
+
+def test_profile_and_figure_checks_are_the_settings_checks(capsys):
+    for argv, message in ((["profile", "--warmup", "-1"], "--warmup must be >= 0, got -1"),
+                          (["profile", "--num_iterations", "0"],
+                           "--num_iterations must be a positive integer, got 0"),
+                          (["profile", "--num_classes", "0"],
+                           "--num_classes must be a positive integer, got 0"),
+                          (["figure", "17", "--steps_per_epoch", "0"],
+                           "--steps_per_epoch must be a positive integer, got 0"),
+                          (["figure", "17", "--ray_resources", "pi4=1"], "needs --ray")):
+        with pytest.raises(config.UserError, match=message.replace("-", r"\-")):
+            cli.main(argv)
+    with pytest.raises(config.UserError, match="--steps_per_epoch must be a positive integer"):
+        Config(steps_per_epoch=0).validate()  # the same check as train's
+
+
+def test_profile_num_classes_default_is_the_models_default():
+    from elastictrainer.models import DEFAULT_NUM_CLASSES
+
+    text = cli.profile_parser().format_help()
+    assert f"(default: {DEFAULT_NUM_CLASSES}, as" in " ".join(text.split())
+
+
+def test_strategy_choices_are_the_distribution_modules_strategies():
+    from elastictrainer.train.distribution import STRATEGIES
+
+    f = config.CONFIG_FIELDS["strategy"]
+    assert config.flag_of(f).choice_list() == tuple(STRATEGIES)
+    assert tuple(_actions(cli.train_parser())["strategy"].choices) == tuple(STRATEGIES)
+    for name in STRATEGIES:
+        assert name in config.flag_of(f).help_text()
+
+
+def test_synthetic_sizes_default_to_the_data_packages_count():
+    from elastictrainer import data
+
+    for name in ("num_train", "num_test"):
+        assert config.shown_default(config.CONFIG_FIELDS[name]) == str(data.SYNTHETIC_EXAMPLES)
+    # the loader's defaults are that same constant (read without importing TensorFlow)
+    import ast
+    import importlib.util
+
+    source = open(importlib.util.find_spec("elastictrainer.data.synthetic").origin).read()
+    fn = next(n for n in ast.walk(ast.parse(source))
+              if isinstance(n, ast.FunctionDef) and n.name == "synthetic_dataset")
+    defaults = dict(zip([a.arg for a in fn.args.args][-len(fn.args.defaults):],
+                        fn.args.defaults))
+    for name in ("num_train", "num_test"):
+        assert isinstance(defaults[name], ast.Name) and defaults[name].id == "SYNTHETIC_EXAMPLES"
+
+
+def test_the_callbacks_own_defaults_are_declared_in_config():
+    assert config.FIT_LOGDIR.startswith(Config().logdir)
+    assert set(config.FIT_CONFIG_FIELDS) <= set(config.CONFIG_FIELDS)
+
+
+@pytest.mark.parametrize("command", ["profile", "figure"])
+def test_each_commands_documented_flag_table_is_generated_from_its_settings(command):
+    settings, doc = config.DOC_TABLES[command]
+    block = config.documented_flag_table(open(doc, encoding="utf-8").read(), command)
+    assert block is not None, f"{doc} lost its {config.table_markers(command)[0]} block"
+    assert block == config.flag_table(settings), (
+        f"{doc}'s {command} flags differ from config.py: run python -m elastictrainer.config "
+        "--write")
