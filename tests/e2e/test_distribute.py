@@ -166,8 +166,8 @@ def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
 
 def test_a_lost_worker_fails_the_run_which_then_resumes(work):
     tmp = work
-    (chief, out, err), (worker, _, _) = _workers(tmp, "lost", fault=STEPS + 3)
-    assert worker.returncode == -signal.SIGKILL
+    (chief, out, err), (worker, _, werr) = _workers(tmp, "lost", fault=STEPS + 3)
+    assert worker.returncode == -signal.SIGKILL, werr[-2000:]
     assert chief.returncode == 1
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: the run stopped in epoch 2: a worker of the cluster was lost")
