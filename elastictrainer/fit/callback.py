@@ -183,12 +183,14 @@ class ElasticCallback(_base()):
         optimizers.prepare_optimizer(optimizer, model.trainable_weights)
         scheme = SCHEMES[cfg.train_type]
         self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy)
+        compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
             time_model, cfg.rho, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
-            economy=cfg.economy, clock=self.clock, log=self.log)
+            economy=cfg.economy, is_compiled=lambda selection: selection in compiled,
+            clock=self.clock, log=self.log)
         self.hooks = ElasticDriver(self.trainer, scheme, runtime)
         self.cfg = cfg = dataclasses.replace(
             cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
@@ -289,24 +291,20 @@ class ElasticCallback(_base()):
             return
         with self.writer.as_default():
             result = self.hooks.on_train_end(self._train_time, self._global_step)
-        for key, value in result.items():
+        for key, value in result.summary_fields().items():
             setattr(self.summary, key, value)
         self.summary.status = "finished"
         self.summary.step_cache_traces = self.trainer.steps.traces
         self._save_summary()
         self.writer.flush()
-        measured, wall = self.summary.measured_ratio, self.summary.wall_ratio
-        self.log(f"{self.cfg.train_type} finished in model.fit: step-time ratio asked "
-                 f"{self.cfg.rho:g}, measured "
-                 f"{'n/a' if measured is None else f'{measured:.3f}'}; wall clock "
-                 f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, estimated in "
-                 f"the run (re-selecting {self.summary.reselection_overhead_s:.1f} s); results "
-                 f"in {self.out}")
+        self.log(f"{self.cfg.train_type} finished in model.fit: {result.closing}; results in "
+                 f"{self.out}")
 
     # ------------------------------------------------------------------ state
     def _save_summary(self):
-        rt = self.hooks.rt.s
-        self.summary.selections, self.summary.corrections = rt.records, rt.corrections
+        rt = self.hooks.rt
+        self.summary.selections = [r.to_dict() for r in rt.records]
+        self.summary.corrections = [c.to_dict() for c in rt.corrections]
         runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
 
     def _saved_state(self, epoch):
@@ -362,4 +360,4 @@ def _epoch_record(epoch, train_time, logs, rt):
     return runlog.EpochRecord(
         epoch=epoch, train_time_s=train_time, test_accuracy=metric("val_"),
         test_loss=value("val_loss"), train_accuracy=metric(""), train_loss=value("loss"),
-        selected=len(selection) if selection is not None else len(rt.s.mask or ()))
+        selected=len(selection) if selection is not None else len(rt.mask or ()))

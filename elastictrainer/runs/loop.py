@@ -109,14 +109,17 @@ def _elastic_hooks(setup, probe_iter, clock, log):
     if dist.multi_worker and not dist.is_chief:  # the chief decides; this worker follows
         from elastictrainer.elastic.follower import ElasticFollower
         return ElasticFollower(setup.trainer, dist)
+    trainer = setup.trainer
     runtime = ElasticRuntime(
         setup.time_model, cfg.rho, feedback=cfg.rho_feedback,
         steps_per_epoch=setup.steps_per_epoch, total_steps=setup.total_steps,
         interval=cfg.interval, probe_batches=cfg.probe_batches,
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
-        economy=cfg.economy, clock=clock, log=log)
-    hooks = ElasticDriver(setup.trainer, setup.scheme, runtime, probe_iter, cfg.probe_batches)
+        economy=cfg.economy, is_compiled=lambda selection: selection in trainer.steps,
+        clock=clock, log=log)
+    announce = None
     if dist.multi_worker:  # every step's kind and selection, to the other workers
         from elastictrainer.elastic.follower import Decisions
-        hooks.announce = Decisions(dist, len(setup.trainer.variables)).send
-    return hooks
+        announce = Decisions(dist, len(trainer.variables)).send
+    return ElasticDriver(trainer, setup.scheme, runtime, probe_iter, cfg.probe_batches,
+                         announce=announce)
