@@ -18,7 +18,6 @@ from elastictrainer.runs.checkpoint import RunCheckpoint
 from elastictrainer.errors import RunError, one_line
 from elastictrainer.machine import peak_rss_mb, release_memory
 from elastictrainer.data.folder import first_undecodable
-from elastictrainer.elastic import SHORT_RUN
 from elastictrainer.runs.setup import get_random_state, set_random_state
 
 # A testing hook, not a setting: see fault_at_step.
@@ -187,8 +186,9 @@ class RunRecorder:
         if not self.chief:
             return
         if self.elastic:
-            rt = self.elastic.rt.s
-            self.summary.selections, self.summary.corrections = rt.records, rt.corrections
+            rt = self.elastic.rt
+            self.summary.selections = [r.to_dict() for r in rt.records]
+            self.summary.corrections = [c.to_dict() for c in rt.corrections]
         if self.setup.prefix_cache is not None:
             self.summary.prefix_cache = self.setup.prefix_cache.summary(self._steps)
         runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
@@ -286,7 +286,7 @@ class RunRecorder:
                      f"to {self.out}")
             return summary.to_dict()
         if elastic_result:
-            for key, value in elastic_result.items():
+            for key, value in elastic_result.summary_fields().items():
                 setattr(summary, key, value)
         summary.status = "interrupted" if stopped else "finished"
         tr, dist = self.setup.trainer, self.setup.dist
@@ -306,18 +306,8 @@ class RunRecorder:
             np.savetxt(os.path.join(self.out, f"{cfg.run_name}.txt"), [hours, best])
         spent = (f", energy {self.meter.joules:.0f} J ({self.meter.source})"
                  if self.meter.joules is not None else "")
-        if elastic_result and all(r["reason"] == SHORT_RUN for r in summary.selections):
-            spent += ("; every tensor trained, as in full training: the run was too short to "
-                      "pay for compiling a selection's step (--economy false to select anyway)")
-        elif elastic_result:
-            measured, wall = summary.measured_ratio, summary.wall_ratio
-            spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
-                      f"{'n/a' if measured is None else f'{measured:.3f}'}"
-                      f" ({len(summary.corrections)} correction(s)); wall clock "
-                      f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, "
-                      f"estimated in the run (re-selecting {summary.reselection_overhead_s:.1f} "
-                      f"s, {100 * summary.reselection_overhead_s / max(train_time, 1e-9):.0f}% "
-                      f"of training)")
+        if elastic_result:
+            spent += f"; {elastic_result.closing}"
         ended = (f"interrupted after {len(summary.epochs)} of {cfg.num_epochs} epochs (run "
                  f"the same command again to continue)" if stopped else "finished")
         self.log(f"{cfg.train_type} {ended}: best test accuracy {best:.2f}%, training time "
