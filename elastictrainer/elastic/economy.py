@@ -124,33 +124,39 @@ class Economy:
     # ------------------------------------------------------------------ the start
     def settles_at_start(self):
         """Whether the run, at its start, cannot pay for one selection's compile (module doc):
-        it then trains every tensor throughout and never probes.  Said in one line either way
-        when it matters; the choice is kept for record()."""
+        it then trains every tensor throughout and never probes.  Said in one line when it
+        matters; the choice is kept for record()."""
+        choice, why, short = self._start()
+        self._choose(choice, why)
+        if choice == FULL_TRAINING:
+            self.log(f"elastic: {why}: training all tensors with full training's step, no "
+                     f"re-selection (--economy false to select anyway)")
+        elif short:
+            self._note("short", "re-selecting held to its overhead share", short)
+        return choice == FULL_TRAINING
+
+    def _start(self):
+        """(choice, why, a warning line or None) at the run's start, saying nothing."""
         if not self.on:
-            self._choose(SELECTIONS, "--economy false: re-selects and corrects as the paper "
-                                     "does, whatever the run's length")
-            return False
+            return (SELECTIONS, "--economy false: re-selects and corrects as the paper does, "
+                                "whatever the run's length", None)
         compile_s = self.start_compile_s()
         saving = self.best_saving_s(0, Progress())
         if saving < PAYOFF * compile_s:
-            why = (f"the {self.total_steps} steps would save about {saving:.2f} s at rho "
-                   f"{self.rho:g}, not {PAYOFF:g}x the {compile_s:.2f} s that compiling a "
-                   f"selection's step costs ({self.compile_source()})")
-            self._choose(FULL_TRAINING, why)
-            self.log(f"elastic: {why}: training all tensors with full training's step, no "
-                     f"re-selection (--economy false to select anyway)")
-            return True
-        self._choose(SELECTIONS, f"the {self.total_steps} steps save about {saving:.2f} s at rho "
-                                 f"{self.rho:g}, at least {PAYOFF:g}x the {compile_s:.2f} s "
-                                 f"that compiling a selection's step costs "
-                                 f"({self.compile_source()})")
+            return (FULL_TRAINING, f"the {self.total_steps} steps would save about "
+                                   f"{saving:.2f} s at rho {self.rho:g}, not {PAYOFF:g}x the "
+                                   f"{compile_s:.2f} s that compiling a selection's step costs "
+                                   f"({self.compile_source()})", None)
+        why = (f"the {self.total_steps} steps save about {saving:.2f} s at rho {self.rho:g}, "
+               f"at least {PAYOFF:g}x the {compile_s:.2f} s that compiling a selection's step "
+               f"costs ({self.compile_source()})")
+        short = None
         if compile_s / OVERHEAD_SHARE > saving:
-            self._note("short", "re-selecting held to its overhead share",
-                       f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
-                       f"{self.rho:g}, and compiling a selection's step costs about "
-                       f"{compile_s:.1f} s; re-selections, measurements and corrections are "
-                       f"held to {OVERHEAD_SHARE:.0%} of training")
-        return False
+            short = (f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
+                     f"{self.rho:g}, and compiling a selection's step costs about "
+                     f"{compile_s:.1f} s; re-selections, measurements and corrections are held "
+                     f"to {OVERHEAD_SHARE:.0%} of training")
+        return SELECTIONS, why, short
 
     def start_compile_s(self):
         """The compile the start decides with: the table's, else the model-size estimate."""
@@ -363,8 +369,7 @@ class Economy:
     def record(self):
         """summary.json's "economy": on, what it chose (full training or selections) and why,
         the compile it priced and where that came from, and what it held back."""
-        choice = self._choice or {"choice": SELECTIONS, "why": "decided before this process "
-                                                               "(no start recorded)"}
+        choice = self._choice or dict(zip(("choice", "why"), self._start()[:2]))
         return {"on": self.on, **choice,
                 "compile_s": self.start_compile_s() if self.on else None,
                 "compile_from": self.compile_source() if self.on else None,
