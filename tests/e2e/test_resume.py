@@ -25,7 +25,8 @@ def _cmd(tmp, name, *extra):
             "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
             "--num_epochs", "4", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.7",
             "--rho_feedback", "false", "--economy", "false", "--seed", "3",
-            "--timing_table", str(tmp / "t.json"), "--logdir", str(tmp / "logs"), "--run_name", name, "--quiet"] + list(extra)
+            "--timing_table", str(tmp / "t.json"), "--logdir", str(tmp / "logs"),
+            "--run_name", name, "--quiet"] + list(extra)
 
 
 def _run(cmd):
