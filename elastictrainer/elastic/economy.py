@@ -289,7 +289,7 @@ class Economy:
         # the gradient step they run exists once a probe or a timed full step has run
         if fits and pays and (progress.probes or progress.full_steps):
             self._note("readout", f"selections from step {global_step} on timed against "
-                                  f"{READOUT_FULL_STEPS} full steps only, not corrected",
+                                  f"{READOUT_FULL_STEPS} full steps only (not corrected)",
                        f"elastic: selections from step {global_step} on are not corrected: the "
                        f"closed loop's full steps would take the re-selection overhead past "
                        f"{OVERHEAD_SHARE:.0%} of training; {READOUT_FULL_STEPS} timed full "
