@@ -71,10 +71,16 @@ class RunSummary:
     energy_source: Optional[str] = None
     rho_feedback: Optional[bool] = None
     measured_ratio: Optional[float] = None
+    # the time model's step ratio, weighted as measured_ratio: what stands in when none was
+    # measured (the closing line says why)
+    estimated_ratio: Optional[float] = None
     corrections: List[dict] = dataclasses.field(default_factory=list)
     reselection_overhead_s: Optional[float] = None
     reselection_overhead_parts_s: Optional[dict] = None
     wall_ratio: Optional[float] = None
+    # what the elastic runtime's economy chose (full training or selections) and why, the
+    # compile it priced and where from, and what it held back (elastic/economy.py)
+    economy: Optional[dict] = None
     plan: Optional[dict] = None
     step_cache_traces: Optional[int] = None
     peak_rss_mb: Optional[float] = None

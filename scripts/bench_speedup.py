@@ -196,18 +196,18 @@ def run_benchmark(model_name, input_size=224, batch_size=4, num_classes=200, rho
     # The noise of one such measurement on this machine: the same selection measured again and
     # again (feedback off: one round, judged, kept).  No controller can hold rho closer.
     mid = rhos[len(rhos) // 2]
-    noise = [closed_loop(mid, feedback=False).records[-1]["measured_ratio"]
+    noise = [closed_loop(mid, feedback=False).records[-1].measured_ratio
              for _ in range(noise_trials)]
     bar.update(1)
 
     for res in results:
         rt = closed_loop(res["rho"])
         last = rt.records[-1]
-        res.update(closed_loop_ratio=last["measured_ratio"], corrections=len(rt.corrections),
-                   closed_loop_history=[(sum(r["mask"]), r["predicted_ratio"],
-                                         r["measured_ratio"]) for r in rt.records],
-                   closed_loop_selected=sum(last["mask"]),
-                   closed_loop_predicted=last["predicted_ratio"])
+        res.update(closed_loop_ratio=last.measured_ratio, corrections=len(rt.corrections),
+                   closed_loop_history=[(sum(r.mask), r.predicted_ratio, r.measured_ratio)
+                                        for r in rt.records],
+                   closed_loop_selected=sum(last.mask),
+                   closed_loop_predicted=last.predicted_ratio)
         bar.update(1)
     # one controller fed every open-loop measurement: the time model after correction
     from elastictrainer.elastic import RhoController

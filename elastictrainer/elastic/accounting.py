@@ -11,135 +11,215 @@ run spends beyond training its selections.  Selection steps that store images in
 prefix cache (--cache_frozen_prefix) train their batches at more than a cached step's cost:
 they are booked apart from the windows the closed loop measures, and full training would have
 spent a full step on each.
+
+Functions of the runtime's state (state.ElasticState), which they read and book into; the
+runtime (runtime.py) calls them.
 """
 import statistics
 
-
-class Accounting:
-    """The bookkeeping half of ElasticRuntime (which it is mixed into): state `self.s`
-    (ElasticState), `self.events`, the overhead parts, and the run-level numbers of finish()."""
-
-    def _emit(self, tag, value, step):
-        self.events.append((tag, value, int(step)))
-
-    def _overhead(self, part, seconds):
-        self.s.overhead_parts[part] += seconds
-
-    @property
-    def overhead_s(self):
-        return sum(self.s.overhead_parts.values())
-
-    @property
-    def selection(self):
-        return None if self.s.selection is None else tuple(self.s.selection)
-
-    def _book_fill(self, seconds):
-        """A selection step that filled the prefix cache: it trains its batch, dearer than
-        the cached steps the selection was priced for, so it is booked apart from the closed
-        loop's measurements.  False: the selection stays."""
-        s = self.s
-        s.fill_steps += 1
-        s.fill_s += seconds
-        rec = s.records[-1]
-        rec["steps"] += 1
-        rec["fill_steps"] = rec.get("fill_steps", 0) + 1  # records of older checkpoints lack it
-        return False
-
-    def _remember(self, selection, measured):
-        key = [int(k) for k in selection]
-        self.s.measured = [m for m in self.s.measured if m[0] != key] + [[key, measured]]
-
-    def _full_ms(self):
-        return statistics.median(self.s.full_times) * 1e3 if self.s.full_times else None
-
-    def _measured(self):
-        """The current window's median step over its median full step."""
-        s = self.s
-        times, full = s.times[s.win_t:], s.full_times[s.win_f:]
-        if not times or not full:
-            return None
-        return statistics.median(times) / statistics.median(full)
-
-    def _close_record(self):
-        """Final numbers of the selection that stops training now: its median step, its
-        measured ratio (its windows' own seconds over what full training would have spent on
-        them, _full_seconds), and the compile its first step paid."""
-        s = self.s
-        if not s.record_open:
-            return
-        rec = s.records[-1]
-        everything = all(s.mask)
-        if s.times:
-            median = statistics.median(s.times)
-            rec["step_ms"] = median * 1e3
-            if s.first_step_s is not None and not everything:
-                compiling = max(s.first_step_s - median, 0.0)
-                self._overhead("compiling", compiling)
-                s.windows[s.first_window][0] -= compiling
-        elif s.first_step_s is not None and everything:
-            rec["step_ms"] = s.first_step_s * 1e3
-        if s.windows[-1][1] is None:  # a window still open: what it has measured so far
-            s.windows[-1][1] = self._measured()
-        own = sum(seconds for seconds, _ in s.windows)
-        full = self._full_seconds()
-        ratio = rec["predicted_ratio"]
-        if full:
-            ratio = own / full
-            rec["measured_ratio"] = ratio
-        else:
-            full = own / ratio
-        s.step_s += own
-        s.full_s += full
-        s.windows, s.first_window = [[0.0, None]], 0
-        s.record_open = False
-
-    def _full_seconds(self):
-        """What full training would have spent on this selection's own steps: each window's
-        steps over the ratio measured in that window, whose full steps ran among them (a load
-        of one moment slows both alike); a window not judged takes the nearest judged one's
-        ratio; None if no window measured anything."""
-        known = [r for _, r in self.s.windows if r]
-        if not known:
-            return None
-        total, ratio = 0.0, known[0]
-        for seconds, measured in self.s.windows:
-            ratio = measured or ratio
-            total += seconds / ratio
-        return total
-
-    def measured_so_far(self):
-        """The selections' step-weighted measured ratio so far, closing nothing (None before
-        any measurement): what a run reports while it goes on."""
-        return _weighted_ratio(self.s.records)
-
-    def finish(self, train_time_s):
-        """Run-level numbers for summary.json: the selections' step-weighted measured ratio,
-        the re-selection overhead and its parts, and wall_ratio (module doc)."""
-        s = self.s
-        s.probing = 0  # a run may end inside a re-selection: its probes are booked already
-        self._close_record()
-        # steps that filled the prefix cache trained their batches: full training would
-        # have spent a full step on each
-        fill_full_s = s.fill_steps * self._t_full_s() if s.fill_steps else 0.0
-        return {
-            "measured_ratio": _weighted_ratio(s.records),
-            "reselection_overhead_s": self.overhead_s,
-            "reselection_overhead_parts_s": dict(s.overhead_parts),
-            "wall_ratio": wall_ratio(train_time_s, s.step_s + s.fill_s, self.overhead_s,
-                                     s.full_s + fill_full_s),
-        }
+from elastictrainer.elastic.economy import Progress
 
 
+def book_overhead(s, part, seconds):
+    s.overhead_parts[part] += seconds
 
-def _weighted_ratio(records):
-    """The selections' measured ratios weighted by their steps, steps that filled the prefix
-    cache left out (the ratio is their cached steps'); None before any measurement."""
+
+def overhead_s(s):
+    """The re-selection overhead booked so far."""
+    return sum(s.overhead_parts.values())
+
+
+def book_fill(s, seconds):
+    """A selection step that filled the prefix cache: it trains its batch, dearer than the
+    cached steps the selection was priced for, so it is booked apart from the closed loop's
+    measurements."""
+    s.fill_steps += 1
+    s.fill_s += seconds
+    rec = s.records[-1]
+    rec["steps"] += 1
+    rec["fill_steps"] = rec.get("fill_steps", 0) + 1  # records of older checkpoints lack it
+
+
+def book_full(s, seconds, compiled, probe, table):
+    """A probe or timed full step: every tensor's backward pass, no update.  It trains nothing,
+    so all its seconds are overhead; full training would have trained its batch at a full
+    step's cost, its seconds times the table's full_over_grads (the update's share of a step;
+    `table`: the run's TimeModel).  `compiled`: its first call, whose excess over a typical one
+    (the median so far, else the table's) is the full step's compile, which full training pays
+    too."""
+    over = table.full_over_grads
+    if compiled:
+        typical = (statistics.median(s.full_times) / over if s.full_times
+                   else table.t_full / 1e3 / over)
+        s.full_compile_s = max(seconds - typical, 0.0)
+        seconds -= s.full_compile_s
+    s.full_s += seconds * over
+    if probe:
+        book_overhead(s, "importance", seconds)
+    else:
+        book_overhead(s, "timing full steps", seconds)
+        s.full_times.append(seconds * over)
+        if s.record_open:
+            s.records[-1]["full_steps"] += 1
+
+
+def book_selection_step(s, seconds, compiled):
+    """One step of the current selection, in its record and window; True for its first
+    (which may include compiling its step: kept apart, and the compile taken from it once a
+    second step shows a typical one)."""
+    s.records[-1]["steps"] += 1
+    s.windows[-1][0] += seconds
+    if s.first_step_s is None:
+        s.first_step_s, s.first_window = seconds, len(s.windows) - 1
+        s.first_compiled = bool(compiled)
+        return True
+    s.times.append(seconds)
+    if len(s.times) == 1 and not all(s.mask) and s.first_compiled:
+        s.selection_compile_s = max(s.first_step_s - seconds, 0.0)
+    return False
+
+
+def progress(s):
+    """The run so far as the books hold it, for the economy (economy.Progress)."""
+    last = s.records[-1] if s.records else None
+    return Progress(
+        full_step_s=statistics.median(s.full_times) if s.full_times else None,
+        overhead_s=overhead_s(s) + pending_compile_s(s),
+        full_steps=len(s.full_times), probes=s.probes_run,
+        selections_compiled=len({tuple(r["mask"]) for r in s.records if not all(r["mask"])}),
+        selection_compile_s=s.selection_compile_s,
+        current_ratio=None if last is None else last["measured_ratio"] or last["predicted_ratio"],
+        current_cut=None if last is None else last.get("cut"),
+        selected=s.selection is not None)
+
+
+def remember(s, selection, measured):
+    """Keep `selection`'s latest measured ratio (prefer_measured weighs it later)."""
+    key = [int(k) for k in selection]
+    s.measured = [m for m in s.measured if m[0] != key] + [[key, measured]]
+
+
+def full_ms(s):
+    """The median timed full step so far, in ms (None before any)."""
+    return statistics.median(s.full_times) * 1e3 if s.full_times else None
+
+
+def window_ratio(s):
+    """The current window's median step over its median full step."""
+    times, full = s.times[s.win_t:], s.full_times[s.win_f:]
+    if not times or not full:
+        return None
+    return statistics.median(times) / statistics.median(full)
+
+
+def pending_compile_s(s):
+    """The open selection's compile, paid by its first step and booked when it closes."""
+    if not (s.record_open and s.times and s.first_compiled and s.first_step_s is not None
+            and not all(s.mask)):
+        return 0.0
+    return max(s.first_step_s - statistics.median(s.times), 0.0)
+
+
+def close_record(s):
+    """Final numbers of the selection that stops training now: its median step, its measured
+    ratio (its windows' own seconds over what full training would have spent on them,
+    full_seconds), and the compile its first step paid."""
+    if not s.record_open:
+        return
+    rec = s.records[-1]
+    everything = all(s.mask)
+    if s.times:
+        median = statistics.median(s.times)
+        rec["step_ms"] = median * 1e3
+        if s.first_step_s is not None and not everything:
+            compiling = max(s.first_step_s - median, 0.0)
+            book_overhead(s, "compiling", compiling)
+            s.windows[s.first_window][0] -= compiling
+    elif s.first_step_s is not None and everything:
+        rec["step_ms"] = s.first_step_s * 1e3
+    if s.windows[-1][1] is None:  # a window still open: what it has measured so far
+        s.windows[-1][1] = window_ratio(s)
+    own = sum(seconds for seconds, _ in s.windows)
+    full = full_seconds(s.windows)
+    ratio = rec["predicted_ratio"]
+    if full:
+        ratio = own / full
+        rec["measured_ratio"] = ratio
+    else:
+        full = own / ratio
+    s.step_s += own
+    s.full_s += full
+    s.windows, s.first_window = [[0.0, None]], 0
+    s.record_open = False
+
+
+def full_seconds(windows):
+    """What full training would have spent on a selection's own steps, `windows` [[seconds,
+    measured ratio or None]]: each window's steps over the ratio measured in that window, whose
+    full steps ran among them (a load of one moment slows both alike); a window not judged
+    takes the nearest judged one's ratio; None if no window measured anything."""
+    known = [r for _, r in windows if r]
+    if not known:
+        return None
+    total, ratio = 0.0, known[0]
+    for seconds, measured in windows:
+        ratio = measured or ratio
+        total += seconds / ratio
+    return total
+
+
+def measured_so_far(s):
+    """The selections' step-weighted measured ratio so far, closing nothing (None before any
+    measurement): what a run reports while it goes on."""
+    return weighted_ratio(s.records)
+
+
+def close_run(s, train_time_s, full_step_s):
+    """Close the books at the run's end: (measured ratio, estimated ratio, overhead, its parts,
+    wall_ratio) (module doc); full_step_s: a full step in seconds, what full training spent on
+    each step that filled the prefix cache."""
+    s.probing = 0  # a run may end inside a re-selection: its probes are booked already
+    close_record(s)
+    fill_full_s = s.fill_steps * full_step_s if s.fill_steps else 0.0
+    spent = overhead_s(s)
+    return (weighted_ratio(s.records), weighted_ratio(s.records, "predicted_ratio"), spent,
+            dict(s.overhead_parts),
+            wall_ratio(train_time_s, s.step_s + s.fill_s, spent, s.full_s + fill_full_s))
+
+
+def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_time_s,
+                  economy_words, full_training=False, unmeasured_why=None):
+    """The closing line's words on an elastic run, one line: the step ratio measured (or why
+    none was, and the time model's instead), the wall clock against full training's, the
+    re-selection overhead and what the economy held back; or, for a run the economy made full
+    training, that (economy_words)."""
+    if full_training:
+        return economy_words
+    if measured is not None:
+        ratio = (f"step-time ratio asked {rho:g}, measured {measured:.3f} ({corrections} "
+                 f"correction(s))")
+    elif estimated is None:
+        ratio = f"step-time ratio asked {rho:g}: no selection trained"
+    else:
+        why = unmeasured_why or ("the run ended before its selection's steps were timed "
+                                 "against full steps")
+        ratio = (f"step-time ratio asked {rho:g}, not measured ({why}), {estimated:.3f} by the "
+                 f"time model")
+    wall_words = (f"wall clock {'n/a' if wall is None else f'{wall:.2f}'} of full training's, "
+                  f"estimated in the run (re-selecting {spent_s:.1f} s, "
+                  f"{100 * spent_s / max(train_time_s, 1e-9):.0f}% of training)")
+    return "; ".join(part for part in (ratio, wall_words, economy_words) if part)
+
+
+def weighted_ratio(records, key="measured_ratio"):
+    """The selections' ratios (`key`) weighted by their steps, steps that filled the prefix
+    cache left out (the ratio is their cached steps'); None when none has one."""
     def steps(r):
         return r["steps"] - r.get("fill_steps", 0)
 
-    done = [r for r in records if r["measured_ratio"] is not None and steps(r)]
+    done = [r for r in records if r[key] is not None and steps(r)]
     weight = sum(steps(r) for r in done)
-    return sum(r["measured_ratio"] * steps(r) for r in done) / weight if weight else None
+    return sum(r[key] * steps(r) for r in done) / weight if weight else None
 
 
 def wall_ratio(train_time_s, step_s, overhead_s, full_s):

@@ -1,19 +1,22 @@
 """The TensorFlow side of ElasticTrainer's runtime: runs the steps the decision part
 (runtime.py) asks for, times them and feeds back what they measured.
 
-Any training loop drives it through a few hooks:
+Any training loop drives it through a few calls:
 
-    hooks = ElasticDriver(trainer, runtime, probe_iter)
-    hooks.on_train_begin()                        # prints the plan (forward floor, ...)
+    runtime = ElasticRuntime(time_model, rho, ...,
+                             is_compiled=lambda selection: selection in trainer.steps)
+    driver = ElasticDriver(trainer, scheme, runtime, probe_iter, probe_batches)
+    driver.on_train_begin()                        # prints the plan (forward floor, ...)
     for each batch (x, y), global step g:
-        loss, logits = hooks.train_step(g, x, y)  # = before_step + the call + after_step
-        at an epoch's end: hooks.on_epoch_end(epoch, g)
-    hooks.on_train_end(train_time_s, g)           # run-level numbers for summary.json
+        loss, logits = driver.train_step(g, x, y)  # = before_step + the call + after_step
+        at an epoch's end: driver.on_epoch_end(epoch, g)
+    driver.on_train_end(train_time_s, g)           # the run's end (state.EndResult)
 
 `before_step(g)` gives the callable to train this batch with (a probe step, a timed full step
 or the selection's step) and `after_step(g, seconds, outputs)` books it, for a loop that calls
 and times the step itself; the callable takes what the trainer's steps take ((x, y) for
-compiled.CompiledSteps, a model.fit batch for keras.FitSteps).  TensorBoard scalars go to the default summary writer, if any.
+train.compiled.CompiledSteps, a model.fit batch for fit.steps.FitSteps).  TensorBoard scalars
+go to the default summary writer, if any.
 """
 import functools
 
@@ -26,27 +29,28 @@ from elastictrainer.method.importance import IMPORTANCE
 
 
 class ElasticDriver:
-    """Drives `runtime` (an elastic.ElasticRuntime) with `trainer` (compiled.CompiledSteps)'s steps.
+    """Drives `runtime` (an elastic.ElasticRuntime) with `trainer`'s steps (CompiledSteps or
+    FitSteps).
 
-    probe_iter: batches for importance estimators that need their own backward passes (those
-    without an in-step form, importance.IN_STEP); scheme: the --train_type's Scheme;
-    probe_batches: probes per re-selection."""
+    scheme: the --train_type's Scheme; probe_iter: batches for importance estimators that need
+    their own backward passes (those without an in-step form, importance.IN_STEP);
+    probe_batches: probes per re-selection; announce(global_step, kind, selection), if given,
+    is called before each step: a multi-worker run's chief tells the other workers what to run
+    (follower.Decisions).  The trainer's prefix cache, if any, is watched: once it turns off,
+    the runtime is told (cache_off) before the step that turned it off is booked."""
 
-    def __init__(self, trainer, scheme, runtime, probe_iter=None, probe_batches=1):
+    def __init__(self, trainer, scheme, runtime, probe_iter=None, probe_batches=1,
+                 announce=None):
         self.trainer, self.scheme, self.rt = trainer, scheme, runtime
         self.probe_iter = probe_iter
         self.probe_batches = int(probe_batches)
+        self.announce = announce
         self.clock = runtime.clock
-        runtime.is_compiled = lambda sel: tuple(sel) in trainer.steps
-        cache = getattr(trainer, "prefix_cache", None)
-        if cache is not None:  # a cache that fails: the time model prices without it
-            cache.on_off = runtime.cache_off
+        self._cache = getattr(trainer, "prefix_cache", None)
+        self._cache_on = self._cache is not None
         self._kind = None
         self._compiled = False
         self._step = None
-        # announce(global_step, kind, selection) before each step: a multi-worker run's chief
-        # tells the other workers what to run (distribute.Decisions)
-        self.announce = None
         self.ran = (None, None)  # (kind, tensors) of the last step, as before_step chose it
 
     def on_train_begin(self):
@@ -91,6 +95,9 @@ class ElasticDriver:
         step = self._step if kind == "selection" else None
         filled = bool(getattr(step, "filled", False))
         compiled = getattr(step, "compiled", self._compiled) or self._compiled
+        if self._cache_on and self._cache.off:  # a cache that failed: price without it
+            self._cache_on = False
+            self.rt.cache_off()
         changed = self.rt.step_done(global_step, kind, seconds, compiled=compiled,
                                     terms=terms, filled=filled)
         self.flush_events()
@@ -113,16 +120,16 @@ class ElasticDriver:
         self.flush_events()
 
     def on_train_end(self, train_time_s, global_step):
+        """The runtime's state.EndResult (summary.json's numbers, the closing line's words)."""
         result = self.rt.finish(train_time_s)
         self.flush_events()
-        if result["wall_ratio"] is not None:
-            self._emit(runlog.WALL_RATIO, result["wall_ratio"], global_step)
+        if result.wall_ratio is not None:
+            self._emit(runlog.WALL_RATIO, result.wall_ratio, global_step)
         return result
 
     def flush_events(self):
         """Write the runtime's queued TensorBoard points (to the default writer, if any)."""
-        events, self.rt.events = self.rt.events, []
-        for tag, value, step in events:
+        for tag, value, step in self.rt.take_events():
             self._emit(tag, value, step)
 
     def _emit(self, tag, value, step):

@@ -4,31 +4,54 @@ runtime's overhead in proportion to the run, and a short run no slower than full
 An elastic run's batches cost what full training's cost, except its selections' steps, which
 save (1 - ratio) of a full step each: probes and timed full steps compute every gradient and
 train nothing, about a full step.  Against that saving it pays for compiling each selection's
-step (the profiler's compile_ms, timed on its calibration's reference selections; else estimated
-from the full step's own first call).
+step.
 
-- At the start: a run whose steps, all at rho, would save less than PAYOFF times a compile
-  trains every tensor from its first step with full training's own step, and never probes: it
-  is full training, neither slower nor heavier in memory.  Once probed, the selection is the
-  cheaper way on (its graph is part of the full step's, so it compiles faster than the full
-  step would).
+The compile it prices, before the run has compiled a selection of its own, is known before the
+first step, so the run decides the same way at its start whatever its timing table holds:
+- the table's compile_ms, when the profiler calibrated: the longest compile of its reference
+  selections' steps (profiler/calibration.py), the longest because a compile grows with the
+  selection's backward graph and a run compiles while its input pipeline shares the cores;
+- else an estimate from the model's size, COMPILE_MS_PER_TENSOR per trainable tensor (a step's
+  graph grows with its layers).  Measuring the run's first compile instead would mean
+  compiling before deciding: the probe step (the overhead a short run is meant to avoid), or
+  a few full training steps (which an elastic run does not take: full Adam steps can shake a
+  pretrained backbone).  And the estimate depends on nothing this run times, so with
+  --rho_feedback false, where no decision may, it decides as well.
+With the feedback on, once the run has compiled a selection's step, that compile prices the
+later switches.
+
+- At the start: a run whose steps, all at rho, would save less than PAYOFF times that compile
+  trains every tensor from its first step with full training's step, and never probes: it is
+  full training, neither slower nor heavier in memory, and says so at the start, in its
+  closing line and in summary.json ("economy").  Once probed, the selection is the cheaper
+  way on (its graph is part of the full step's, so it compiles faster than the full step
+  would).
 - Later spending is held to a budget: a re-selection's probes, the full steps that measure a
   selection (and re-check it), and a switch to a selection not compiled yet happen only while
   the run's re-selection overhead, that spending included, stays within PLANNED_SHARE of its
   training time.  What the budget leaves out is skipped: the selection is kept, or trained
-  on the time model's word without measuring it, and the run says so once.
+  without the closed loop's measurement, and the run says so once.
+- A selection the budget does not let the closed loop measure still has its step ratio read
+  out: READOUT_FULL_STEPS timed full steps interleaved with its first steps (the gradient step
+  they run is the probe's, compiled already), when they cost at most READOUT_SHARE of the
+  run's training time.  Nothing is corrected on it; the run reports it.  Otherwise the run says
+  why it has no measured ratio and gives the time model's instead.
 - With the frozen prefix cached (--cache_frozen_prefix), a switch that moves the cut fills the
   cache again: an epoch of steps each running the new prefix once more.  It is priced with the
   switch's compile, so a selection that breaks the cache must fit the same budget.
+
+Economy is a component of the runtime (runtime.py): it is built with the run's fixed inputs and
+asked with the run's progress so far (Progress), a snapshot the runtime takes.
 """
-import statistics
+import dataclasses
+from typing import Callable, Optional
 
 import numpy as np
 
 from elastictrainer.elastic.rho_control import FULL_STEPS
 
 # A switch away from full steps must save this multiple of its compile; below it the run keeps
-# full steps (a compile is estimated from the full step's, which may be off by a third).
+# full steps (a compile estimate may be off by a third).
 PAYOFF = 1.5
 # The re-selection overhead a run may reach with later switches to uncompiled selections, as a
 # share of its training time (and a compile's share of the steps left).
@@ -36,206 +59,337 @@ OVERHEAD_SHARE = 0.10
 # Later switches plan for this much of it: a compile estimated from the last one came out up to
 # a third low here (the first compile of a process pays TensorFlow's warm-up).
 PLANNED_SHARE = 0.8 * OVERHEAD_SHARE
+# A selection's step compile per trainable tensor, for a table without compile_ms.  The
+# profiler's compile_ms over the model's tensors on this project's 2-core machine: smallcnn
+# 17 ms, MobileNetV2 13-16 ms (Keras 3: 23 ms), ResNet50 9 ms; taken near the top, since too
+# high an estimate costs a borderline run its selection while too low a one makes a short run
+# slower than full training.
+COMPILE_MS_PER_TENSOR = 20.0
+# A selection the budget leaves unmeasured has its ratio read out from this many timed full
+# steps (a median of three outlasts one outlier), when they cost at most READOUT_SHARE of the
+# run's training time.
+READOUT_FULL_STEPS = 3
+READOUT_SHARE = 0.02
+
+FULL_TRAINING = "full training"
+SELECTIONS = "selections"
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What the run has done so far, as the economy weighs it (ElasticRuntime takes it).
+    full_step_s: the median timed full step (None before any); overhead_s: re-selection
+    overhead booked, the open selection's compile included; full_steps, probes: timed full and
+    probe steps run; selections_compiled: partial selections trained; selection_compile_s: the
+    latest selection step's compile; current_ratio: the current selection's measured, else
+    predicted, step ratio, and current_cut its prefix cache cut (None before any selection, or
+    none); selected: whether a selection was made (probes ran)."""
+    full_step_s: Optional[float] = None
+    overhead_s: float = 0.0
+    full_steps: int = 0
+    probes: int = 0
+    selections_compiled: int = 0
+    selection_compile_s: Optional[float] = None
+    current_ratio: Optional[float] = None
+    current_cut: Optional[str] = None
+    selected: bool = False
 
 
 class Economy:
-    """The economy half of ElasticRuntime (which it is mixed into): reads its state `self.s`,
-    time model `self.ctl`, `self.rho`, `self.total_steps`, `self.steps_per_epoch`,
-    `self.every`, `self.probe_batches`, `self.n`, `self.compile_ms`, `self.economy`,
-    `self.is_compiled`."""
+    """The economy of one run.  on: --economy; controller: the run's RhoController (its time
+    model, the table's base model, rho, feedback); total_steps, steps_per_epoch; every: steps
+    between re-selections; probe_batches; compile_ms: the timing table's, or None;
+    is_compiled(selection): whether a selection's step exists already; log(message)."""
 
-    def _say_if_short(self, compile_s):
-        """Say once, at the start, when re-selecting will be held back to stay worth it."""
-        if getattr(self, "_said_short", False) or not self.economy:
-            return
-        self._said_short = True
-        saving = self._best_saving_s(0)
+    def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
+                 compile_ms=None, is_compiled: Callable = lambda selection: False, log=print):
+        self.on = bool(on)
+        self.ctl = controller
+        self.total_steps = int(total_steps)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.every = every
+        self.probe_batches = int(probe_batches)
+        self.n = len(controller.base.t_dw)
+        self.table_compile_ms = compile_ms
+        self.is_compiled = is_compiled
+        self.log = log
+        # what it chose and why (summary.json "economy"), and what it said once
+        self._choice = {}
+        self._notes = {}
+
+    @property
+    def rho(self):
+        return self.ctl.rho
+
+    # ------------------------------------------------------------------ the start
+    def settles_at_start(self):
+        """Whether the run, at its start, cannot pay for one selection's compile (module doc):
+        it then trains every tensor throughout and never probes.  Said in one line when it
+        matters; the choice is kept for record()."""
+        choice, why, short = self._start()
+        self._choose(choice, why)
+        if choice == FULL_TRAINING:
+            self.log(f"elastic: {why}: training all tensors with full training's step, no "
+                     f"re-selection (--economy false to select anyway)")
+        elif short:
+            self._note("short", "re-selecting held to its overhead share", short)
+        return choice == FULL_TRAINING
+
+    def _start(self):
+        """(choice, why, a warning line or None) at the run's start, saying nothing."""
+        if not self.on:
+            return (SELECTIONS, "--economy false: re-selects and corrects as the paper does, "
+                                "whatever the run's length", None)
+        compile_s = self.start_compile_s()
+        saving = self.best_saving_s(0, Progress())
         if saving < PAYOFF * compile_s:
-            return  # _settles_at_start says what happens instead
+            return (FULL_TRAINING, f"the {self.total_steps} steps would save about "
+                                   f"{saving:.2f} s at rho {self.rho:g}, not {PAYOFF:g}x the "
+                                   f"{compile_s:.2f} s that compiling a selection's step costs "
+                                   f"({self.compile_source()})", None)
+        why = (f"the {self.total_steps} steps save about {saving:.2f} s at rho {self.rho:g}, "
+               f"at least {PAYOFF:g}x the {compile_s:.2f} s that compiling a selection's step "
+               f"costs ({self.compile_source()})")
+        short = None
         if compile_s / OVERHEAD_SHARE > saving:
-            self.log(f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
+            short = (f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
                      f"{self.rho:g}, and compiling a selection's step costs about "
                      f"{compile_s:.1f} s; re-selections, measurements and corrections are held "
                      f"to {OVERHEAD_SHARE:.0%} of training")
+        return SELECTIONS, why, short
 
-    def _best_saving_s(self, global_step):
-        """What the steps left save at best: all but one re-selection's probes train a
-        selection at rho."""
-        steps = max(self._steps_left(global_step) - self.probe_batches, 0)
-        return steps * (1 - self.rho) * self._t_full_s()
+    def start_compile_s(self):
+        """The compile the start decides with: the table's, else the model-size estimate."""
+        if self.table_compile_ms is not None:
+            return self.table_compile_ms / 1e3
+        return self.n * COMPILE_MS_PER_TENSOR / 1e3
 
-    def _settles_at_start(self):
-        """Whether the run, at its start, cannot pay for one selection's compile (module
-        doc): it then trains every tensor throughout and never probes."""
-        compile_s = self._compile_estimate(self.rho)
-        if compile_s is None:
-            return False
-        saving = self._best_saving_s(0)
-        if saving >= PAYOFF * compile_s:
-            return False
-        self.log(f"elastic: the {self.total_steps} steps would save about {saving:.2f} s at rho "
-                 f"{self.rho:g}, not {PAYOFF:g}x the {compile_s:.2f} s that compiling a "
-                 f"selection's step costs: training all tensors with full training's step, "
-                 f"no re-selection (--economy false to select anyway)")
-        return True
+    def compile_source(self):
+        if self.table_compile_ms is not None:
+            return ("the timing table's compile_ms, the longest of the profiler's reference "
+                    "selections")
+        return (f"estimated from the model's size, {self.n} tensors x "
+                f"{COMPILE_MS_PER_TENSOR:g} ms: the timing table has no compile_ms")
 
-    def _pays_off(self, mask, global_step):
+    # ------------------------------------------------------------------ switches
+    def compile_estimate(self, progress):
+        """Seconds a new selection's step takes to compile: with the feedback on, the last one
+        measured in this run; before any, and always with the feedback off (no decision may
+        depend on this run's timing then), start_compile_s.  None with the economy off."""
+        if not self.on:
+            return None
+        if self.ctl.feedback and progress.selection_compile_s is not None:
+            return progress.selection_compile_s
+        return self.start_compile_s()
+
+    def pays_off(self, mask, global_step, progress):
         """Whether leaving full steps for `mask` saves more than its compile costs.  After a
         probe, the full step is one more compile too unless it exists already, and a larger one
         than a selection's: the selection pays then."""
-        if (self._compile_estimate(1.0) is None or mask.all()
+        if (not self.on or mask.all()
                 or not self.is_compiled(tuple(range(self.n)))
                 or self.is_compiled(tuple(int(k) for k in np.nonzero(mask)[0]))):
             return True
         ratio = self.ctl.model.predicted_ratio(mask)
-        compile_s = self._compile_estimate(ratio)
-        saving = self._steps_left(global_step) * (1 - ratio) * self._t_full_s()
+        compile_s = self.compile_estimate(progress)
+        saving = self.steps_left(global_step) * (1 - ratio) * self.t_full_s(progress)
         if saving >= PAYOFF * compile_s:
             return True
-        if not getattr(self, "_said_full", False):
-            self._said_full = True
-            self.log(f"elastic: the {self._steps_left(global_step)} steps left would save about "
-                     f"{saving:.2f} s, not {PAYOFF:g}x the {compile_s:.2f} s that compiling a "
-                     f"selection's step is estimated to cost: training all tensors, as full "
-                     f"training would (--economy false to select anyway)")
+        why = (f"the {self.steps_left(global_step)} steps left from step {global_step} would "
+               f"save about {saving:.2f} s, not {PAYOFF:g}x the {compile_s:.2f} s that "
+               f"compiling a selection's step is estimated to cost")
+        if "full" not in self._notes:
+            self._choose(FULL_TRAINING, why)
+            self._note("full", f"every tensor trained from step {global_step}",
+                       f"elastic: {why}: training all tensors, as full training would "
+                       f"(--economy false to select anyway)")
         return False
 
-    def _affordable(self, extra_s, global_step, step_ratio=None):
+    def worth_compiling(self, selection, global_step, progress):
+        """Whether a later switch (a re-selection or a correction) to `selection` may compile
+        its step and, when it moves the prefix cache's cut, fill the cache again (refill_s):
+        the overhead so far, these, the full steps that will measure it and the probes of the
+        re-selections still to come must fit the budget (affordable); and the compile and
+        refill within OVERHEAD_SHARE of the time the steps left will take."""
+        mask = np.zeros(self.n, bool)
+        mask[list(selection)] = True
+        compile_s = self.compile_estimate(progress)
+        if compile_s is None or self.is_compiled(tuple(selection)):
+            compile_s = 0.0
+        once = compile_s + self.refill_s(mask, progress)
+        if once == 0:
+            return True
+        ratio = self.ctl.model.predicted_ratio(mask)
+        left = self.steps_left(global_step)
+        probes_s = left / max(self.every, 1) * self.probe_batches * self.grad_s(progress)
+        return (self.affordable(once + FULL_STEPS * self.grad_s(progress) + probes_s,
+                                global_step, progress, ratio)
+                and once <= OVERHEAD_SHARE * left * self.lowest_step_s(progress, ratio))
+
+    def refill_s(self, mask, progress):
+        """What moving the prefix cache to `mask`'s cut costs: an epoch's steps each running
+        the new prefix once more (the forward pass the cut saves), 0 when the cut stays or
+        the selection has none."""
+        model = self.ctl.model
+        if not self.on or progress.current_ratio is None or model.cut_of(mask) is None:
+            return 0.0
+        if model.cut_name(mask) == progress.current_cut:
+            return 0.0
+        device = self.t_full_s(progress) / (self.ctl.base.t_full / 1e3)  # this run's speed
+        return self.steps_per_epoch * model.forward_saved(mask) / 1e3 * device
+
+    # ------------------------------------------------------------------ the budget
+    def affordable(self, extra_s, global_step, progress, step_ratio=None):
         """Whether spending `extra_s` more on re-selecting fits both budgets: the run's
         overhead within PLANNED_SHARE of its training time, taken as its steps at the lowest
         step ratio in sight (rho, the current selection's, `step_ratio`: loop work would only
         add to it); and within 1 / PAYOFF of what the run saves at best, so that it stays
         faster than full training.  A short run whose first compile alone takes the share
         spends nothing more: no later probe, measurement or compile."""
-        if not self.economy:
+        if not self.on:
             return True
-        spent = self._spent_s() + extra_s
-        share = PLANNED_SHARE * self.total_steps * self._lowest_step_s(step_ratio)
-        return spent <= share and spent <= self._best_saving_s(0) / PAYOFF
+        spent = self.spent_s(progress) + extra_s
+        share = PLANNED_SHARE * self.total_steps * self.lowest_step_s(progress, step_ratio)
+        return spent <= share and spent <= self.best_saving_s(0, progress) / PAYOFF
 
-    def _lowest_step_s(self, step_ratio=None):
-        """A selection's step in seconds at the lowest step ratio in sight (_affordable)."""
-        s = self.s
-        ratios = [self.rho] + ([step_ratio] if step_ratio is not None else [])
-        if s.records:
-            ratios.append(s.records[-1]["measured_ratio"] or s.records[-1]["predicted_ratio"])
-        return min(ratios) * self._t_full_s()
-
-    def _grad_s(self):
-        """A probe or timed full step (every gradient, no update), in seconds."""
-        return self._t_full_s() / self.ctl.base.full_over_grads
-
-    def _probes_affordable(self, global_step):
+    def probes_affordable(self, global_step, progress):
         """Whether this re-selection's probes fit the budget (a skipped one keeps the selection
         until the next)."""
-        if self.s.selection is None:
-            return True  # the first selection: the plan decided the run selects
-        ok = self._affordable(self.probe_batches * self._grad_s(), global_step)
+        if not progress.selected:
+            return True  # the first selection: the start decided the run selects
+        ok = self.affordable(self.probe_batches * self.grad_s(progress), global_step, progress)
         if not ok:
-            self._say_once("probes", f"elastic: re-selections from step {global_step} on are "
-                           f"skipped: their probes would take the re-selection overhead past "
-                           f"{OVERHEAD_SHARE:.0%} of training (the selection is kept)")
+            self._note("probes", f"re-selections from step {global_step} on skipped",
+                       f"elastic: re-selections from step {global_step} on are skipped: their "
+                       f"probes would take the re-selection overhead past {OVERHEAD_SHARE:.0%} "
+                       f"of training (the selection is kept)")
         return ok
 
-    def _say_once(self, what, line):
-        if what not in self.said:
-            self.said.add(what)
-            self.log(line)
+    def recheck_affordable(self, global_step, progress):
+        """Whether the closed loop may measure a judged selection again."""
+        return self.affordable(FULL_STEPS * self.grad_s(progress), global_step, progress)
 
-    def _measure_affordable(self, global_step, mask):
-        """Whether measuring `mask`'s step (FULL_STEPS timed full steps per round) fits the
-        budget, its compile included if not compiled yet."""
+    def measurement(self, global_step, mask, progress):
+        """How a new selection `mask` is measured: "full" (the closed loop's rounds of
+        FULL_STEPS timed full steps, its compile included in the price if not compiled yet),
+        "readout" (READOUT_FULL_STEPS of them, read out and not acted on: module doc) or None
+        (unmeasured, said once)."""
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
-        extra = FULL_STEPS * self._grad_s()
-        if not self.is_compiled(selection):
-            extra += self._compile_estimate(self.ctl.model.predicted_ratio(mask)) or 0.0
-        ok = self._affordable(extra, global_step, self.ctl.model.predicted_ratio(mask))
-        if not ok:
-            self._say_once("measure", f"elastic: selections from step {global_step} on train on "
-                           f"the time model's word, unmeasured: timing full steps beside them "
-                           f"would take the re-selection overhead past {OVERHEAD_SHARE:.0%} of "
-                           f"training")
-        return ok
-
-    def _worth_compiling(self, selection, global_step):
-        """Whether a later switch (a re-selection or a correction) to `selection` may compile
-        its step and, when it moves the prefix cache's cut, fill the cache again (_refill_s):
-        the overhead so far, these, the full steps that will measure it and the probes of the
-        re-selections still to come must fit the budget (_affordable); and the compile and
-        refill within OVERHEAD_SHARE of the time the steps left will take."""
-        mask = np.zeros(self.n, bool)
-        mask[list(selection)] = True
-        compile_s = self._compile_estimate(self.rho)
-        if compile_s is None or self.is_compiled(tuple(selection)):
-            compile_s = 0.0
-        once = compile_s + self._refill_s(mask)
-        if once == 0:
-            return True
         ratio = self.ctl.model.predicted_ratio(mask)
-        left = self._steps_left(global_step)
-        probes_s = left / max(self.every, 1) * self.probe_batches * self._grad_s()
-        return (self._affordable(once + FULL_STEPS * self._grad_s() + probes_s,
-                                 global_step, ratio)
-                and once <= OVERHEAD_SHARE * left * self._lowest_step_s(ratio))
+        compile_s = 0.0
+        if not self.is_compiled(selection):
+            compile_s = self.compile_estimate(progress) or 0.0
+        if self.affordable(FULL_STEPS * self.grad_s(progress) + compile_s, global_step, progress,
+                           ratio):
+            return "full"
+        readout_s = READOUT_FULL_STEPS * self.grad_s(progress)
+        fits = readout_s <= READOUT_SHARE * self.total_steps * self.lowest_step_s(progress, ratio)
+        pays = (self.spent_s(progress) + compile_s + readout_s
+                <= self.best_saving_s(0, progress) / PAYOFF)
+        # the gradient step they run exists once a probe or a timed full step has run
+        if fits and pays and (progress.probes or progress.full_steps):
+            self._note("readout", f"selections from step {global_step} on timed against "
+                                  f"{READOUT_FULL_STEPS} full steps only (not corrected)",
+                       f"elastic: selections from step {global_step} on are not corrected: the "
+                       f"closed loop's full steps would take the re-selection overhead past "
+                       f"{OVERHEAD_SHARE:.0%} of training; {READOUT_FULL_STEPS} timed full "
+                       f"steps read their step ratio out")
+            return "readout"
+        self._note("measure", f"selections from step {global_step} on unmeasured: timing "
+                              f"full steps beside them would cost more than "
+                              f"{READOUT_SHARE:.0%} of training",
+                   f"elastic: selections from step {global_step} on train on the time "
+                   f"model's word, unmeasured: timing full steps beside them would take the "
+                   f"re-selection overhead past {OVERHEAD_SHARE:.0%} of training")
+        return None
 
-    def _refill_s(self, mask):
-        """What moving the prefix cache to `mask`'s cut costs: an epoch's steps each running
-        the new prefix once more (the forward pass the cut saves), 0 when the cut stays or
-        the selection has none."""
-        s, model = self.s, self.ctl.model
-        if not self.economy or not s.records or model.cut_of(mask) is None:
-            return 0.0
-        if model.cut_name(mask) == s.records[-1].get("cut"):
-            return 0.0
-        device = self._t_full_s() / (self.ctl.base.t_full / 1e3)  # this run's device speed
-        return self.steps_per_epoch * model.forward_saved(mask) / 1e3 * device
+    def kept(self, global_step, corrected=None):
+        """A switch the budget did not pay for: the selection is kept.  corrected: (tensors,
+        measured ratio) when the switch was the closed loop's correction, said each time."""
+        self._note("kept", f"switches from step {global_step} on kept to compiled selections",
+                   None)
+        if corrected:
+            self.log(f"rho feedback: {corrected[0]} tensors measured {corrected[1]:.3f} of a "
+                     f"full step for rho {self.rho:g}; the {self.steps_left(global_step)} steps "
+                     f"left do not pay for compiling another selection (overhead budget "
+                     f"{OVERHEAD_SHARE:.0%} of training), kept")
 
-    def _t_full_s(self):
+    # ------------------------------------------------------------------ the run's numbers
+    def best_saving_s(self, global_step, progress):
+        """What the steps left save at best: all but one re-selection's probes train a
+        selection at rho."""
+        steps = max(self.steps_left(global_step) - self.probe_batches, 0)
+        return steps * (1 - self.rho) * self.t_full_s(progress)
+
+    def lowest_step_s(self, progress, step_ratio=None):
+        """A selection's step in seconds at the lowest step ratio in sight (affordable)."""
+        ratios = [self.rho] + ([step_ratio] if step_ratio is not None else [])
+        if progress.current_ratio is not None:
+            ratios.append(progress.current_ratio)
+        return min(ratios) * self.t_full_s(progress)
+
+    def grad_s(self, progress):
+        """A probe or timed full step (every gradient, no update), in seconds."""
+        return self.t_full_s(progress) / self.ctl.base.full_over_grads
+
+    def t_full_s(self, progress):
         """A full step in seconds: measured in this run (feedback on), else the table's."""
-        s = self.s
-        if self.ctl.feedback and s.full_times:
-            return statistics.median(s.full_times)
+        if self.ctl.feedback and progress.full_step_s is not None:
+            return progress.full_step_s
         return self.ctl.base.t_full / 1e3
 
-    def _spent_s(self):
+    def spent_s(self, progress):
         """Re-selection overhead so far: as booked (feedback on); with feedback off, from the
         table alone (selections compiled, probe and full steps run), so that no decision
         depends on this run's timing."""
-        s = self.s
         if self.ctl.feedback:
-            return self.overhead_s + self._pending_compile_s()
-        compiles = len({tuple(r["mask"]) for r in s.records if not all(r["mask"])})
+            return progress.overhead_s
         grad_s = self.ctl.base.t_full / 1e3 / self.ctl.base.full_over_grads
-        return (compiles * (self._compile_estimate(self.rho) or 0.0)
-                + (len(s.full_times) + s.probes_run) * grad_s)
+        return (progress.selections_compiled * (self.compile_estimate(progress) or 0.0)
+                + (progress.full_steps + progress.probes) * grad_s)
 
-    def _pending_compile_s(self):
-        """The open selection's compile, paid by its first step and booked when it closes."""
-        s = self.s
-        if not (s.record_open and s.times and s.first_compiled and s.first_step_s is not None
-                and not all(s.mask)):
-            return 0.0
-        return max(s.first_step_s - statistics.median(s.times), 0.0)
-
-    def _compile_estimate(self, ratio):
-        """Seconds a new selection's step of predicted step ratio `ratio` takes to compile: the
-        last one measured in this run; before any, the table's compile_ms (timed by the
-        profiler on selections), else the full step's compile measured on its first call times
-        `ratio` (a selection's graph holds the forward pass and part of the backward one; the
-        first compile of a process also pays TensorFlow's own warm-up: smallcnn's full step
-        took 1.4 s, its selections' 0.4 s); None when unknown.  With feedback off, decisions
-        must not depend on this run's timing: only the table's value counts then."""
-        s = self.s
-        if not self.economy:
-            return None
-        table_s = None if self.compile_ms is None else self.compile_ms / 1e3
-        if not self.ctl.feedback:
-            return table_s
-        if s.selection_compile_s is not None:
-            return s.selection_compile_s
-        if table_s is not None:
-            return table_s
-        return None if s.full_compile_s is None else s.full_compile_s * ratio
-
-    def _steps_left(self, global_step):
+    def steps_left(self, global_step):
         return max(self.total_steps - global_step, 0)
+
+    # ------------------------------------------------------------------ what it chose
+    def _choose(self, choice, why):
+        self._choice = {"choice": choice, "why": why}
+
+    def _note(self, what, short, line):
+        """Remember `short` for the record and say `line` (if any) once."""
+        if what in self._notes:
+            return
+        self._notes[what] = short
+        if line:
+            self.log(line)
+
+    def noted(self, what):
+        return what in self._notes
+
+    def record(self):
+        """summary.json's "economy": on, what it chose (full training or selections) and why,
+        the compile it priced and where that came from, and what it held back."""
+        choice = self._choice or dict(zip(("choice", "why"), self._start()[:2]))
+        return {"on": self.on, **choice,
+                "compile_s": self.start_compile_s() if self.on else None,
+                "compile_from": self.compile_source() if self.on else None,
+                "held_back": [v for k, v in self._notes.items() if k != "full"]}
+
+    def closing(self):
+        """The closing line's words on the economy: '' when it held nothing back."""
+        if self._choice.get("choice") == FULL_TRAINING:
+            return (f"every tensor trained, as in full training: {self._choice['why']} "
+                    f"(--economy false to select anyway)")
+        held = [v for k, v in self._notes.items() if k not in ("full", "measure")]
+        return "economy: " + ", ".join(held) if held else ""
+
+    def unmeasured_why(self):
+        """Why selections went unmeasured (measurement), None if none did."""
+        return self._notes.get("measure")
+
+    def state(self):
+        return {"choice": dict(self._choice), "notes": dict(self._notes)}
+
+    def load_state(self, state):
+        self._choice = dict(state.get("choice") or {})
+        self._notes = dict(state.get("notes") or {})

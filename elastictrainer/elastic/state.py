@@ -1,6 +1,7 @@
 """The elastic runtime's records and state, as typed objects: what summary.json lists for
-each selection and correction, and what a checkpoint keeps of the runtime (ElasticState, with
-its layout version).  Plain Python."""
+each selection and correction, what the run ends with (EndResult: summary.json's run-level
+numbers, the economy's choice and the closing line's words), and what a checkpoint keeps of
+the runtime (ElasticState, with its layout version).  Plain Python."""
 import dataclasses
 from typing import List, Optional
 
@@ -9,8 +10,9 @@ OVERHEAD_PARTS = ("importance", "timing full steps", "compiling", "solving")
 # A selection record's reason when the run trains every tensor because it is too short to pay
 # for a selection's compile (economy.py); summary.json readers and the closing line test it.
 SHORT_RUN = "short run: all tensors"
-# Version of ElasticState's layout in checkpoints (from_dict migrates older ones).
-STATE_VERSION = 2
+# Version of ElasticState's layout in checkpoints (from_dict migrates older ones: version 3
+# added `readout` and `economy`, whose defaults are what a version 2 run had).
+STATE_VERSION = 3
 
 
 @dataclasses.dataclass
@@ -51,6 +53,9 @@ class Correction:
     selected_before: int
     selected_after: int
 
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
 
 @dataclasses.dataclass
 class ElasticState:
@@ -77,6 +82,7 @@ class ElasticState:
     win_t: int = 0                      # the window: times[win_t:], full_times[win_f:]
     win_f: int = 0
     measuring: bool = True
+    readout: bool = False               # the open window only reads the ratio out (economy.py)
     measured: List[list] = dataclasses.field(default_factory=list)  # [selection, ratio]
     windows: List[list] = dataclasses.field(default_factory=lambda: [[0.0, None]])
     overhead_parts: dict = dataclasses.field(
@@ -89,6 +95,7 @@ class ElasticState:
     full_compile_s: Optional[float] = None  # the full step's first-call excess
     selection_compile_s: Optional[float] = None  # the latest selection step's
     controller: dict = dataclasses.field(default_factory=dict)
+    economy: dict = dataclasses.field(default_factory=dict)  # economy.Economy.state()
     version: int = STATE_VERSION
 
     def to_dict(self):
@@ -115,3 +122,39 @@ class Plan:
     affordable_tensors: int
     num_tensors: int
     near_floor: bool
+
+    def lines(self, rho, margin, uncached_floor=None):
+        """What the run says of it at the start (uncached_floor: the forward floor without
+        the prefix cache, when one is planned)."""
+        cached = ("" if uncached_floor is None else
+                  f" with the prefix cached, {uncached_floor:.2f} without")
+        yield (f"elastic: forward floor {self.forward_floor:.2f} of a full step (training "
+               f"nothing{cached}); rho {rho:g} affords up to {self.affordable_tensors} of "
+               f"{self.num_tensors} tensors under the time model")
+        if self.near_floor:
+            yield (f"warning: rho {rho:g} is within {margin:g} of the forward floor "
+                   f"({self.forward_floor:.2f}): few tensors fit, expect the accuracy of "
+                   f"training little more than the head")
+
+
+@dataclasses.dataclass(frozen=True)
+class EndResult:
+    """What an elastic run ends with (ElasticRuntime.finish).  measured_ratio: the selections'
+    step-weighted measured step ratio, None when none was measured; estimated_ratio: the time
+    model's, weighted alike, which stands in for it then; the re-selection overhead and its
+    parts; wall_ratio (accounting.py); economy: what the economy chose and why (economy.py);
+    closing: the closing line's words on all of it, one line."""
+    measured_ratio: Optional[float]
+    estimated_ratio: Optional[float]
+    reselection_overhead_s: float
+    reselection_overhead_parts_s: dict
+    wall_ratio: Optional[float]
+    economy: dict
+    closing: str
+
+    def summary_fields(self):
+        """summary.json's fields (runlog.RunSummary) from this result."""
+        return {"measured_ratio": self.measured_ratio, "estimated_ratio": self.estimated_ratio,
+                "reselection_overhead_s": self.reselection_overhead_s,
+                "reselection_overhead_parts_s": dict(self.reselection_overhead_parts_s),
+                "wall_ratio": self.wall_ratio, "economy": dict(self.economy)}

@@ -168,12 +168,14 @@ class ElasticCallback(_keras3.callbacks.Callback):
         optimizers.prepare_optimizer(optimizer, model.trainable_weights)
         scheme = SCHEMES[cfg.train_type]
         self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy)
+        compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
             time_model, cfg.rho, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
-            economy=cfg.economy, clock=self.clock, log=self.log)
+            economy=cfg.economy, is_compiled=lambda selection: selection in compiled,
+            clock=self.clock, log=self.log)
         self.hooks = ElasticDriver(self.trainer, scheme, runtime)
         # the run's settings as model.fit resolves them, saved as config.json
         self.cfg = cfg = dataclasses.replace(
@@ -321,4 +323,4 @@ def _epoch_record(epoch, train_time, logs, rt):
     return runlog.EpochRecord(
         epoch=epoch, train_time_s=train_time, test_accuracy=metric("val_"),
         test_loss=value("val_loss"), train_accuracy=metric(""), train_loss=value("loss"),
-        selected=len(selection) if selection is not None else 0)
+        selected=len(selection) if selection is not None else len(rt.mask or ()))

@@ -1,25 +1,27 @@
 """Every use of private TensorFlow, tf-keras and TensorBoard API in the package, one small
-function each; no other module reaches past their public API (tests/integration/test_compat.py checks).
+function each; no other module reaches past their public API (tests/integration/test_compat.py
+checks).
 
 Checked against TensorFlow 2.16 with tf-keras 2.16 and TensorFlow 2.21 with tf-keras 2.21
-(engine.TESTED_TF_KERAS; tests/integration/test_compat.py calls every function here on both).  Importing
-this module imports nothing from TensorFlow: what needs it imports it inside the function, so
-modules that load without TensorFlow (runlog, which plotting imports; profiler.trace) can
-import it.
+(flavors/tf_keras.py's TESTED_TF_KERAS; tests/integration/test_compat.py calls every function
+here on both).  Importing this module imports nothing from TensorFlow: what needs it imports it
+inside the function, so modules that load without TensorFlow (runlog, which plotting imports;
+profiler.trace) can import it.
 
-tf-keras optimizer (tf_keras.optimizers.Optimizer; engine.py)
+tf-keras optimizer (tf_keras.optimizers.Optimizer; flavors/tf_keras.py)
     OPTIMIZER_PRIVATE_API, missing_optimizer_api, compute_current_learning_rate, clip_gradients,
     deduplicate_sparse_grad, use_weight_decay, var_key, update_step, update_step_xla:
         the steps `apply_gradients` runs inside tf.distribute's merge_call.  The public path
         goes through that merge_call, which keeps every graph it was traced in alive (one per
-        tensor selection here; engine.apply_updates measures it), and the public API has no
-        way to run those steps without it.
+        tensor selection here; flavors/optimizers.apply_updates measures it), and the public
+        API has no way to run those steps without it.
     is_dtensor_optimizer (`_mesh`, `_run_with_dtensor`): the public API does not say whether an
-        optimizer runs under DTensor, whose update path engine.apply_updates does not cover.
+        optimizer runs under DTensor, whose update path flavors/optimizers.apply_updates does
+        not cover.
     has_adam_slots, adam_slots (`_index_dict`, `_momentums`, `_velocities`,
         `_velocity_hats`): Adam's moments of one variable, for the per-tensor bias
-        correction (engine._adam_update).  `optimizer.variables` lists them, but only by
-        name and position, which is not an interface either.
+        correction (flavors/tf_keras.py's _adam_update).  `optimizer.variables` lists them,
+        but only by name and position, which is not an interface either.
 
 Keras 3 optimizer (keras.optimizers.Optimizer, TensorFlow backend; flavors/keras3.py)
     KERAS3_OPTIMIZER_PRIVATE_API, keras3_missing_optimizer_api, keras3_var_key, keras3_knows,
@@ -37,7 +39,7 @@ Keras 3 layers (flavors/keras3.py)
         included, once each; `model.layers` lists the top level only.
     keras3_loss_tracker (`Model._loss_tracker`): the mean of the loss that model.fit reports
         as "loss"; Keras 3's train_step updates it itself, `compute_loss` does not (tf-keras's
-        compute_loss updates its own).  ElasticCallback's steps (keras.py) do what train_step
+        compute_loss updates its own).  ElasticCallback's steps (fit/steps.py) do what train_step
         does.
     keras3_unscale_loss_for_replicas (`keras.src.losses.loss.unscale_loss_for_distribution`):
         Keras 3 (from 3.4 on) divides each replica's loss by the replicas in sync, and its
@@ -48,8 +50,8 @@ Keras 3 layers (flavors/keras3.py)
 
 tf.function
     concrete_functions (`_list_all_concrete_functions`): the graphs a tf.function has traced
-        so far, for their size (trainer.graph_bytes) and whether a call would trace
-        (engine.ProbeStep.traced).  `experimental_get_tracing_count` counts traces but gives no
+        so far, for their size (train/compiled.graph_bytes) and whether a call would trace
+        (train/steps.ProbeStep.traced).  `experimental_get_tracing_count` counts traces but gives no
         graph, and `get_concrete_function` needs a signature and traces when it has none.
 
 AutoGraph (tf_setup.py)
@@ -80,12 +82,12 @@ tf-keras layers and the functional graph
         train function call runs (compile's steps_per_execution); ElasticCallback times and
         selects every step, so it needs 1.  No public accessor (Keras 3 has one).
     is_random_layer (`Layer._random_generator`): whether a layer draws random numbers (tf-keras
-        gives every augmentation, dropout and noise layer one; prefix_graph.py keeps such layers
+        gives every augmentation, dropout and noise layer one; prefix/graph.py keeps such layers
         out of a cached prefix).  No public base class or flag says so.
     layer_random_generator (`Layer._random_generator._generator`): the tf.random.Generator
         of a random (augmentation) layer, whose state a run saves and restores
-        (run_setup.py).  Public `keras.utils.set_random_seed` reseeds, but cannot read a
-        generator's state or put it back.
+        (runs/setup.py, through flavors/tf_keras.py).  Public `keras.utils.set_random_seed`
+        reseeds, but cannot read a generator's state or put it back.
 
 model.fit's callbacks and train function (fit/callback.py)
     answer_tf_keras_batch_hooks (`Callback._supports_tf_logs`,
@@ -116,7 +118,7 @@ import types
 
 # -- tf-keras optimizer -----------------------------------------------------------------------
 
-# What engine.apply_updates calls on a tf_keras.optimizers.Optimizer (legacy and Keras 3
+# What flavors/optimizers.apply_updates calls on a tf_keras.optimizers.Optimizer (legacy and Keras 3
 # optimizers lack some of them).
 OPTIMIZER_PRIVATE_API = ("_compute_current_learning_rate", "_clip_gradients",
                          "_deduplicate_sparse_grad", "_use_weight_decay", "_update_step",

@@ -28,6 +28,8 @@ state are restored afterwards.
   Adam it ranks as the |g| ablation (Fig. 22) does; it costs one backward pass per probe
   batch, eq. 4-6 two.
 """
+import weakref
+
 import numpy as np
 
 from elastictrainer.errors import Registry
@@ -40,21 +42,35 @@ IMPORTANCE = Registry("importance")
 IN_STEP = Registry("in-step importance")
 
 
+# The compiled functions each trainer's probes use, built on first use: trainer -> {name: fn}.
+# Weak keys: they go with their trainer, whose steps they belong beside.
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def _compiled(tr, name, build):
+    fns = _COMPILED.setdefault(tr, {})
+    if name not in fns:
+        fns[name] = build()
+    return fns[name]
+
+
 def _probe_apply(tr):
-    """A compiled update of all of `tr`'s weights from given gradients (cached on `tr`)."""
-    fn = getattr(tr, "_importance_apply", None)
-    if fn is None:
-        import tensorflow as tf
+    """A compiled update of all of `tr`'s weights from given gradients (built once per
+    trainer)."""
+    return _compiled(tr, "apply", lambda: _build_probe_apply(tr))
 
-        from elastictrainer.flavors import optimizers
 
-        variables, optimizer = list(tr.variables), tr.optimizer
+def _build_probe_apply(tr):
+    import tensorflow as tf
 
-        @tf.function
-        def fn(grads):
-            optimizers.apply_updates(optimizer, grads, variables)
+    from elastictrainer.flavors import optimizers
 
-        tr._importance_apply = fn
+    variables, optimizer = list(tr.variables), tr.optimizer
+
+    @tf.function
+    def fn(grads):
+        optimizers.apply_updates(optimizer, grads, variables)
+
     return fn
 
 
@@ -99,27 +115,29 @@ def probe_terms(tr, batches, fresh_state=False, after=True):
 
 
 def _fresh_drop_fn(tr):
-    """A compiled probe: per tensor, -g0.dw0 with dw0 optimizers.fresh_step's closed form (cached
-    on `tr`)."""
-    fn = getattr(tr, "_importance_fresh_drop", None)
-    if fn is None:
-        import tensorflow as tf
+    """A compiled probe: per tensor, -g0.dw0 with dw0 optimizers.fresh_step's closed form
+    (built once per trainer)."""
+    return _compiled(tr, "fresh_drop", lambda: _build_fresh_drop(tr))
 
-        from elastictrainer.flavors import optimizers
 
-        variables, optimizer = list(tr.variables), tr.optimizer
+def _build_fresh_drop(tr):
+    import tensorflow as tf
 
-        @tf.function
-        def fn(x, y):
-            # sparse gradients as the dense sum the optimizer's de-duplication gives; a tensor
-            # the loss does not reach scores 0
-            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                     for g, v in zip(tr.grads_fn(x, y), variables)]
-            steps = optimizers.fresh_step(optimizer, grads, variables)
-            return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
-                             for g, d in zip(grads, steps)])
+    from elastictrainer.flavors import optimizers
 
-        tr._importance_fresh_drop = fn
+    # not `tr` itself: the function is kept in _COMPILED, whose key it must not hold
+    variables, optimizer, grads_fn = list(tr.variables), tr.optimizer, tr.grads_fn
+
+    @tf.function
+    def fn(x, y):
+        # sparse gradients as the dense sum the optimizer's de-duplication gives; a tensor
+        # the loss does not reach scores 0
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(grads_fn(x, y), variables)]
+        steps = optimizers.fresh_step(optimizer, grads, variables)
+        return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
+                         for g, d in zip(grads, steps)])
+
     return fn
 
 

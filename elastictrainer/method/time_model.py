@@ -3,7 +3,7 @@
 A selection whose deepest tensor (from the output back) is d costs
     T(sel) = t_fp + sum_{k in sel} t_dw[k] + sum_{j <= d} t_dy[j]        (ms)
 and ElasticTrainer keeps T(sel) <= rho * t_full.  With the frozen prefix cached
-(--cache_frozen_prefix, prefix_cache.py; not in the paper) t_fp becomes the forward pass of
+(--cache_frozen_prefix, prefix/cache.py; not in the paper) t_fp becomes the forward pass of
 the suffix above the cut below d: the part of the timed forward pass the suffix holds
 (its estimated share), plus the fixed cost; selector.eq3_parts adds it to eq. 3 as a term
 that grows with d.  The per-tensor op times of the table are scaled
@@ -49,7 +49,7 @@ def uniform_scale(t_dw, t_dy, t_fp, t_full):
 
 class TimeModel:
     """Eq. 3 with a table's times, scaled as the module doc says; `cache`, the cut points a
-    run may cache its frozen prefix at (prefix_cache.CachePlan.for_time_model), or None."""
+    run may cache its frozen prefix at (prefix/cache.py's PrefixCache.for_time_model), or None."""
 
     def __init__(self, table, cache=None):
         tensors = table["tensors"]
@@ -113,7 +113,7 @@ class TimeModel:
 
     def cut_of(self, mask):
         """Index (in the cache's cuts) of the cut a selection's steps start from (the
-        output-most one below all its tensors, as prefix_cache.PrefixCache.cut_of), None when
+        output-most one below all its tensors, as prefix/cache.py's PrefixCache.cut_of), None when
         its steps run the whole forward pass.  The cost above prices the cut below every
         tensor down to the deepest selected one: the same cut when tensors are ranked block by
         block (chains, ResNet blocks), else a lower one, an upper bound."""

@@ -77,9 +77,9 @@ class PrefixCache:
         self.fixed_views, self.log, self.clock = fixed_views, log, clock
         self.where = ["memory" if c.bytes_per_example * capacity <= budget_bytes else "disk"
                       for c in cuts]
+        # why the cache turned off, None while on (the elastic driver tells the runtime)
         self.store, self.builds, self.off = None, [], None
         self.store_cut = None  # index in `cuts` of the store's cut
-        self.on_off = None  # called once when the cache turns off (the runtime's time model)
         self.served_steps = self.fill_steps = self.uncached_steps = 0
         self.fill_s, self._models = 0.0, {}
         self.lookup_ms = [0.0] * len(cuts)  # host work of a cached step (time_lookups)
@@ -176,8 +176,6 @@ class PrefixCache:
         self._drop()
         self.log(f"warning: --cache_frozen_prefix: {why}; the prefix cache is off for the rest "
                  f"of the run, which goes on uncached")
-        if self.on_off is not None:
-            self.on_off()
 
     def _drop(self):
         if self.store is not None:

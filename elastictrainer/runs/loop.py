@@ -123,16 +123,16 @@ def _elastic_driver(setup, probe_iter, clock, log, decisions=None):
     if dist.multi_worker and not dist.is_chief:  # the chief decides; this worker follows
         from elastictrainer.elastic.follower import ElasticFollower
         return ElasticFollower(setup.compiled, dist)
+    steps = setup.compiled
     runtime = ElasticRuntime(
         setup.time_model, cfg.rho, feedback=cfg.rho_feedback,
         steps_per_epoch=setup.steps_per_epoch, total_steps=setup.total_steps,
         interval=cfg.interval, probe_batches=cfg.probe_batches,
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
-        economy=cfg.economy, clock=clock, log=log)
-    hooks = ElasticDriver(setup.compiled, setup.scheme, runtime, probe_iter, cfg.probe_batches)
-    if decisions is not None:  # every step's kind and selection, to the other workers
-        hooks.announce = decisions.send
-    return hooks
+        economy=cfg.economy, is_compiled=lambda selection: selection in steps.steps,
+        clock=clock, log=log)
+    return ElasticDriver(steps, setup.scheme, runtime, probe_iter, cfg.probe_batches,
+                         announce=decisions.send if decisions is not None else None)
 
 
 class _Session:

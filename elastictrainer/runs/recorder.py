@@ -16,7 +16,6 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer import runlog
-from elastictrainer.elastic import SHORT_RUN
 from elastictrainer.machine import peak_rss_mb
 
 # The run's end as the summary says it.
@@ -84,7 +83,8 @@ class Recorder:
                     tf.summary.scalar(tag, value, step=step)
 
     def elastic(self, records, corrections):
-        """The runtime's selection records and corrections so far (typed or as dicts)."""
+        """The runtime's selection records and corrections so far (elastic.SelectionRecord,
+        elastic.Correction, or their dicts)."""
         self.summary.selections = [_as_dict(r) for r in records]
         self.summary.corrections = [_as_dict(c) for c in corrections]
 
@@ -121,11 +121,12 @@ class Recorder:
 
     # ------------------------------------------------------------------ the end
     def finish(self, *, stopped, train_time_s, result=None, note=""):
-        """The run's end: its status, the runtime's end result (a dict of RunSummary fields),
-        summary.json, the reference's text file (--save_txt) and the closing line."""
+        """The run's end: its status, the elastic runtime's end result (elastic.EndResult: its
+        summary fields and closing words; None for a fixed scheme), summary.json, the
+        reference's text file (--save_txt) and the closing line."""
         summary, cfg = self.summary, self.cfg
         self.flush()
-        for key, value in (result or {}).items():
+        for key, value in (result.summary_fields() if result is not None else {}).items():
             setattr(summary, key, value)
         summary.status = INTERRUPTED if stopped else FINISHED
         summary.train_time_s = train_time_s
@@ -135,8 +136,8 @@ class Recorder:
             best = max(summary.best_test_accuracy or 0.0, 0.0)
             np.savetxt(os.path.join(self.out, f"{cfg.run_name}.txt"),
                        [train_time_s / 3600, best])
-        self.log(closing_line(cfg, summary, stopped, elastic=result is not None,
-                              where=self.where, note=note, out=self.out))
+        self.log(closing_line(cfg, summary, stopped, where=self.where, out=self.out,
+                              note=note, elastic=result.closing if result is not None else ""))
         return summary.to_dict()
 
     def finish_worker(self, worker, ran, checksums, agree):
@@ -160,27 +161,17 @@ class Recorder:
         self.save()
 
 
-def closing_line(cfg, summary, stopped, *, elastic, where="", note="", out=""):
-    """The one line a run ends with: the reference's (scheme, best accuracy, hours), then what
-    rho was asked and measured and the wall clock against full training's."""
+def closing_line(cfg, summary, stopped, *, elastic="", where="", note="", out=""):
+    """The one line a run ends with: the reference's (scheme, best accuracy, hours), energy
+    where measured, then an elastic run's closing words (EndResult.closing: the step ratio
+    asked and measured, the wall clock against full training's, what the economy chose)."""
     train_time = summary.train_time_s or 0.0
     best = max(summary.best_test_accuracy or 0.0, 0.0)
     spent = note
     if summary.energy_j is not None:
         spent += f", energy {summary.energy_j:.0f} J ({summary.energy_source})"
-    if elastic and summary.selections and all(r["reason"] == SHORT_RUN
-                                              for r in summary.selections):
-        spent += ("; every tensor trained, as in full training: the run was too short to pay "
-                  "for compiling a selection's step (--economy false to select anyway)")
-    elif elastic:
-        measured, wall = summary.measured_ratio, summary.wall_ratio
-        overhead = summary.reselection_overhead_s or 0.0
-        spent += (f"; step-time ratio asked {cfg.rho:g}, measured "
-                  f"{'n/a' if measured is None else f'{measured:.3f}'}"
-                  f" ({len(summary.corrections)} correction(s)); wall clock "
-                  f"{'n/a' if wall is None else f'{wall:.2f}'} of full training's, estimated in "
-                  f"the run (re-selecting {overhead:.1f} s, "
-                  f"{100 * overhead / max(train_time, 1e-9):.0f}% of training)")
+    if elastic:
+        spent += f"; {elastic}"
     ended = (f"interrupted after {len(summary.epochs)} of {cfg.num_epochs} epochs (run the same "
              f"command again to continue)" if stopped else "finished")
     return (f"{cfg.train_type} {ended}{where}: best test accuracy {best:.2f}%, training time "
@@ -188,4 +179,6 @@ def closing_line(cfg, summary, stopped, *, elastic, where="", note="", out=""):
 
 
 def _as_dict(record):
-    return record if isinstance(record, dict) else dataclasses.asdict(record)
+    if isinstance(record, dict):
+        return record
+    return record.to_dict() if hasattr(record, "to_dict") else dataclasses.asdict(record)

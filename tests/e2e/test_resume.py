@@ -17,13 +17,16 @@ from helpers import ROOT
 
 
 def _cmd(tmp, name, *extra):
-    # smallcnn: augmentation and dropout draw random numbers, which must continue as well
+    # smallcnn: augmentation and dropout draw random numbers, which must continue as well;
+    # economy off: 20 steps would pay for no selection's compile, and the run would train every
+    # tensor without re-selecting
     return [sys.executable, os.path.join(ROOT, "main.py"), "--model_name", "smallcnn",
             "--weights", "none", "--dataset_name", "synthetic", "--input_size", "16",
             "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
             "--num_epochs", "4", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.7",
-            "--rho_feedback", "false", "--seed", "3", "--timing_table", str(tmp / "t.json"),
-            "--logdir", str(tmp / "logs"), "--run_name", name, "--quiet"] + list(extra)
+            "--rho_feedback", "false", "--economy", "false", "--seed", "3",
+            "--timing_table", str(tmp / "t.json"), "--logdir", str(tmp / "logs"),
+            "--run_name", name, "--quiet"] + list(extra)
 
 
 def _run(cmd):
@@ -71,6 +74,7 @@ def test_a_killed_run_resumes_and_ends_as_the_uninterrupted_one(runs):
     keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
     assert [[e[k] for k in keys] for e in whole["epochs"]] == \
         [[e[k] for k in keys] for e in again["epochs"]]
+    assert len(whole["selections"]) >= 4  # a re-selection each epoch, across the restart too
     assert [s["mask"] for s in whole["selections"]] == [s["mask"] for s in again["selections"]]
     assert [s["step"] for s in whole["selections"]] == [s["step"] for s in again["selections"]]
     # train_time_s counts training only: it grows epoch by epoch across the restart

@@ -334,9 +334,6 @@ OWN_PRIVATE_ATTRIBUTES = {
                      "optimizer",
     "_adam_update_xla": "train_steps._apply's XLA-compiled train_steps._adam_update, cached on the "
                         "optimizer",
-    "_importance_apply": "importance._probe_apply's compiled update, cached on the CompiledSteps",
-    "_importance_fresh_drop": "importance._fresh_drop_fn's compiled probe, cached on the "
-                              "CompiledSteps",
     "_names": "profiler.table.TimingTable's own classmethod",
     "_get_help_string": "the hook argparse's HelpFormatter subclasses override "
                         "(config.DefaultsHelpFormatter); Python's argparse, not TensorFlow",

@@ -153,33 +153,35 @@ def test_steps_that_fill_the_cache_are_booked_apart_from_the_measured_cached_ste
                         total_steps=300, interval=10, log=lambda m: None, clock=lambda: 0.0)
     importance = np.linspace(0.1, 1.0, 8)
     seconds = drive_cached(rt, model, 300, 100, importance)
-    record, = rt.s.records
-    mask = np.array(record["mask"], bool)
-    assert model.cut_of(mask) is not None and record["cut"] in ("low", "high")
-    assert record["fill_steps"] == 100 and rt.s.fill_steps == 100
+    record, = rt.records
+    mask = np.array(record.mask, bool)
+    assert model.cut_of(mask) is not None and record.cut in ("low", "high")
+    assert record.fill_steps == 100
     # the closed loop measured the cached steps only: their ratio, not the fill steps'
-    assert record["measured_ratio"] == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
+    assert record.measured_ratio == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
     assert model.predicted_ratio(mask) < 0.3 < model.without_cache().predicted_ratio(mask)
     result = rt.finish(seconds)
-    assert result["measured_ratio"] == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
+    assert result.measured_ratio == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
     # the fill steps count in the wall clock, as steps full training would have run in full
-    assert result["wall_ratio"] == pytest.approx(seconds / (300 * (model.t_full / 1e3 + 1e-3)),
-                                                 rel=1e-6)
+    assert result.wall_ratio == pytest.approx(seconds / (300 * (model.t_full / 1e3 + 1e-3)),
+                                              rel=1e-6)
 
 
 def test_a_switch_that_moves_the_cut_is_priced_an_epoch_of_filling():
-    from elastictrainer.elastic import ElasticRuntime
+    from elastictrainer.elastic.economy import Economy, Progress
+    from elastictrainer.elastic.rho_control import RhoController
 
     model = TimeModel(chain_table(), cache=CACHE)
-    rt = ElasticRuntime(model, 0.5, feedback=False, steps_per_epoch=100, total_steps=300,
-                        interval=10, log=lambda m: None, clock=lambda: 0.0)
-    rt.is_compiled = lambda selection: True  # no compile to pay: the refill alone
+    economy = Economy(True, RhoController(model, 0.5, feedback=False), total_steps=300,
+                      steps_per_epoch=100, every=1000, probe_batches=1,
+                      is_compiled=lambda selection: True)  # no compile to pay: the refill alone
     high = np.array([0, 0, 0, 0, 0, 1, 1, 1], bool)
     low = np.array([0, 0, 1, 1, 1, 1, 1, 1], bool)
-    rt.s.importance = [1.0] * 8
-    rt._open(0, high, None, "interval")
-    assert rt._refill_s(np.array([0, 0, 0, 0, 0, 0, 1, 1], bool)) == 0.0  # the same cut
-    refill = rt._refill_s(low)
+    # training `high` (its cut cached) since step 0
+    now = Progress(current_ratio=model.predicted_ratio(high), current_cut=model.cut_name(high),
+                   selected=True, selections_compiled=1)
+    assert economy.refill_s(np.array([0, 0, 0, 0, 0, 0, 1, 1], bool), now) == 0.0  # same cut
+    refill = economy.refill_s(low, now)
     assert refill == pytest.approx(100 * model.forward_saved(low) / 1e3)
-    assert rt._worth_compiling((5, 6, 7), 10)
-    assert not rt._worth_compiling(tuple(np.flatnonzero(low)), 10)  # 8% of 300 steps < refill
+    assert economy.worth_compiling((5, 6, 7), 10, now)
+    assert not economy.worth_compiling(tuple(np.flatnonzero(low)), 10, now)  # 8% of 300 < refill
