@@ -281,7 +281,8 @@ def plot(curves_by_config, out):
 
     paths = []
     for name, curves in curves_by_config.items():
-        paths.append(ptta.draw(curves, f"{out}_{name}.png", title=name))
+        named = {LABELS.get(scheme, scheme): c for scheme, c in curves.items()}
+        paths.append(ptta.draw(named, f"{out}_{name}.png", title=name))
     return paths
 
 

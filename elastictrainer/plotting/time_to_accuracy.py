@@ -37,13 +37,16 @@ def draw(curves, out, reference_best=None, title=""):
         if points:
             ax.plot([t / scale for t, _ in points], [a for _, a in points], marker="o", ms=3,
                     lw=1.4, label=label)
-    for _, name, level_of in LEVELS:
+    for k, (_, name, level_of) in enumerate(LEVELS):
         level = level_of(reference_best)
         ax.axhline(level, color="0.5", lw=0.8, ls="--")
-        ax.annotate(name, (0, level), xytext=(2, 2), textcoords="offset points", fontsize=7,
-                    color="0.35")
-    lows = [a for c in curves.values() for _, a in c]
-    ax.set_ylim(max(min(lows) - 2, 0.0), reference_best + 3)
+        # 99% and within 1 point are often a fraction of a point apart: labels on both sides
+        side = k % 2
+        ax.annotate(name, (side, level), xycoords=("axes fraction", "data"),
+                    xytext=(-2 if side else 2, 2), textcoords="offset points", fontsize=7,
+                    color="0.35", ha="right" if side else "left")
+    lowest = min([a for c in curves.values() for _, a in c] + [LEVELS[0][2](reference_best)])
+    ax.set_ylim(max(lowest - 2, 0.0), min(reference_best + 3, 101.0))
     ax.set_xlim(left=0)
     ax.set_xlabel(f"wall clock ({unit}, profiling included)")
     ax.set_ylabel("test accuracy (%)")
