@@ -17,6 +17,7 @@ ENERGY_JOULES = "energy/joules"  # per epoch, training energy so far (where a se
 # Elastic schemes, one point per re-selection.
 NUM_SELECTED = "elastic/num_selected"
 PREDICTED_RATIO = "elastic/predicted_step_ratio"
+SELECTION_RHO = "elastic/selection_rho"  # the ratio each selection is held to (rho auto: its own)
 MEASURED_RATIO = "elastic/measured_step_ratio"  # median selection step / median full step, same run
 WALL_RATIO = "elastic/wall_clock_ratio"  # at the end: training time / full training's, estimated in the run (elastic.wall_ratio)
 CORRECTIONS = "elastic/rho_corrections"  # running count of closed-loop corrections (rho_control.py)

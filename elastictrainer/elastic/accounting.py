@@ -189,21 +189,21 @@ def close_run(s, train_time_s, full_step_s):
 
 def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_time_s,
                   economy_words, full_training=False, unmeasured_why=None):
-    """The closing line's words on an elastic run, one line: the step ratio measured (or why
+    """The closing line's words on an elastic run (rho: the budget as text), one line: the step ratio measured (or why
     none was, and the time model's instead), the wall clock against full training's, the
     re-selection overhead and what the economy held back; or, for a run the economy made full
     training, that (economy_words)."""
     if full_training:
         return economy_words
     if measured is not None:
-        ratio = (f"step-time ratio asked {rho:g}, measured {measured:.3f} ({corrections} "
+        ratio = (f"step-time ratio asked {rho}, measured {measured:.3f} ({corrections} "
                  f"correction(s))")
     elif estimated is None:
-        ratio = f"step-time ratio asked {rho:g}: no selection trained"
+        ratio = f"step-time ratio asked {rho}: no selection trained"
     else:
         why = unmeasured_why or ("the run ended before its selection's steps were timed "
                                  "against full steps")
-        ratio = (f"step-time ratio asked {rho:g}, not measured ({why}), {estimated:.3f} by the "
+        ratio = (f"step-time ratio asked {rho}, not measured ({why}), {estimated:.3f} by the "
                  f"time model")
     wall_words = (f"wall clock {'n/a' if wall is None else f'{wall:.2f}'} of full training's, "
                   f"estimated in the run (re-selecting {spent_s:.1f} s, "

@@ -30,6 +30,7 @@ import numpy as np
 
 from elastictrainer import runlog
 from elastictrainer.elastic import accounting
+from elastictrainer.elastic.budget import Budget
 from elastictrainer.elastic.economy import FULL_TRAINING, READOUT_FULL_STEPS, Economy
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
@@ -44,7 +45,8 @@ FLOOR_MARGIN = 0.1
 class ElasticRuntime:
     """ElasticTrainer's runtime decisions for one run.
 
-    model: the run's TimeModel (eq. 3); rho, feedback: --rho, --rho_feedback; steps_per_epoch,
+    model: the run's TimeModel (eq. 3); rho, feedback: --rho (a ratio, or "auto" with `share`:
+    budget.py), --rho_feedback; steps_per_epoch,
     total_steps, interval: where re-selections fall; probe_batches: probe steps per
     re-selection; dp_resolution: the DP's; economy: --economy (economy.py); compile_ms: a
     selection step's compile as the timing table has it, or None; is_compiled(selection):
@@ -52,12 +54,15 @@ class ElasticRuntime:
     indices; the full step is every index).  clock: seconds (time.perf_counter); log(message).
     """
 
-    def __init__(self, model, rho, *, feedback=True, steps_per_epoch, total_steps,
+    def __init__(self, model, rho, *, share=0.9, feedback=True, steps_per_epoch, total_steps,
                  interval=1.0, probe_batches=1, dp_resolution=10000, compile_ms=None,
                  economy=True, is_compiled: Callable = lambda selection: False,
                  clock: Callable[[], float] = time.perf_counter, log=print):
-        self.ctl = RhoController(model, rho, feedback)
-        self.rho = float(rho)
+        self.budget = Budget(rho, share)
+        # rho auto: the target is each selection's own; until the first, the fastest there is
+        # (the economy then prices the start at the most a selection could save)
+        self.rho = model.rho_floor if self.budget.auto else self.budget.rho
+        self.ctl = RhoController(model, self.rho, feedback)
         self.steps_per_epoch = int(steps_per_epoch)
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
@@ -79,12 +84,12 @@ class ElasticRuntime:
     def plan(self):
         """The forward floor, how many tensors rho affords, and a warning near the floor; a
         fresh run too short to pay for a selection's compile trains every tensor (economy)."""
-        model = self.ctl.model
-        mask = model.select(np.ones(self.n), self.rho, resolution=self.resolution)
+        model, auto = self.ctl.model, self.budget.auto
+        mask = model.select(np.ones(self.n), 1.0 if auto else self.rho, resolution=self.resolution)
         plan = Plan(total_steps=self.total_steps, forward_floor=model.rho_floor,
                     affordable_tensors=int(mask.sum()), num_tensors=self.n,
-                    near_floor=self.rho - model.rho_floor < FLOOR_MARGIN)
-        for line in plan.lines(self.rho, FLOOR_MARGIN,
+                    near_floor=not auto and self.rho - model.rho_floor < FLOOR_MARGIN)
+        for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):
             self.log(line)
         s = self._s
@@ -246,7 +251,7 @@ class ElasticRuntime:
         self.ctl.correct(np.asarray(s.mask, bool), measured)
         s.corrections_here += 1
         s.was_over = s.was_over or miss == "over"
-        old_sel, old_rec = tuple(s.selection), s.records[-1]
+        old_sel, old_rec, old_rho = tuple(s.selection), s.records[-1], self.rho
         mask, measured_before = self._solve()
         new_sel = self.ctl.model.selection(mask)[0]
         if new_sel != old_sel and not self._economy.worth_compiling(new_sel, global_step,
@@ -268,7 +273,7 @@ class ElasticRuntime:
             selected_before=len(old_sel), selected_after=len(s.selection)).to_dict())
         self._emit(runlog.CORRECTIONS, len(s.corrections), global_step)
         self.log(f"rho feedback: {len(old_sel)} tensors measured {measured:.3f} of a full step "
-                 f"for rho {self.rho:g} (predicted {old_rec['predicted_ratio']:.3f}); time "
+                 f"for rho {old_rho:g} (predicted {old_rec['predicted_ratio']:.3f}); time "
                  f"model corrected (backward ops x{self.ctl.dw_scale:.2f} of the table's, fixed "
                  f"cost {model.fixed_ms:+.1f} ms a step), now {len(s.selection)} tensors"
                  + ("" if measured_before is None else
@@ -284,7 +289,9 @@ class ElasticRuntime:
         selection this run measured within rho that is worth more (prefer_measured)."""
         model, s = self.ctl.model, self._s
         importance = np.asarray(s.importance, float)
-        mask = model.select(importance, self.rho, resolution=self.resolution)
+        mask, target = self.budget.solve(model, importance, self.resolution)
+        if self.budget.auto:  # the closed loop holds the ratio this selection amounts to
+            self.rho = self.ctl.rho = target
         measured = {tuple(k): v for k, v in s.measured}
         return prefer_measured(mask, importance, measured, self.rho, self.ctl.tolerance)
 
@@ -296,17 +303,7 @@ class ElasticRuntime:
         selection, empty = self.ctl.model.selection(mask)
         reason = "interval"
         if empty:
-            mask = np.zeros(self.n, bool)
-            if not np.any(importance > 0) and s.selection is not None:
-                mask[list(s.selection)] = True
-                self.log("no tensor has positive importance; keeping the previous selection "
-                         f"({len(s.selection)} tensors)")
-            else:
-                mask[list(selection)] = True
-                self.log("no tensor has positive importance; training the output-most tensor "
-                         "only" if not np.any(importance > 0) else
-                         f"no tensor worth training fits rho {self.rho:g} under this time "
-                         f"model; training the output-most (cheapest) tensor only")
+            mask = self.budget.fallback(selection, importance, s.selection, self.n, self.log)
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
         if s.selection is None or len(s.selection) == self.n:
             if not self._economy.pays_off(mask, global_step, self._progress()):
@@ -333,11 +330,11 @@ class ElasticRuntime:
         record = SelectionRecord(
             step=int(global_step), epoch=global_step / self.steps_per_epoch, reason=reason,
             mask=[int(b) for b in mask], predicted_ratio=ratio,
-            limited_by="budget" if importance is None else model.limited_by(
-                mask, importance, self.rho, resolution=self.resolution),
+            limited_by="budget" if importance is None else "share" if self.budget.auto
+            else model.limited_by(mask, importance, self.rho, resolution=self.resolution),
             solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
             measured_before=measured_before, importance_ms=importance_ms,
-            full_step_ms=accounting.full_ms(s), cut=model.cut_name(mask))
+            full_step_ms=accounting.full_ms(s), cut=model.cut_name(mask), rho=self.rho)
         everything = bool(mask.all())
         if everything:  # the full step itself: its ratio is 1, nothing to measure
             record.measured_ratio, record.limited_by = 1.0, "budget"
@@ -355,6 +352,7 @@ class ElasticRuntime:
         s.windows, s.first_window = [[0.0, 1.0 if everything else known_ratio]], 0
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
+        self._emit(runlog.SELECTION_RHO, self.rho, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
 
     def _progress(self):
@@ -373,7 +371,7 @@ class ElasticRuntime:
                                                                        full_step_s)
         economy = self._economy.record()
         closing = accounting.closing_words(
-            self.rho, measured, estimated, len(s.corrections), spent, wall, train_time_s,
+            self.budget.text, measured, estimated, len(s.corrections), spent, wall, train_time_s,
             self._economy.closing(), full_training=economy["choice"] == FULL_TRAINING,
             unmeasured_why=self._economy.unmeasured_why())
         return EndResult(measured_ratio=measured, estimated_ratio=estimated,
@@ -394,4 +392,6 @@ class ElasticRuntime:
         self._s.first_window = len(self._s.windows) - 1
         if self._s.controller:
             self.ctl.load_state(self._s.controller)
+        if self.budget.auto and self._s.records:  # the target of the selection resumed
+            self.rho = self.ctl.rho = self._s.records[-1].get("rho") or self.rho
         self._economy.load_state(self._s.economy)

@@ -35,6 +35,7 @@ class SelectionRecord:
     full_steps: int = 0  # probe and timed full steps trained while this selection was current
     cut: Optional[str] = None  # the cut its steps run from once its frozen prefix is cached
     fill_steps: int = 0  # its steps that stored images in the prefix cache (ran the prefix)
+    rho: Optional[float] = None  # the ratio it was solved for: rho, or with rho auto its own
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -124,15 +125,18 @@ class Plan:
     near_floor: bool
 
     def lines(self, rho, margin, uncached_floor=None):
-        """What the run says of it at the start (uncached_floor: the forward floor without
-        the prefix cache, when one is planned)."""
+        """What the run says of it at the start (rho: the budget as text, budget.Budget.text;
+        uncached_floor: the forward floor without the prefix cache, when one is planned)."""
         cached = ("" if uncached_floor is None else
                   f" with the prefix cached, {uncached_floor:.2f} without")
+        affords = (f"rho {rho}: each re-selection trains the cheapest selection that keeps it"
+                   if rho.startswith("auto") else
+                   f"rho {rho} affords up to {self.affordable_tensors} of {self.num_tensors} "
+                   f"tensors under the time model")
         yield (f"elastic: forward floor {self.forward_floor:.2f} of a full step (training "
-               f"nothing{cached}); rho {rho:g} affords up to {self.affordable_tensors} of "
-               f"{self.num_tensors} tensors under the time model")
+               f"nothing{cached}); {affords}")
         if self.near_floor:
-            yield (f"warning: rho {rho:g} is within {margin:g} of the forward floor "
+            yield (f"warning: rho {rho} is within {margin:g} of the forward floor "
                    f"({self.forward_floor:.2f}): few tensors fit, expect the accuracy of "
                    f"training little more than the head")
 

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from elastictrainer.method import selector
+from elastictrainer.method import cheapest, selector
 
 # A selection "spends" its budget when the time model puts it within this fraction of rho; the
 # closed loop (rho_control.py) counts a measured ratio this far from its target as a miss.
@@ -172,6 +172,16 @@ class TimeModel:
         res = selector.select_tensors(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
                                       self.backward_budget_ms(rho), resolution=resolution,
                                       t_fw_ms=self.t_fw)
+        mask = np.zeros(len(o), bool)
+        mask[o] = np.asarray(res.mask, bool)
+        return mask
+
+    def select_share(self, importance, share, resolution=10000):
+        """The cheapest selection keeping `share` of the positive importance (--rho auto;
+        method/cheapest.py, exact like select); mask in trainable order."""
+        o = self.order
+        res = cheapest.select_cheapest(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
+                                       share, resolution=resolution, t_fw_ms=self.t_fw)
         mask = np.zeros(len(o), bool)
         mask[o] = np.asarray(res.mask, bool)
         return mask

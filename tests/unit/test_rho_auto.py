@@ -1,0 +1,93 @@
+"""--rho auto (elastic/budget.py): each re-selection trains the cheapest selection keeping a
+share of the estimated loss drop, and the closed loop holds that selection's own ratio; driven
+by scripted step times on a fake clock."""
+import numpy as np
+import pytest
+
+from elastictrainer import runlog
+from elastictrainer.elastic.budget import AUTO, Budget, parse_rho, rho_text
+from elastictrainer.method.cheapest import cheapest_units
+from elastictrainer.method.time_model import TimeModel
+from tests.unit.test_elastic_runtime import IMPORTANCE, N, Device, drive, make, table
+
+
+def test_parse_and_text():
+    assert parse_rho("Auto") == AUTO and parse_rho("0.4") == 0.4
+    assert rho_text(AUTO) == "auto" and rho_text(0.5) == "0.5"
+    assert Budget(AUTO, 0.8).text == "auto (80% of the estimated loss drop)"
+    with pytest.raises(ValueError):
+        Budget(AUTO, 1.5)
+
+
+def test_the_time_model_picks_the_cheapest_selection_keeping_the_share():
+    model = TimeModel(table())
+    importance = np.array([0.05, 0.1, 0.0, 0.3, 0.2, 0.4, 0.9, 1.0])
+    for share in (0.3, 0.6, 0.9, 1.0):
+        mask = model.select_share(importance, share)
+        assert importance[mask].sum() >= share * importance.sum() * (1 - 1e-12)
+        # no selection costs less and keeps the share (exhaustive over the 2^8 masks)
+        cheaper = [m for m in range(2 ** N)
+                   if importance[_bits(m)].sum() >= share * importance.sum() * (1 - 1e-12)
+                   and model.cost_ms(_bits(m)) < model.cost_ms(mask) - 1e-6 * model.t_full]
+        assert not cheaper, (share, cheaper)
+    assert cheapest_units  # the exact solver it uses is tested against brute force too
+
+
+def _bits(m):
+    return np.array([(m >> k) & 1 for k in range(N)], bool)
+
+
+def test_a_run_holds_each_selection_to_its_own_ratio_and_records_it():
+    model = TimeModel(table())
+    device = Device(model)
+    rt = make(model, device, rho=AUTO, share=0.7, economy=False)
+    drive(rt, device, 60, IMPORTANCE)
+    record = rt.records[0]
+    mask = np.array(record.mask, bool)
+    assert record.limited_by == "share"
+    assert record.rho == pytest.approx(model.predicted_ratio(mask))
+    assert IMPORTANCE[mask].sum() >= 0.7 * IMPORTANCE.sum() * (1 - 1e-12)
+    # a cheaper share trains fewer tensors, a costlier one more
+    low, high = (make(model, Device(model), rho=AUTO, share=s, economy=False) for s in (0.3, 1.0))
+    for rt_ in (low, high):
+        drive(rt_, Device(model), 10, IMPORTANCE)
+    assert low.records[0].rho < record.rho < high.records[0].rho
+    # the device matches the time model: measured on target, nothing corrected
+    assert record.measured_ratio == pytest.approx(record.rho, rel=0.05)
+    assert not rt.corrections
+    events = [e for e in rt.take_events() if e[0] == runlog.SELECTION_RHO]
+    assert events and events[0][1] == pytest.approx(record.rho)
+
+
+@pytest.mark.parametrize("backward,miss", [(1.6, "under"), (0.6, "over")])
+def test_a_selection_off_its_own_ratio_is_corrected(backward, miss):
+    """The device's backward pass runs `backward` times the table's: the selection's measured
+    ratio misses the ratio it was chosen at (a slower backward pass makes the forward pass a
+    smaller share of a step), so the closed loop corrects the time model and re-solves; the new
+    selection is held to its own ratio under the corrected model."""
+    model = TimeModel(table())
+    device = Device(model.corrected(backward, backward))
+    logs = []
+    rt = make(model, device, rho=AUTO, share=0.7, economy=False, log=logs.append)
+    drive(rt, device, 200, IMPORTANCE)
+    first, after = rt.records[0], rt.records[1]
+    assert rt.corrections and rt.corrections[0].miss == miss
+    assert rt.corrections[0].predicted_ratio_before == pytest.approx(first.rho)
+    assert after.reason == f"correction ({miss} rho)" and after.rho != first.rho
+    assert f"for rho {first.rho:g} (predicted" in "\n".join(logs)
+    result = rt.finish(device.now)
+    assert result.closing.startswith("step-time ratio asked auto (70% of the estimated loss "
+                                     "drop), measured")
+
+
+def test_a_fixed_rho_records_its_rho_and_resume_keeps_auto_target():
+    model = TimeModel(table())
+    device = Device(model)
+    rt = make(model, device, rho=0.6, economy=False)
+    drive(rt, device, 10, IMPORTANCE)
+    assert rt.records[0].rho == 0.6
+    auto = make(model, Device(model), rho=AUTO, share=0.5, economy=False)
+    drive(auto, Device(model), 10, IMPORTANCE)
+    again = make(model, Device(model), rho=AUTO, share=0.5, economy=False)
+    again.load_state(auto.state())
+    assert again.rho == pytest.approx(auto.records[-1].rho)  # the closed loop's target kept
