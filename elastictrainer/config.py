@@ -15,8 +15,9 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field, fields
-from typing import Optional
+from typing import Optional, Union
 
+from elastictrainer.elastic.budget import AUTO, parse_rho, rho_text
 from elastictrainer.errors import UserError
 from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
@@ -39,6 +40,15 @@ def comma_list(cast, what="numbers"):
             raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got an empty list")
         return values
     return parse
+
+
+def _parse_rho(text):
+    """argparse type of --rho: a number, or auto."""
+    try:
+        return parse_rho(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1] or auto, got {text!r}") \
+            from None
 
 
 def str2bool(s):
@@ -188,9 +198,15 @@ class Config:
         "write the reference's [hours, best accuracy %] text file"))
     interval: float = field(default=4.0, metadata=flag(
         "epochs between importance evaluations and re-selections (0.5 = twice an epoch)"))
-    rho: float = field(default=0.5, metadata=flag(
+    rho: Union[float, str] = field(default=0.5, metadata=flag(
         "requested elastic step time / full step time (0.5 = 2x faster); must be above the "
-        "forward pass's share of a step and at most 1"))
+        "forward pass's share of a step and at most 1. auto: no ratio asked; each re-selection "
+        "trains the cheapest selection that keeps --rho_share of the estimated loss drop, and "
+        "the closed loop holds the ratio it amounts to (summary.json's selections say it)",
+        parse=_parse_rho, metavar="RHO"))
+    rho_share: float = field(default=0.9, metadata=flag(
+        "with --rho auto: the share of the estimated loss drop (the positive importance of "
+        "every tensor, eq. 4-6) each selection keeps"))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
         "measured ratio misses rho by more than 5%, correct the time model and re-select "
@@ -287,9 +303,12 @@ class Config:
         if not self.checkpoint_minutes >= 0:
             raise UserError(f"--checkpoint_minutes must be >= 0 (0: at epoch ends only), got "
                             f"{self.checkpoint_minutes}")
-        if not 0 < self.rho <= 1:
+        if self.rho != AUTO and not (isinstance(self.rho, (int, float)) and 0 < self.rho <= 1):
             raise UserError(f"--rho is the elastic step time / full step time and must be in "
-                            f"(0, 1], got {self.rho}")
+                            f"(0, 1], or auto; got {self.rho}")
+        if not 0 < self.rho_share <= 1:
+            raise UserError(f"--rho_share is a share of the estimated loss drop and must be in "
+                            f"(0, 1], got {self.rho_share}")
         if not 0 <= self.cache_budget_mb < float("inf"):
             raise UserError(f"--cache_budget_mb must be a size in MB >= 0 (0: on disk only), "
                             f"got {self.cache_budget_mb}")
@@ -308,7 +327,7 @@ class Config:
             return self.run_name
         model = os.path.splitext(os.path.basename(self.model_name))[0]
         data = os.path.basename(os.path.normpath(self.dataset_name))
-        rho = f"_rho{self.rho:g}" if SCHEMES[self.train_type].elastic else ""
+        rho = f"_rho{rho_text(self.rho)}" if SCHEMES[self.train_type].elastic else ""
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         return f"{model}_{data}_{self.train_type}{rho}_seed{self.seed}_{stamp}"
 
@@ -329,7 +348,7 @@ def same_as(name, **changes):
 # Config's fields, with Config's defaults): the run directory it writes when given none.
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
-FIT_CONFIG_FIELDS = ("rho", "interval", "train_type", "probe_batches", "rho_feedback", "economy",
+FIT_CONFIG_FIELDS = ("rho", "rho_share", "interval", "train_type", "probe_batches", "rho_feedback", "economy",
                      "dp_resolution", "timing_table")
 
 

@@ -38,6 +38,7 @@ from elastictrainer.errors import UserError
 from elastictrainer.config import FIT_LOGDIR, Config
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
+from elastictrainer.elastic.budget import AUTO, parse_rho
 from elastictrainer.fit.steps import FitSteps
 from elastictrainer.runs.recorder import Recorder, new_summary
 from elastictrainer.profiler import table as tables
@@ -54,7 +55,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     """ElasticTrainer in model.fit (module docstring).  Works with Keras 3 and tf-keras models
     (it is a Keras 3 callback that also answers tf-keras' batch-hook questions).
 
-    rho: the requested step-time ratio (elastic step / full step); interval: epochs between
+    rho: the requested step-time ratio (elastic step / full step), or "auto" (each selection
+    the cheapest keeping `rho_share` of the estimated loss drop); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
     probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags (these and
     their defaults are Config's fields);
@@ -63,7 +65,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     clock: seconds, for step timing."""
 
     # the command line's settings with its defaults (config.py)
-    def __init__(self, rho=Config.rho, interval=Config.interval, logdir=FIT_LOGDIR,
+    def __init__(self, rho=Config.rho, rho_share=Config.rho_share, interval=Config.interval,
+                 logdir=FIT_LOGDIR,
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
@@ -73,7 +76,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
             raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
                             f"one")
         logdir = os.path.normpath(os.fspath(logdir))
-        self.cfg = Config(train_type=train_type, rho=float(rho), interval=float(interval),
+        self.cfg = Config(train_type=train_type, rho=_rho(rho), rho_share=float(rho_share),
+                          interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
                           economy=bool(economy), dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
@@ -161,7 +165,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
             self._profile(path, data, input_size, batch_size, num_classes)
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         time_model = TimeModel(table)
-        if cfg.rho < time_model.rho_floor:
+        if cfg.rho != AUTO and cfg.rho < time_model.rho_floor:
             raise UserError(f"rho {cfg.rho:g} is below this model's forward floor: the forward "
                             f"pass alone is {time_model.rho_floor:.3f} of a full training step "
                             f"({path})")
@@ -171,7 +175,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
-            time_model, cfg.rho, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
+            time_model, cfg.rho, share=cfg.rho_share, feedback=cfg.rho_feedback,
+            steps_per_epoch=self.steps_per_epoch,
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, is_compiled=lambda selection: selection in compiled,
@@ -289,6 +294,14 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self.rec.resume(state["summary"])
         self.log(f"ElasticCallback: resuming the elastic runtime at epoch {state['epoch']} "
                  f"(step {self._global_step})")
+
+
+def _rho(value):
+    """rho as ElasticCallback takes it: a number, or "auto"; anything else in one line."""
+    try:
+        return parse_rho(value)
+    except (TypeError, ValueError):
+        raise UserError(f"rho must be a number in (0, 1] or \"auto\", got {value!r}") from None
 
 
 def _architecture_digest(model):

@@ -37,7 +37,8 @@ def scheme_label(train_type, rho=None, variant=()):
     """'ElasticTrainer (ρ=0.4)', 'Full training', 'Full training, learning_rate=0.003', ...;
     an unknown train_type is shown as is."""
     base = SCHEMES[train_type].label if train_type in SCHEMES else train_type
-    label = f"{base} (ρ={rho:g})" if rho is not None else base
+    label = (base if rho is None else f"{base} (ρ {rho})" if isinstance(rho, str)
+             else f"{base} (ρ={rho:g})")
     return ", ".join([label] + [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                 for k, v in variant])
 
@@ -77,7 +78,9 @@ def scheme_styles(keys):
 def _order_key(key):
     names = sorted(SCHEMES, key=lambda n: not SCHEMES[n].elastic)  # stable: elastic first
     rank = names.index(key.train_type) if key.train_type in names else len(names)
-    return (rank, key.train_type, -1.0 if key.rho is None else key.rho, repr(key.variant))
+    # rho auto after every ratio: its selections' ratios vary over the run
+    rho = -1.0 if key.rho is None else 2.0 if isinstance(key.rho, str) else key.rho
+    return (rank, key.train_type, rho, repr(key.variant))
 
 
 # --------------------------------------------------------------------------- runs

@@ -60,7 +60,7 @@ def plot_time_to_accuracy(run_dirs, out):
     """`plot.py time`: one line per run directory, the levels from its full_training run."""
     runs = load_runs(run_dirs)
     curves = {f"{r.summary['train_type']}"
-              + (f" rho {r.summary['rho']:g}" if r.summary.get("rho") else "")
+              + (f" rho {r.summary['rho']}" if r.summary.get("rho") else "")
               + (f" seed {r.seed}" if len({x.seed for x in runs}) > 1 else ""): curve(r.summary)
               for r in runs}
     full = [r for r in runs if r.summary["train_type"] == "full_training"]

@@ -16,6 +16,7 @@ from elastictrainer import flavors, runlog
 from elastictrainer.flavors import optimizers
 from elastictrainer.train import distribution
 from elastictrainer.runs.checkpoint import CHECKPOINT_DIR, check_same_run
+from elastictrainer.elastic.budget import AUTO
 from elastictrainer.errors import UserError, check_writable_dir
 from elastictrainer.data.loaders import DatasetBundle, load_dataset
 from elastictrainer.models.build import build_sized
@@ -148,13 +149,13 @@ def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None):
     if not tm.calibrated:
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
             f"version); re-run profiler.py so that rho holds when backward ops overlap")
-    if cfg.rho < tm.rho_floor:
+    if cfg.rho != AUTO and cfg.rho < tm.rho_floor:
         from elastictrainer.prefix.plan import no_cut_note
         raise UserError(f"--rho {cfg.rho:g} is below this model's forward floor: the forward pass "
                         f"alone is {tm.rho_floor:.3f} of a full training step ({path})"
                         f"{no_cut_note(model)}")
     uncached = tm.without_cache().rho_floor
-    if cache is not None and cfg.rho < uncached:
+    if cache is not None and cfg.rho != AUTO and cfg.rho < uncached:
         log(f"prefix cache: rho {cfg.rho:g} is below the forward floor without the cache "
             f"({uncached:.2f}): only cached selections fit it, and the steps that fill the "
             f"cache run at a step ratio above {uncached:.2f}")

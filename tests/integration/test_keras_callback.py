@@ -239,3 +239,24 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(UserError, match="steps_per_epoch"):
         model.fit(batches(), epochs=1, verbose=0, callbacks=[_callback(tmp_path)])
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+def test_rho_auto_in_model_fit(tmp_path, flavor):
+    """ElasticCallback(rho="auto"): each selection the cheapest keeping rho_share of the
+    estimated loss drop, its ratio in summary.json; a bad rho is one line."""
+    model = _compile(_model(flavor), flavor)
+    train, test = _data()
+    lines = []
+    callback = _scripted_callback(tmp_path, model, rho="auto", rho_share=0.5)
+    callback.log = lines.append
+    model.fit(train, epochs=2, validation_data=test, verbose=0, callbacks=[callback])
+    summary = runlog.read_summary(str(tmp_path / "logs" / "run"))
+    assert summary["rho"] == "auto" and summary["selections"]
+    for s in summary["selections"]:
+        importance, mask = np.asarray(s["importance"]), np.asarray(s["mask"], bool)
+        assert s["limited_by"] == "share" and s["rho"] == pytest.approx(s["predicted_ratio"])
+        assert importance[mask].sum() >= 0.5 * importance[importance > 0].sum() * (1 - 1e-9)
+    assert any("asked auto (50% of the estimated loss drop)" in line for line in lines)
+    with pytest.raises(UserError, match="rho must be a number"):
+        ElasticCallback(rho="fast")

@@ -624,3 +624,29 @@ def test_a_probe_step_trains_nothing_and_gives_the_taylor_importance():
     assert not np.any(none.numpy())  # not asked: not computed
     for a, b in zip(before, snapshot(model.trainable_weights + opt.variables)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_rho_auto_keeps_its_share_of_the_importance_and_says_the_ratio_it_took(workdir):
+    """--rho auto on the command line: every selection keeps --rho_share of the positive
+    importance its probe measured, is held to the ratio it amounts to (recorded per selection
+    and in TensorBoard), and the closing line says what was asked."""
+    lines = []
+    from elastictrainer import cli
+    from elastictrainer.runs import loop
+    argv = _argv(workdir, "elastic_training", "auto", "--rho_share", "0.6")
+    argv[argv.index("--rho") + 1] = "auto"
+    cfg = cli.config_from_args(cli.train_parser().parse_args(argv))
+    assert cfg.rho == "auto" and cfg.rho_share == 0.6
+    summary = loop.run(cfg, log=lines.append)
+    assert summary["status"] == "finished" and summary["rho"] == "auto"
+    assert summary["selections"]
+    for s in summary["selections"]:
+        importance = np.asarray(s["importance"])
+        mask = np.asarray(s["mask"], bool)
+        assert s["limited_by"] == "share"
+        assert importance[mask].sum() >= 0.6 * importance[importance > 0].sum() * (1 - 1e-9)
+        assert s["rho"] == pytest.approx(s["predicted_ratio"])
+    assert any("step-time ratio asked auto (60% of the estimated loss drop)" in line
+               for line in lines)
+    acc = _scalars(workdir / "logs" / "auto")
+    assert runlog.SELECTION_RHO in set(acc.Tags()["scalars"]) | set(acc.Tags()["tensors"])
