@@ -390,10 +390,27 @@ class ProfileConfig:
             raise UserError(f"--warmup must be >= 0, got {self.warmup}")
 
 
-def _ray_resources(text):
-    from elastictrainer.experiments.cluster import parse_resources
-
-    return parse_resources(text)
+def parse_resources(text):
+    """'pi4=1,big_memory=0.5' -> {'pi4': 1.0, 'big_memory': 0.5} (an argparse type: a bad one is
+    a usage error)."""
+    resources = {}
+    for item in str(text).split(","):
+        if not item.strip():
+            continue
+        name, sep, amount = item.partition("=")
+        name = name.strip()
+        try:
+            value = float(amount) if sep else 1.0
+        except ValueError:
+            value = -1.0
+        if not name or value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=N[,NAME=N] with N > 0 (a custom resource the nodes advertise), "
+                f"got {text!r}")
+        resources[name] = value
+    if not resources:
+        raise argparse.ArgumentTypeError(f"expected NAME=N[,NAME=N], got {text!r}")
+    return resources
 
 
 @dataclass(frozen=True)
@@ -432,7 +449,7 @@ class FigureConfig:
         "NAME=N[,NAME=N], with --ray: run only on nodes that advertise these custom resources "
         "(give each Pi's Ray the custom resource pi4 = 1, then pi4=1: one run at a time per "
         "board); timing tables go to PROFILES/NAME", metavar="NAME=N[,NAME=N]",
-        parse=_ray_resources, shown_default="any node"))
+        parse=parse_resources, shown_default="any node"))
 
     def validate(self):
         check_positive(self, ("steps_per_epoch",))

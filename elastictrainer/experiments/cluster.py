@@ -47,31 +47,6 @@ INSTALL_HINT = "pip install 'elastictrainer[cluster]' (or pip install -e '.[clus
 _BOOKKEEPING = ("memory", "object_store_memory", "node:", "accelerator_type:")
 
 
-def parse_resources(text):
-    """'pi4=1,big_memory=0.5' -> {'pi4': 1.0, 'big_memory': 0.5} (an argparse type: a bad one is
-    a usage error)."""
-    import argparse
-
-    resources = {}
-    for item in str(text).split(","):
-        if not item.strip():
-            continue
-        name, sep, amount = item.partition("=")
-        name = name.strip()
-        try:
-            value = float(amount) if sep else 1.0
-        except ValueError:
-            value = -1.0
-        if not name or value <= 0:
-            raise argparse.ArgumentTypeError(
-                f"expected NAME=N[,NAME=N] with N > 0 (a custom resource the nodes advertise), "
-                f"got {text!r}")
-        resources[name] = value
-    if not resources:
-        raise argparse.ArgumentTypeError(f"expected NAME=N[,NAME=N], got {text!r}")
-    return resources
-
-
 def resources_text(resources):
     return ",".join(f"{k}={v:g}" for k, v in resources.items())
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from elastictrainer import cli, errors
+from elastictrainer import cli, config, errors
 from elastictrainer.experiments import cluster
 from elastictrainer.experiments import cluster_node
 
@@ -23,11 +23,11 @@ def run_cli(argv, capsys):
 
 
 def test_resources_parse_or_fail_as_usage_errors():
-    assert cluster.parse_resources("pi4=1") == {"pi4": 1.0}
-    assert cluster.parse_resources("pi4=1, big_memory=0.5,") == {"pi4": 1.0, "big_memory": 0.5}
+    assert config.parse_resources("pi4=1") == {"pi4": 1.0}
+    assert config.parse_resources("pi4=1, big_memory=0.5,") == {"pi4": 1.0, "big_memory": 0.5}
     for bad in ("pi4=x", "=1", "pi4=0", "pi4=-1", ","):
         with pytest.raises(argparse.ArgumentTypeError):
-            cluster.parse_resources(bad)
+            config.parse_resources(bad)
 
 
 def test_ray_missing_is_one_line_saying_how_to_install_it(tmp_path, capsys, monkeypatch):
