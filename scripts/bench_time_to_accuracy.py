@@ -18,9 +18,10 @@ Configurations (--configs):
   mobilenetv2_96  MobileNetV2 from --weights synthetic at 96 px, batch 8
   keras3_fit      a pretrained Keras 3 CNN through model.fit: plain fit on all weights, the
                   last stage and head trained by hand (the rest frozen), ElasticCallback at each
-                  rho; warm in one process after a warm-up fit
+                  rho and rho auto at each share; warm in one process after a warm-up fit
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
-head held fixed (uncached and with --cache_frozen_prefix true), ElasticTrainer at each --rhos.
+head held fixed (uncached and with --cache_frozen_prefix true), ElasticTrainer at each --rhos
+and with --rho auto at each --shares.
 
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
@@ -68,6 +69,8 @@ def build_parser():
                    help="seeds of command1 (the other configurations run the first only)")
     p.add_argument("--rhos", default="0.5,0.4,0.3,0.2,0.15", type=comma_list(float),
                    help="ElasticTrainer's rho values")
+    p.add_argument("--shares", default="0.9", type=comma_list(float),
+                   help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
     p.add_argument("--epochs", type=int, default=12, help="epochs of every run")
     p.add_argument("--logdir", default="logs/bench_time_to_accuracy", help="where runs go")
     p.add_argument("--out", default=os.path.join(HERE, "figures", "bench_time_to_accuracy"),
@@ -102,6 +105,8 @@ def cli_runs(name, seed, args, log):
              {"cache_frozen_prefix": True, "cache_fixed_views": True})]
     runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
              for rho in args.rhos]
+    runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
+              {"rho": "auto", "rho_share": share}) for share in args.shares]
     curves = {}
     for label, train_type, extra in runs:
         slug = label.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
@@ -242,7 +247,9 @@ def fit_runs(args, log):
 
     fresh().fit(train.take(20), epochs=1, verbose=0)  # warm-up: TensorFlow's first traces
     variants = [("plain_fit", None, None), ("hand_frozen", "stage2", None)]
-    variants += [(f"ElasticCallback rho {rho:g}", None, rho) for rho in args.rhos]
+    variants += [(f"ElasticCallback rho {rho:g}", None, (rho, 0.9)) for rho in args.rhos]
+    variants += [(f"ElasticCallback rho auto, share {share:g}", None, ("auto", share))
+                 for share in args.shares]
     curves = {}
     for name, frozen_below, rho in variants:
         log(f"--- keras3_fit: {name}")
@@ -250,9 +257,12 @@ def fit_runs(args, log):
         clock = _EpochClock(keras)
         callbacks = [clock]
         if rho is not None:
+            rho, share = rho
+            tag = f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}"
+            # a profile folder of its own: each elastic run pays for its first profiling
             callbacks.append(ElasticCallback(
-                rho=rho, logdir=os.path.join(workdir, f"rho{rho:g}_seed{seed}"),
-                profiles=os.path.join(workdir, "profiles_" + f"rho{rho:g}"), log=None))
+                rho=rho, rho_share=share, logdir=os.path.join(workdir, f"{tag}_seed{seed}"),
+                profiles=os.path.join(workdir, f"profiles_{tag}"), log=None))
         try:
             model.fit(train, epochs=args.epochs, validation_data=test, verbose=0,
                       callbacks=callbacks)
@@ -268,7 +278,8 @@ def markdown(results, args, machine):
     lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
              f"--seeds {','.join(map(str, args.seeds))} --rhos "
-             f"{','.join(f'{r:g}' for r in args.rhos)} --epochs {args.epochs}` (economy and "
+             f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
+             f"{','.join(f'{r:g}' for r in args.shares)} --epochs {args.epochs}` (economy and "
              f"every other setting at its default).", ""]
     for name, summary in results["configs"].items():
         lines += [f"**{name}** ({summary['runs']} seed(s)):", "",
