@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from elastictrainer.method.selector import SelectionResult, _as_importance, _ceil_units, eq3_cost
+from elastictrainer.method.selector import (SelectionResult, _as_importance, _ceil_units,
+                                            add_item, eq3_cost, take_back)
 
 __all__ = ["cheapest_units", "select_cheapest"]
 
@@ -59,31 +60,11 @@ def cheapest_units(t_dy, t_dw, imp, target):
                 key = (cost, -(imp[d] + table[c]), d, c)
                 if best is None or key < best:
                     best = key
-            w, val = int(t_dw[d]), imp[d]
-            if w == 0:
-                table = table + val
-                take[d] = True
-            elif w < table.size:
-                shifted = table[:-w] + val
-                row = shifted > table[w:]  # strict: ties keep the lighter choice
-                np.maximum(table[w:], shifted, out=table[w:])
-                take[d] = row
+            table, take[d] = add_item(table, int(t_dw[d]), imp[d])
     if best is None:
         return None
     _, _, d, c = best
-    mask[d] = True
-    for k in range(d - 1, -1, -1):
-        row = take[k]
-        if row is None:
-            continue
-        if row is True:
-            mask[k] = True
-            continue
-        w = int(t_dw[k])
-        if c >= w and row[c - w]:
-            mask[k] = True
-            c -= w
-    return mask
+    return take_back(mask, take, t_dw, d, c)
 
 
 def select_cheapest(t_dw_ms, t_dy_ms, importance, share, resolution=1000, t_fw_ms=None):

@@ -107,24 +107,33 @@ def _solve_units(t_dy, t_dw, imp, budget):
         # already fixed: dropping them keeps d and lowers the cost.
         if imp[d] <= 0:
             continue
-        length = int(need[d + 1]) + 1
-        table = table[:length]
-        w = int(t_dw[d])
-        val = imp[d]
-        if w == 0:
-            table = table + val
-            take[d] = True
-        elif w < length:
-            shifted = table[: length - w] + val
-            row = shifted > table[w:]  # strict: ties keep the lighter choice
-            np.maximum(table[w:], shifted, out=table[w:])
-            take[d] = row
+        table, take[d] = add_item(table[: int(need[d + 1]) + 1], int(t_dw[d]), imp[d])
 
     if best_d < 0:
         return mask
-    mask[best_d] = True
-    c = int(cap[best_d])
-    for k in range(best_d - 1, -1, -1):
+    return take_back(mask, take, t_dw, best_d, int(cap[best_d]))
+
+
+def add_item(table, w, val):
+    """Grow a 0/1 knapsack table ("at most c" form: table[c] is the best value of a subset
+    costing at most c) by one item of weight `w` and value `val`; returns (the table, the
+    item's take row for take_back: True when it weighs nothing, None when it fits nowhere,
+    else a bool array r with r[c - w] telling whether it was taken at capacity c)."""
+    if w == 0:
+        return table + val, True
+    if w >= table.size:
+        return table, None
+    shifted = table[: table.size - w] + val
+    row = shifted > table[w:]  # strict: ties keep the lighter choice
+    np.maximum(table[w:], shifted, out=table[w:])
+    return table, row
+
+
+def take_back(mask, take, t_dw, d, c):
+    """The subset behind a knapsack answer: tensor `d` (the deepest) in `mask`, then the
+    tensors above it the take rows (add_item's) say were taken at the capacity `c` left."""
+    mask[d] = True
+    for k in range(d - 1, -1, -1):
         row = take[k]
         if row is None:
             continue
