@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer import flavors, runlog
-from elastictrainer.runs import energy
+from elastictrainer.runs import board, energy
 from elastictrainer.runs.checkpoint import RunCheckpoint
 from elastictrainer.errors import RunError, one_line
 from elastictrainer.machine import peak_rss_mb, release_memory
@@ -152,6 +152,7 @@ class RunRecorder:
                 f"are not JPEG/PNG/GIF/BMP images: {shown}")
         self.writer = None
         self._steps = 0  # the run's steps so far, for the prefix cache's share
+        self._drawn = 0  # selections whose heat map TensorBoard has (board.py)
 
     def start(self):
         """The loop state to begin from: a fresh one, or the latest checkpoint's."""
@@ -179,6 +180,11 @@ class RunRecorder:
                      f"{setup.steps_per_epoch}, {st.train_time:.1f} s trained")
         self.writer = (tf.summary.create_file_writer(self.out) if self.chief
                        else tf.summary.create_noop_writer())
+        if self.chief and not setup.resume:  # TensorBoard's HParams and Text (board.py)
+            board.write_hparams(self.writer, board.hparams_of(cfg, setup.scheme.elastic),
+                                cfg.run_name)
+            board.write_config_text(self.writer, dataclasses.asdict(cfg))
+        self._drawn = len(self.summary.selections)
         self.save_summary()
         st.last_checkpoint = self.clock()
         return st
@@ -189,6 +195,8 @@ class RunRecorder:
         if self.elastic:
             rt = self.elastic.rt.s
             self.summary.selections, self.summary.corrections = rt.records, rt.corrections
+            self._drawn = board.write_selection_images(self.writer, self.summary.to_dict(),
+                                                       self._drawn, self.cfg.interval)
         if self.setup.prefix_cache is not None:
             self.summary.prefix_cache = self.setup.prefix_cache.summary(self._steps)
         runlog.write_json(os.path.join(self.out, runlog.SUMMARY_FILE), self.summary.to_dict())
@@ -300,6 +308,7 @@ class RunRecorder:
         summary.peak_rss_mb = peak_rss_mb()
         self._steps = st.global_step
         self.save_summary()
+        board.write_run_end(self.writer, summary.to_dict(), st.global_step, cfg.interval)
         train_time, best = st.train_time, max(st.best, 0.0)
         hours = train_time / 3600
         if cfg.save_txt:
