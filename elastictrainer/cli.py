@@ -99,8 +99,9 @@ def profile_parser(prog="elastictrainer profile"):
                    help="table path (default: profiles/<model>_i<input>_b<batch>_c<classes>"
                         "[_<optimizer>].json, where training looks for it)")
     p.add_argument("--trace_dir", default=None,
-                   help="where tf.profiler writes its trace (default: profiles/traces/<table "
-                        "name>; open it with `tensorboard --logdir` and the Profile tab)")
+                   help="where tf.profiler writes its trace (default: logs/<table name>_profile, "
+                        "beside the runs: `tensorboard --logdir logs` shows it in its Profile "
+                        "tab)")
     p.add_argument("--figure", default=None,
                    help="t_dw/t_dy bar chart (default: figures/profile_<table name>.png; '' = "
                         "none)")

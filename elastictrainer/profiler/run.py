@@ -343,7 +343,7 @@ def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=
     output = output or tables.default_table_path(model_name, input_size, batch_size, num_classes,
                                                  optimizer)
     stem = os.path.splitext(os.path.basename(output))[0]
-    trace_dir = trace_dir or os.path.join(os.path.dirname(output) or ".", "traces", stem)
+    trace_dir = trace_dir or tables.default_trace_dir(stem)
     table = profile_model(model, model_name, input_size, batch_size, num_classes,
                           num_iterations=num_iterations, warmup=warmup, trace_dir=trace_dir,
                           seed=seed, progress=progress, calibrate=calibrate, optimizer=optimizer)
