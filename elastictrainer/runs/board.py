@@ -80,7 +80,8 @@ def run_metrics(summary, final_step):
     n = summary["num_tensors"]
     trained = tensors_trained(summary.get("ran") or [], final_step, n)
     only_full = bool(summary.get("ran")) and all(
-        kind == "selection" and tensors is None for _, kind, tensors in summary["ran"])
+        kind == "selection" and (tensors is None or len(tensors) == n)
+        for _, kind, tensors in summary["ran"])
     over_full = summary.get("wall_ratio")
     if over_full is None and only_full:  # every step trained every tensor: full training
         over_full = 1.0
