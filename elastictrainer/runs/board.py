@@ -76,7 +76,7 @@ def write_selection_image(writer, summary, step, finished_epochs, interval):
 
 def run_metrics(summary, final_step):
     """{tag: value} of the run-level numbers the HParams dashboard compares runs by (runlog's
-    run/ tags), those the run knows."""
+    compare/ tags), those the run knows."""
     n = summary["num_tensors"]
     trained = tensors_trained(summary.get("ran") or [], final_step, n)
     only_full = bool(summary.get("ran")) and all(
