@@ -30,7 +30,7 @@ def write_hparams(writer, hparams, trial_id):
     """The run's session for TensorBoard's HParams dashboard.  No experiment config is
     written: TensorBoard builds the experiment from every run's session and values (a run
     cannot know its sweep's other values), its metrics from the runs' scalar tags, the
-    run-level ones (write_metrics) among them."""
+    run-level ones (run_metrics, written by write_run_end) among them."""
     from tensorboard.plugins.hparams import api as hp
 
     with writer.as_default():
