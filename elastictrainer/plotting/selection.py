@@ -6,7 +6,7 @@ import numpy as np
 
 from elastictrainer import runlog
 from elastictrainer.errors import UserError
-from elastictrainer.plotting.common import (STATUS_FLAGS, _display_name, load_runs, pyplot,
+from elastictrainer.plotting.common import (STATUS_FLAGS, _display_name, load_runs,
                                             save_figure, scheme_label)
 
 
@@ -73,6 +73,8 @@ def selection_image(summary, finished_epochs, interval=None, dpi=100):
     the selections, the same picture `plot selection` draws from the run directory."""
     import io
 
+    from matplotlib.image import imread
+
     status = STATUS_FLAGS.get(summary.get("status", "finished"))
     title = (f"{_display_name(summary['model'])} on {_display_name(summary['dataset'])}: "
              f"{scheme_label(summary['train_type'], summary.get('rho'))}"
@@ -80,13 +82,11 @@ def selection_image(summary, finished_epochs, interval=None, dpi=100):
     fig = draw_selection(selections_from_records(summary["selections"]), finished_epochs,
                          interval, title, summary.get("rho"),
                          (summary.get("plan") or {}).get("forward_floor"))
-    plt = pyplot()
     buf = io.BytesIO()
     # "tight", as save_figure does: the legends right of the panels stay in the picture
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.1)
-    plt.close(fig)
     buf.seek(0)
-    rgba = plt.imread(buf, format="png")
+    rgba = imread(buf, format="png")
     return (np.clip(rgba[..., :3], 0.0, 1.0) * 255).round().astype(np.uint8)
 
 
@@ -97,7 +97,10 @@ def draw_selection(sel, finished_epochs, interval, title, rho=None, forward_floo
     and the forward floor in its title.  finished_epochs: where the last selection's column
     ends (an unfinished run's last selection is drawn for one interval); interval: the
     --interval, the width of a lone selection's column."""
-    plt = pyplot()
+    # a Figure of its own, not pyplot's: drawing for TensorBoard inside a training process (a
+    # notebook's, say) leaves its pyplot backend and figures alone
+    from matplotlib.figure import Figure
+
     n, m = sel.matrix.shape
     # each selection holds until the next one, the last until the end of the finished epochs
     gaps = np.diff(sel.epochs)
@@ -108,8 +111,8 @@ def draw_selection(sel, finished_epochs, interval, title, rho=None, forward_floo
     x_edges = np.append(sel.epochs, end)
     y_edges = np.arange(n + 1) - 0.5
 
-    fig, (top, ax) = plt.subplots(2, 1, sharex=True, figsize=(7.5, 6.0 if n > 40 else 5.0),
-                                  gridspec_kw={"height_ratios": [1, 3.5]}, layout="constrained")
+    fig = Figure(figsize=(7.5, 6.0 if n > 40 else 5.0), layout="constrained")
+    top, ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1, 3.5]})
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
     trained = "#1a1a1a"
