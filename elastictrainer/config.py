@@ -377,8 +377,8 @@ class ProfileConfig:
         "table path, where training looks for it",
         shown_default=flag_of(CONFIG_FIELDS["timing_table"]).shown_default))
     trace_dir: Optional[str] = field(default=None, metadata=flag(
-        "where tf.profiler writes its trace (open it with tensorboard --logdir and the Profile "
-        "tab)", shown_default="profiles/traces/<table>"))
+        "where tf.profiler writes its trace, beside the runs: tensorboard --logdir logs shows "
+        "it in its Profile tab", shown_default="logs/<table>_profile"))
     figure: Optional[str] = field(default=None, metadata=flag(
         "t_dw/t_dy bar chart ('' = none)", shown_default="figures/profile_<table>.png"))
     seed: int = same_as("seed", help="seed of the random profiling batch")

@@ -22,6 +22,19 @@ MEASURED_RATIO = "elastic/measured_step_ratio"  # median selection step / median
 WALL_RATIO = "elastic/wall_clock_ratio"  # at the end: training time / full training's, estimated in the run (elastic.wall_ratio)
 CORRECTIONS = "elastic/rho_corrections"  # running count of closed-loop corrections (rho_control.py)
 SELECTION_MASK = "elastic/selection_mask"  # tensor summary: 1 = trained, model.trainable_weights order
+# TensorBoard's other dashboards (runs/board.py): the selections' heat map (an image at each
+# re-selection and at the end), the configuration and the closing line (text), and what the
+# HParams dashboard lines up for the run (scalars at its last step).
+SELECTION_IMAGE = "elastic/selection_heatmap"
+CONFIG_TEXT = "run/config"
+RESULT_TEXT = "run/closing_line"  # sorts before run/config: the Text dashboard shows it first
+# The HParams dashboard offers every scalar tag as a metric and shows the first five by name:
+# "compare/" sorts before "elastic/", so these five are the ones it shows.
+BEST_ACCURACY = "compare/best_test_accuracy"  # %
+TRAIN_TIME = "compare/train_time_s"
+TIME_OVER_FULL = "compare/time_over_full"  # training time / full training's (wall_ratio; 1 for full)
+RUN_MEASURED_RATIO = "compare/measured_step_ratio"  # the run's (summary.json measured_ratio)
+TENSORS_TRAINED = "compare/tensors_trained"  # mean over the steps that updated weights
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"

@@ -41,6 +41,7 @@ from elastictrainer.experiments.cluster_node import (RunFailed, Task, execute, r
                                          write_files)
 from elastictrainer.errors import RunError, UserError, one_line
 from elastictrainer.experiments.figures import table_path
+from elastictrainer.profiler.table import default_trace_dir
 
 INSTALL_HINT = "pip install 'elastictrainer[cluster]' (or pip install -e '.[cluster]' in a clone)"
 # Ray's resources that are not a kind of device: left out when the nodes are listed
@@ -229,7 +230,9 @@ class RayRunner:
         tasks = {}
         for run, path in jobs:
             rel = os.path.join("profiles", os.path.basename(path))
-            tasks[run, path] = Task(f"profile {run.model}", driver.profile_args(run, rel),
+            # the trace comes back inside "profiles" and goes beside the runs (figures.py)
+            tasks[run, path] = Task(f"profile {run.model}",
+                                    driver.profile_args(run, rel, "profiles"),
                                     output="profiles", python=driver.python)
         failed = []
         for (run, path), result in self._run(driver, tasks, "profiling"):
@@ -238,7 +241,12 @@ class RayRunner:
                 continue
             self._report(driver, tasks[run, path], result)
             self.placements[tasks[run, path].name] = result.node_id
-            install_files(result.files, "profiles", os.path.dirname(path))
+            trace = default_trace_dir(os.path.splitext(os.path.basename(path))[0],
+                                      "profiles") + os.sep
+            install_files({k: v for k, v in result.files.items() if not k.startswith(trace)},
+                          "profiles", os.path.dirname(path))
+            install_files({k: v for k, v in result.files.items() if k.startswith(trace)},
+                          "profiles", driver.logdir)
             driver.log(f"  profile {run.model}: done on {result.node} after "
                        f"{result.seconds:.0f} s")
         if failed:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from elastictrainer import runlog
 from elastictrainer.errors import RunError, UserError
 from elastictrainer.data import NUM_CLASSES
-from elastictrainer.profiler.table import default_table_path, load_table
+from elastictrainer.profiler.table import default_table_path, default_trace_dir, load_table
 from elastictrainer.method.schemes import BASELINES
 from elastictrainer.method.time_model import TimeModel
 PAPER_DATASETS = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs")
@@ -171,7 +171,7 @@ class SerialRunner:
 
     def profile(self, driver, jobs):
         for run, path in jobs:
-            argv = driver.argv(driver.profile_args(run, path))
+            argv = driver.argv(driver.profile_args(run, path, driver.logdir))
             if driver.call(argv, f"profile {run.model}") != 0:
                 raise RunError(f"profiling {run.model} failed (see above)")
 
@@ -238,13 +238,17 @@ class Driver:
         self.log(f"  {what}: exit {rc} after {time.perf_counter() - t0:.0f} s")
         return rc
 
-    def profile_args(self, run, path):
-        """`elastictrainer profile` arguments that write the run's timing table to `path`."""
+    def profile_args(self, run, path, logdir):
+        """`elastictrainer profile` arguments that write the run's timing table to `path` and
+        its trace to <logdir>/<table name>_profile, where TensorBoard over the figure's runs
+        finds it."""
+        stem = os.path.splitext(os.path.basename(path))[0]
         return ["profile", "--model_name", run.model,
                 "--optimizer", self.protocol.flags(run.model)["optimizer"],
                 "--input_size", str(self.protocol.input_size),
                 "--batch_size", str(self.protocol.batch_size),
-                "--num_classes", str(run.num_classes), "--output", path, "--figure", "", "--quiet"]
+                "--num_classes", str(run.num_classes), "--output", path,
+                "--trace_dir", default_trace_dir(stem, logdir), "--figure", "", "--quiet"]
 
     def train_args(self, run, seed, logdir, profiles):
         """`elastictrainer train` arguments of one run, writing LOGDIR/<run name> with the

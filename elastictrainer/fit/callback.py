@@ -267,7 +267,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         rt = self.hooks.rt
         self.rec.elastic(rt.records, rt.corrections)
         self.rec.set(step_cache_traces=self.trainer.steps.traces)
-        self.rec.finish(stopped=False, train_time_s=self._train_time, result=result)
+        self.rec.finish(stopped=False, train_time_s=self._train_time, step=self._global_step,
+                        result=result)
 
     # ------------------------------------------------------------------ state
     def _save_summary(self):

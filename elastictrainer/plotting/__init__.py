@@ -15,7 +15,8 @@ from elastictrainer.plotting.curves import (  # noqa: F401
 from elastictrainer.plotting.bars import (  # noqa: F401
     BarGroup, Panel, bar_groups, bars_table, energy_of, plot_bars, plot_energy, speedups)
 from elastictrainer.plotting.selection import (  # noqa: F401
-    Selections, plot_selection, selection_matrix, sparse_tick_labels)
+    Selections, draw_selection, plot_selection, selection_caption, selection_image,
+    selection_matrix, selections_from_records, sparse_tick_labels)
 from elastictrainer.plotting.profile import (  # noqa: F401
     draw_profile, plot_profile)
 from elastictrainer.plotting.time_to_accuracy import (  # noqa: F401

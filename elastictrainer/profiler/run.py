@@ -205,7 +205,7 @@ def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
 
 
 def load_or_profile(path, model, model_name, input_size, batch_size, num_classes, seed=0,
-                    progress=True, log=print, optimizer="sgd", in_child=True):
+                    progress=True, log=print, optimizer="sgd", in_child=True, trace_dir=None):
     """The table at `path` for `model`, profiling first when there is none.
 
     With `in_child` (the default) the profiling runs in a separate Python process
@@ -213,6 +213,8 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
     allocator high-water mark die with it, so profiling first does not raise the training
     process's peak memory.  `in_child=False` profiles `model` itself in this process (for a
     model that cannot be rebuilt from its name) and then releases what it can (release_memory).
+    trace_dir: where the profiling keeps its trace (a run's directory: TensorBoard's Profile tab
+    then lists it under the run); None: not kept.
     """
     if not os.path.exists(path):
         log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
@@ -220,10 +222,12 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
             table = profile_in_child(path, model_name, input_size, batch_size, num_classes,
                                      seed=seed, progress=progress, optimizer=optimizer,
                                      names=[flavors.tensor_name(v) for v in model.trainable_weights],
-                                     shapes=[list(v.shape) for v in model.trainable_weights])
+                                     shapes=[list(v.shape) for v in model.trainable_weights],
+                                     trace_dir=trace_dir)
         else:
             table = profile_model(model, model_name, input_size, batch_size, num_classes,
-                                  progress=progress, seed=seed, optimizer=optimizer)
+                                  progress=progress, seed=seed, optimizer=optimizer,
+                                  trace_dir=trace_dir)
             tables.save_table(table, path)
             release_memory()
         log(report.summarize(table))
@@ -232,7 +236,7 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
 
 
 def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
-                     progress=True, optimizer="sgd", names=None, shapes=None):
+                     progress=True, optimizer="sgd", names=None, shapes=None, trace_dir=None):
     """Profile in a fresh Python process that builds `model_name` (weights "none": timings do
     not depend on their values), write the table at `path` and return it.
 
@@ -247,7 +251,8 @@ def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed
     request = {"path": os.path.abspath(path), "model_name": model_name,
                "input_size": int(input_size), "batch_size": int(batch_size),
                "num_classes": int(num_classes), "seed": int(seed), "progress": bool(progress),
-               "optimizer": optimizer, "names": names, "shapes": shapes}
+               "optimizer": optimizer, "names": names, "shapes": shapes,
+               "trace_dir": trace_dir and os.path.abspath(trace_dir)}
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     # the child imports this very package, not another installed copy
@@ -324,7 +329,7 @@ def _profile_request(req):
                             f"({len(req['shapes'])})")
     table = profile_model(model, req["model_name"], req["input_size"], req["batch_size"],
                           req["num_classes"], seed=req["seed"], progress=req["progress"],
-                          optimizer=req["optimizer"])
+                          optimizer=req["optimizer"], trace_dir=req.get("trace_dir"))
     if req.get("names") is not None:
         for t, name in zip(table["tensors"], req["names"]):
             t["name"] = name
@@ -342,7 +347,7 @@ def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=
     output = output or tables.default_table_path(model_name, input_size, batch_size, num_classes,
                                                  optimizer)
     stem = os.path.splitext(os.path.basename(output))[0]
-    trace_dir = trace_dir or os.path.join(os.path.dirname(output) or ".", "traces", stem)
+    trace_dir = trace_dir or tables.default_trace_dir(stem)
     table = profile_model(model, model_name, input_size, batch_size, num_classes,
                           num_iterations=num_iterations, warmup=warmup, trace_dir=trace_dir,
                           seed=seed, progress=progress, calibrate=calibrate, optimizer=optimizer)

@@ -342,6 +342,13 @@ def default_table_path(model_name, input_size, batch_size, num_classes,
     return os.path.join(folder, f"{stem}_i{input_size}_b{batch_size}_c{num_classes}{suffix}.json")
 
 
+def default_trace_dir(table_name, logdir="logs"):
+    """Where `profile` keeps its trace by default: logs/<table name>_profile, beside the runs,
+    so that `tensorboard --logdir logs` lists it in its Profile tab (tf.profiler writes
+    <trace dir>/plugins/profile/<time>/<host>.xplane.pb, the layout that tab reads)."""
+    return os.path.join(logdir, f"{table_name}_profile")
+
+
 def save_table(table, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     runlog.write_json(path, table)  # a table is either whole or absent, even if interrupted

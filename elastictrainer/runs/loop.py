@@ -289,7 +289,8 @@ class _Session:
                     allreduce_bytes_per_step=(steps.allreduce_bytes / steps.steps_run
                                               if steps.steps_run else None))
         self._record_state(st)
-        return rec.finish(stopped=stopped, train_time_s=st.train_time, result=elastic_result)
+        return rec.finish(stopped=stopped, train_time_s=st.train_time, step=st.global_step,
+                          result=elastic_result)
 
     @contextlib.contextmanager
     def outcome_recorded(self):

@@ -16,6 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer import runlog
+from elastictrainer.method.schemes import SCHEMES
+from elastictrainer.runs import board
 from elastictrainer.machine import peak_rss_mb
 
 # The run's end as the summary says it.
@@ -49,6 +51,7 @@ class Recorder:
         self.out, self.cfg, self.summary = out, cfg, summary
         self.chief, self.where, self.log = chief, where, log
         self.writer = None
+        self._drawn = 0  # selections whose heat map TensorBoard has (board.py)
 
     # ------------------------------------------------------------------ the start
     def begin(self, resumed=False):
@@ -60,6 +63,12 @@ class Recorder:
                                   dataclasses.asdict(self.cfg))
         self.writer = (tf.summary.create_file_writer(self.out) if self.chief
                        else tf.summary.create_noop_writer())
+        if self.chief and not resumed:  # TensorBoard's HParams and Text dashboards (board.py)
+            cfg = self.cfg
+            board.write_hparams(self.writer, board.hparams_of(cfg, SCHEMES[cfg.train_type].elastic),
+                                cfg.run_name)
+            board.write_config_text(self.writer, dataclasses.asdict(cfg))
+        self._drawn = len(self.summary.selections)
         self.save()
 
     def resume(self, saved_summary, wall_time=None):
@@ -87,6 +96,9 @@ class Recorder:
         elastic.Correction, or their dicts)."""
         self.summary.selections = [_as_dict(r) for r in records]
         self.summary.corrections = [_as_dict(c) for c in corrections]
+        if len(self.summary.selections) > self._drawn:  # the heat map as it stands now
+            self._drawn = board.write_selection_images(self.writer, self.summary.to_dict(),
+                                                       self._drawn, self.cfg.interval)
 
     def set(self, **fields):
         """Summary fields a driver measures (energy, the prefix cache's statistics, ...)."""
@@ -120,7 +132,7 @@ class Recorder:
             self.writer.flush()
 
     # ------------------------------------------------------------------ the end
-    def finish(self, *, stopped, train_time_s, result=None, note=""):
+    def finish(self, *, stopped, train_time_s, step, result=None, note=""):
         """The run's end: its status, the elastic runtime's end result (elastic.EndResult: its
         summary fields and closing words; None for a fixed scheme), summary.json, the
         reference's text file (--save_txt) and the closing line."""
@@ -132,6 +144,9 @@ class Recorder:
         summary.train_time_s = train_time_s
         summary.peak_rss_mb = peak_rss_mb()
         self.save()
+        # the last heat map, the run-level metrics and the closing text (board.py)
+        board.write_run_end(self.writer, summary.to_dict(), step, cfg.interval)
+        self.flush()
         if self.chief and cfg.save_txt:
             best = max(summary.best_test_accuracy or 0.0, 0.0)
             np.savetxt(os.path.join(self.out, f"{cfg.run_name}.txt"),

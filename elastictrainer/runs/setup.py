@@ -129,7 +129,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
     if scheme.elastic and dist.is_chief:
         # a model object cannot be rebuilt from its name in a child process
         time_model, table, table_path = _load_time_model(
-            cfg, model, num_classes, log, in_child=not given_model, cache=cache)
+            cfg, model, num_classes, log, in_child=not given_model, cache=cache,
+            trace_dir=out)
     restore_random_state(model, rng_state, cfg.seed)
     resume = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
@@ -139,12 +140,12 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                     table_path=table_path, prefix_cache=cache)
 
 
-def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None):
+def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None):
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
     table = load_or_profile(path, model, cfg.model_name, cfg.input_size, cfg.batch_size,
                             num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
-                            optimizer=cfg.optimizer, in_child=in_child)
+                            optimizer=cfg.optimizer, in_child=in_child, trace_dir=trace_dir)
     tm = TimeModel(table, cache=cache.for_time_model() if cache is not None else None)
     if not tm.calibrated:
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "

@@ -54,6 +54,11 @@ def tree(root):
     return files
 
 
+def run_names(root):
+    """The run directories under the figure's logs (the profiler's trace folder is not one)."""
+    return [r for r in os.listdir(root / "logs") if (root / "logs" / r / "summary.json").exists()]
+
+
 def test_smoke_figure_end_to_end_then_resumes_without_rerunning(serial_smoke):
     """CI's smoke figure: the real script, profiler, trainings and plots on synthetic data."""
     root, _ = serial_smoke
@@ -65,8 +70,10 @@ def test_smoke_figure_end_to_end_then_resumes_without_rerunning(serial_smoke):
     table = (root / "figs" / "fig15_bars.md").read_text()
     for label in ("ElasticTrainer", "Full training", "Traditional TL", "BN+Bias"):
         assert label in table
-    runs = sorted(os.listdir(root / "logs"))
+    runs = sorted(run_names(root))
     assert len(runs) == 4 and all(r.startswith("smallcnn_synthetic_") for r in runs)
+    # the profiler's trace beside the runs, where TensorBoard's Profile tab finds it
+    assert list((root / "logs").glob("smallcnn_*_profile/plugins/profile/*/*.xplane.pb"))
     # run again: every run is found finished and only the figures are redrawn
     again = subprocess.run(["bash", SCRIPT] + smoke_args(root), capture_output=True, text=True,
                            env=smoke_env(root), timeout=600)
@@ -85,7 +92,7 @@ def test_the_smoke_figure_on_a_local_ray_instance_ends_as_the_serial_one(serial_
     # the runs were Ray tasks: each ran in a working folder of its node, not in --logdir
     assert out.stdout.count("finished on ") == 4 and "profile smallcnn: done on " in out.stdout
     assert tree(tmp_path) == tree(serial)
-    for run in os.listdir(serial / "logs"):
+    for run in run_names(serial):
         ray_summary = json.loads((tmp_path / "logs" / run / "summary.json").read_text())
         serial_summary = json.loads((serial / "logs" / run / "summary.json").read_text())
         assert ray_summary["status"] == "finished"

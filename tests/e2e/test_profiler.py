@@ -21,4 +21,6 @@ def test_cli_profiles_a_user_model_file(tmp_path):
     # the file the profiler wrote is exactly what the declared format reads and writes back
     assert ptable.TimingTable.from_dict(table, out).to_dict() == table
     assert os.path.exists(tmp_path / "fig.png")
-    assert os.path.isdir(tmp_path / "traces" / "table")  # the real trace is kept
+    # the real trace is kept where TensorBoard's Profile tab looks, beside the runs in logs/
+    kept = list((tmp_path / "logs" / "table_profile" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(kept) == 1 and table["trace"] == os.path.relpath(kept[0], tmp_path)

@@ -92,9 +92,14 @@ def test_tensorboard_events_continue_without_repeated_steps(runs):
         acc.Reload()
         steps[name] = {tag: [e.step for e in acc.Tensors(tag)]
                        for tag in (runlog.TEST_ACCURACY, runlog.NUM_SELECTED,
-                                   runlog.PREDICTED_RATIO)}
+                                   runlog.PREDICTED_RATIO, runlog.SELECTION_IMAGE,
+                                   runlog.CONFIG_TEXT, runlog.RESULT_TEXT)}
     assert steps["killed"] == steps["whole"]
     assert steps["whole"][runlog.TEST_ACCURACY] == [5, 10, 15, 20]
+    # the heat map at each selection and at the end; the config and the closing line once
+    selections = [s["step"] for s in _summary(tmp, "whole")["selections"]]
+    assert steps["whole"][runlog.SELECTION_IMAGE] == selections + [20]
+    assert steps["whole"][runlog.CONFIG_TEXT] == [0] and steps["whole"][runlog.RESULT_TEXT] == [20]
 
 
 def test_other_settings_are_refused_in_one_line(runs):

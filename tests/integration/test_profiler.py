@@ -542,3 +542,13 @@ def test_a_forward_pass_timed_slower_than_the_step_falls_back_to_the_traced_shar
     ptable.save_table(table, path)
     assert ptable.load_table(path)
     assert "profile again on a quiet machine" in preport.summarize(table)
+
+
+def test_profiling_first_keeps_its_trace_where_tensorboards_profile_tab_finds_it(tmp_path):
+    """A run that profiles first passes its directory: the trace stays there, in the layout
+    TensorBoard's Profile tab reads (<dir>/plugins/profile/<time>/<host>.xplane.pb)."""
+    table = prun.load_or_profile(str(tmp_path / "t.json"), tiny_cnn(), "tiny_cnn", 24, 4, 5,
+                                 progress=False, log=lambda m: None, in_child=False,
+                                 trace_dir=str(tmp_path / "run"))
+    kept = list((tmp_path / "run" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(kept) == 1 and table["trace"] == str(kept[0])
