@@ -36,6 +36,11 @@ TIME_OVER_FULL = "compare/time_over_full"  # training time / full training's (wa
 RUN_MEASURED_RATIO = "compare/measured_step_ratio"  # the run's (summary.json measured_ratio)
 TENSORS_TRAINED = "compare/tensors_trained"  # mean over the steps that updated weights
 
+def rho_text(rho):
+    """How a run's rho reads in a line or a table: "0.5", or "auto" (--rho auto)."""
+    return rho if isinstance(rho, str) else f"{rho:g}"
+
+
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 BEST_WEIGHTS_FILE = "best.weights.h5"

@@ -12,6 +12,8 @@ alone carries the loss drop.  Plain Python.
 """
 import numpy as np
 
+from elastictrainer.runlog import rho_text  # noqa: F401  (config reads it here)
+
 AUTO = "auto"
 
 
@@ -22,9 +24,6 @@ def parse_rho(value):
     return float(value)
 
 
-def rho_text(rho):
-    """How a rho setting reads in a line: "0.5", or "auto"."""
-    return AUTO if rho == AUTO else f"{rho:g}"
 
 
 class Budget:

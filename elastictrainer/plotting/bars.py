@@ -5,6 +5,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from elastictrainer.errors import UserError
+from elastictrainer import runlog
 from elastictrainer.plotting.common import (Style, _figure_legend, _group_flag, _legend_label, _order_key, load_runs, out_base, pyplot, save_figure, scheme_label, scheme_styles, time_unit)
 
 
@@ -57,7 +58,7 @@ def bars_table(groups):
             "|---|---|---|---|" + ("---|" if variants else "") + "---|---|---|---|"]
     for g, s in zip(groups, speedups(groups)):
         label = _legend_label(Style(scheme_label(g.key.train_type), None, 0), g.flag)
-        rho = "" if g.key.rho is None else f"{g.key.rho:g}"
+        rho = "" if g.key.rho is None else runlog.rho_text(g.key.rho)
         setting = (" " + ", ".join(f"{k}={v}" for k, v in g.key.variant) + " |") if variants else ""
         speed = "" if s is None else f"{s:.2f}x"
         rows.append(f"| {g.model} | {g.dataset} | {label} | {rho} |{setting} "

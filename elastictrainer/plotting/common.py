@@ -37,8 +37,7 @@ def scheme_label(train_type, rho=None, variant=()):
     """'ElasticTrainer (ρ=0.4)', 'Full training', 'Full training, learning_rate=0.003', ...;
     an unknown train_type is shown as is."""
     base = SCHEMES[train_type].label if train_type in SCHEMES else train_type
-    label = (base if rho is None else f"{base} (ρ {rho})" if isinstance(rho, str)
-             else f"{base} (ρ={rho:g})")
+    label = base if rho is None else f"{base} (ρ={runlog.rho_text(rho)})"
     return ", ".join([label] + [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                 for k, v in variant])
 

@@ -49,7 +49,7 @@ def selections_from_records(records):
 
 def selection_caption(rho, forward_floor):
     """'ρ asked 0.5, forward floor 0.31 of a full step': what bounds the selections drawn."""
-    parts = [] if rho is None else [f"ρ asked {rho:g}"]
+    parts = [] if rho is None else [f"ρ asked {runlog.rho_text(rho)}"]
     if forward_floor is not None:
         parts.append(f"forward floor {forward_floor:.2f} of a full step")
     return ", ".join(parts)
@@ -143,7 +143,7 @@ def draw_selection(sel, finished_epochs, interval, title, rho=None, forward_floo
         mr = sel.measured_ratio
         top.step(xs, np.append(mr, mr[-1]), where="post", color="#1f77b4", ls="--",
                  label="measured step-time ratio")
-    if rho is not None:
+    if isinstance(rho, (int, float)):  # rho auto has no one ratio: each selection its own
         top.axhline(rho, color="#d62728", ls=":", lw=1, label=f"ρ = {rho:g}")
     if forward_floor is not None:  # no selection can be predicted below it
         top.axhline(forward_floor, color="0.5", ls="-.", lw=1, label="forward floor")

@@ -122,11 +122,12 @@ def closing_text(summary, metrics):
     if rho is None:
         lines.append("Step-time ratio: no rho asked; the scheme trains a fixed set of tensors.")
     elif sels and all(s["reason"] == SHORT_RUN for s in sels):
-        lines.append(f"Step-time ratio: asked {rho:g}; every tensor trained, as in full "
-                     f"training: the run was too short to pay for compiling a selection's step.")
+        lines.append(f"Step-time ratio: asked {runlog.rho_text(rho)}; every tensor trained, as "
+                     f"in full training: the run was too short to pay for compiling a "
+                     f"selection's step.")
     else:
         measured = summary.get("measured_ratio")
-        lines.append(f"Step-time ratio: asked {rho:g}, measured "
+        lines.append(f"Step-time ratio: asked {runlog.rho_text(rho)}, measured "
                      f"{'n/a' if measured is None else f'{measured:.3f}'} "
                      f"({len(summary.get('corrections') or [])} correction(s)).")
     over = metrics.get(runlog.TIME_OVER_FULL)

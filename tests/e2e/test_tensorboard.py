@@ -41,7 +41,7 @@ def sweep(tmp_path_factory):
     try:
         _, table = profile_configuration(
             "smallcnn", input_size=16, batch_size=8, num_classes=10, num_iterations=2,
-            warmup=1, output=str(root / "profiles" / "smallcnn.json"), figure="",
+            warmup=1, output=str(root / "profiles" / "smallcnn.json"),
             progress=False, calibrate=False, optimizer="adam")
     finally:
         os.chdir(here)

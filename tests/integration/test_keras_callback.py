@@ -258,5 +258,10 @@ def test_rho_auto_in_model_fit(tmp_path, flavor):
         assert s["limited_by"] == "share" and s["rho"] == pytest.approx(s["predicted_ratio"])
         assert importance[mask].sum() >= 0.5 * importance[importance > 0].sum() * (1 - 1e-9)
     assert any("asked auto (50% of the estimated loss drop)" in line for line in lines)
+    # the recorder every driver writes through: TensorBoard's heat map, text and HParams too
+    events = runlog.open_events(str(tmp_path / "logs" / "run"))
+    tags = set(events.Tags()["tensors"]) | set(events.Tags()["scalars"])
+    assert {runlog.SELECTION_IMAGE, runlog.CONFIG_TEXT, runlog.RESULT_TEXT,
+            runlog.BEST_ACCURACY, runlog.SELECTION_RHO} <= tags
     with pytest.raises(UserError, match="rho must be a number"):
         ElasticCallback(rho="fast")
