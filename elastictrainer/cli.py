@@ -119,6 +119,7 @@ PLOT_EXAMPLES = """examples:
   {prog} curves logs/resnet50_caltech_birds2011_* --out figures/fig15
   {prog} bars logs/* --out figures/fig19
   {prog} energy logs/* --out figures/fig23
+  {prog} time logs/compare_* --out figures/time
   {prog} selection logs/resnet50_caltech_birds2011_elastic_training_rho0.4_seed0_...
   {prog} profile profiles/resnet50_i224_b4_c200.json
 
@@ -158,6 +159,12 @@ def plot_parser(prog="elastictrainer plot"):
         "Two panels, measured training energy and average power, one bar per scheme and rho, "
         "grouped as `bars` does.  Runs that measured nothing (no sensor; see energy_source in "
         "their summary.json) are left out with a note.", "figures/energy_<model>")
+    _runs_command(
+        sub, "time", "test accuracy against wall clock, with the levels time to accuracy counts",
+        "One line per run directory: test accuracy (%) after each epoch against the training "
+        "time so far; dashed lines at 95% and 99% of the full_training run's best accuracy and "
+        "1 point under it (the levels scripts/bench_time_to_accuracy.py reports the time to).",
+        "figures/time_<model>")
     s = sub.add_parser(
         "selection", help="which tensors each re-selection trained (Fig. 21)",
         description="Heat map of the tensors trained after each re-selection of an elastic run: "
@@ -201,6 +208,8 @@ def plot_main(argv=None, prog="elastictrainer plot"):
         print(table, end="")
     elif args.command == "energy":
         paths = plotting.plot_energy(args.runs, args.out or default_out("energy"))
+    elif args.command == "time":
+        paths = plotting.plot_time_to_accuracy(args.runs, args.out or default_out("time"))
     elif args.command == "selection":
         name = os.path.basename(os.path.normpath(args.run))
         paths = plotting.plot_selection(args.run,

@@ -55,7 +55,7 @@ class Decisions:
 
 
 class ElasticFollower:
-    """What a multi-worker run's other workers use instead of the elastic runtime's hooks
+    """What a multi-worker run's other workers use instead of the elastic driver
     (driver.ElasticDriver): every step runs what the chief decided for it."""
 
     def __init__(self, trainer, dist):

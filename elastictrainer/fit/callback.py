@@ -127,22 +127,22 @@ class ElasticCallback(_keras3.callbacks.Callback):
             raise UserError("ElasticCallback needs the epoch's length: pass steps_per_epoch to "
                             "model.fit (the dataset's length is unknown)")
         self.steps_per_epoch, self.epochs = int(steps), int(self.params["epochs"])
-        self.hooks, self._restore_state = None, None
+        self.driver, self._restore_state = None, None
         self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
         self._last_batch_end = None
         self.keras_train_functions = compat.replace_train_function(model, self._train_function)
 
     def _train_function(self, iterator):
         data = next(iterator)
-        if self.hooks is None:
+        if self.driver is None:
             self._setup(data)
         g = self._global_step
         with self.writer.as_default():
-            step = self.hooks.before_step(g)
+            step = self.driver.before_step(g)
             t0 = self.clock()
             outputs = step(data)
             train_steps.first_output(outputs).numpy()
-            self.hooks.after_step(g, self.clock() - t0, outputs)
+            self.driver.after_step(g, self.clock() - t0, outputs)
         self._global_step += 1
         return outputs[1]
 
@@ -181,7 +181,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, is_compiled=lambda selection: selection in compiled,
             clock=self.clock, log=self.log)
-        self.hooks = ElasticDriver(self.trainer, scheme, runtime)
+        self.driver = ElasticDriver(self.trainer, scheme, runtime)
         # the run's settings as model.fit resolves them, saved as config.json
         self.cfg = cfg = dataclasses.replace(
             cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
@@ -195,7 +195,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self.rec = Recorder(self.out, cfg, summary, where=" in model.fit", log=self.log)
         self.rec.begin()
         self.writer = self.rec.writer
-        self.rec.plan(self.hooks.on_train_begin())
+        self.rec.plan(self.driver.on_train_begin())
         if self._restore_state is not None:
             self._load(self._restore_state)
         self._save_summary()
@@ -229,7 +229,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if self._epoch_start is None:  # the first epoch of this fit: a restart resumes
             self._restore_state = self._saved_state(epoch)
-            if self._restore_state is not None and self.hooks is not None:
+            if self._restore_state is not None and self.driver is not None:
                 self._load(self._restore_state)
             if self._restore_state is None:
                 self._global_step = epoch * self.steps_per_epoch
@@ -239,13 +239,13 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self._last_batch_end = self.clock()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.hooks is None:
+        if self.driver is None:
             return
         logs = logs if logs is not None else {}
         self._train_time += (self._last_batch_end or self.clock()) - self._epoch_start
-        rt = self.hooks.rt
+        rt = self.driver.rt
         with self.writer.as_default():
-            self.hooks.on_epoch_end(epoch + 1, self._global_step)
+            self.driver.on_epoch_end(epoch + 1, self._global_step)
         self.rec.elastic(rt.records, rt.corrections)
         self.rec.epoch(_epoch_record(epoch + 1, self._train_time, logs, rt), self._global_step,
                        train_scalars=True)
@@ -260,11 +260,11 @@ class ElasticCallback(_keras3.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         compat.restore_train_function(self.model, self.keras_train_functions)
-        if self.hooks is None:
+        if self.driver is None:
             return
         with self.writer.as_default():
-            result = self.hooks.on_train_end(self._train_time, self._global_step)
-        rt = self.hooks.rt
+            result = self.driver.on_train_end(self._train_time, self._global_step)
+        rt = self.driver.rt
         self.rec.elastic(rt.records, rt.corrections)
         self.rec.set(step_cache_traces=self.trainer.steps.traces)
         self.rec.finish(stopped=False, train_time_s=self._train_time, step=self._global_step,
@@ -272,7 +272,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
 
     # ------------------------------------------------------------------ state
     def _save_summary(self):
-        rt = self.hooks.rt
+        rt = self.driver.rt
         self.rec.elastic(rt.records, rt.corrections)
         self.rec.save()
 
@@ -289,7 +289,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
         return state if state.get("epoch") == epoch else None
 
     def _load(self, state):
-        self.hooks.rt.load_state(state["runtime"])
+        self.driver.rt.load_state(state["runtime"])
         self._global_step = int(state["global_step"])
         self._train_time = float(state["train_time_s"])
         self.rec.resume(state["summary"])

@@ -1,4 +1,4 @@
-"""model.fit's steps for ElasticCallback (keras.py): what the elastic runtime's hooks drive,
+"""model.fit's steps for ElasticCallback (callback.py): what the elastic driver runs,
 over fit's batches, for Keras 3 and tf-keras models, on one device or under the model's
 tf.distribute strategy."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)

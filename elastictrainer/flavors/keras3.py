@@ -51,7 +51,7 @@ def check_optimizer(optimizer):
 
 def prepare_optimizer(optimizer, variables):
     """check_optimizer; build it for `variables` (a built optimizer must know them all); and
-    one step counter per tensor for plain Adam or AdamW (engine's module docstring), unless the
+    one step counter per tensor for plain Adam or AdamW (flavors/optimizers.py's module docstring), unless the
     optimizer's attribute `per_tensor_bias_correction` is False."""
     check_optimizer(optimizer)
     if not optimizer.built:

@@ -1,5 +1,5 @@
 """A tf-keras functional model as one flat graph of layer calls, its cut points, and the
-sub-models on either side of a cut (the frozen prefix and the trained suffix; prefix_cache.py).
+sub-models on either side of a cut (the frozen prefix and the trained suffix; cache.py).
 
 Nested functional models (the built-in models' backbones) are flattened: each of their layer
 calls becomes a call of the flat graph, with the training mode the nesting gives it (a backbone

@@ -213,7 +213,7 @@ class TimingTable(_Record):
     input_size: int
     batch_size: int
     num_classes: int
-    optimizer: str                 # the optimizer whose update ops the step ran (engine.OPTIMIZERS)
+    optimizer: str                 # the optimizer whose update ops the step ran (flavors.optimizers.OPTIMIZERS)
     t_fp_ms: float                 # forward pass alone, timed
     t_full_ms: float               # full training step, timed
     t_bp_ms: float                 # t_full_ms - t_fp_ms

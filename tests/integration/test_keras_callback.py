@@ -84,8 +84,8 @@ class _StepClock:
         self.now, self.callback = 0.0, None
 
     def __call__(self):
-        hooks = getattr(self.callback, "hooks", None)
-        kind = hooks.ran[0] if hooks is not None and hooks.ran else None
+        driver = getattr(self.callback, "driver", None)
+        kind = driver.ran[0] if driver is not None and driver.ran else None
         self.now += FULL_S * (SELECTION_RATIO if kind == "selection" else 1.0)
         return self.now
 

@@ -322,16 +322,16 @@ def test_selection_ticks_close_together_are_not_printed_over_each_other():
     assert plotting.sparse_tick_labels([0, 0.5, 1, 1.5]) == ["0", "0.5", "1", "1.5"]
 
 
-def test_time_to_accuracy_figure_from_run_directories(runs, tmp_path):
+def test_time_to_accuracy_figure_from_run_directories(runs, tmp_path, capsys):
     """`plot.py time`'s figure: one line per run, the levels from the full_training run; a
     refused run (its reason in place of a curve) is left out of a drawn figure."""
     from elastictrainer.plotting import time_to_accuracy as ptta
 
-    paths = ptta.plot_time_to_accuracy([runs[("full", "caltech_birds2011", 0)],
-                                        runs[("elastic", "caltech_birds2011", 0)]],
-                                       str(tmp_path / "tta"))
-    assert [os.path.basename(p) for p in paths] == ["tta.png", "tta.pdf"]
-    assert all(os.path.getsize(p) > 0 for p in paths)
+    code, out, err = cli(["time", runs[("full", "caltech_birds2011", 0)],
+                          runs[("elastic", "caltech_birds2011", 0)], "--out",
+                          str(tmp_path / "tta")], capsys)
+    assert code == 0, err
+    assert_figures(str(tmp_path / "tta"))
     drawn = ptta.draw({"a": [(1.0, 50.0), (2.0, 60.0)], "b": ptta_refused()},
                       str(tmp_path / "two"))
     assert os.path.exists(drawn[0])
