@@ -263,8 +263,9 @@ class Config:
         "times round up to whole units, so a selection always fits; more units come closer to "
         "the exact optimum and take longer to solve"))
     strategy: str = field(default="one_device", metadata=flag(
-        lambda: _options(_strategies()) + ". A frozen tensor's gradient is neither computed nor "
-        "all-reduced; --batch_size is the global batch, split among the replicas",
+        lambda: _options(_strategies()) + ". A selection's steps compute and all-reduce only "
+        "its tensors' gradients (probes and timed full steps: every gradient); --batch_size is "
+        "the global batch, split among the replicas",
         choices=lambda: tuple(_strategies())))
     logical_cpus: Optional[int] = field(default=None, metadata=flag(
         "--strategy mirrored: split the CPU into this many logical devices, one replica each "
