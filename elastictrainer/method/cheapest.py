@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from elastictrainer.method.selector import (SelectionResult, _as_importance, _ceil_units,
-                                            add_item, eq3_cost, take_back)
+                                            add_item, as_times_ms, eq3_cost, take_back)
 
 __all__ = ["cheapest_units", "select_cheapest"]
 
@@ -74,17 +74,8 @@ def select_cheapest(t_dw_ms, t_dy_ms, importance, share, resolution=1000, t_fw_m
     Returns a selector.SelectionResult whose budget_ms is the full backward cost."""
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1], got {share}")
-    t_dw = np.asarray(t_dw_ms, dtype=np.float64)
-    t_dy = np.asarray(t_dy_ms, dtype=np.float64)
-    if t_dw.ndim != 1 or t_dy.shape != t_dw.shape:
-        raise ValueError(f"t_dw_ms and t_dy_ms must be vectors of equal length, got shapes "
-                         f"{t_dw.shape} and {t_dy.shape}")
-    t_fw = np.zeros_like(t_dy) if t_fw_ms is None else np.asarray(t_fw_ms, dtype=np.float64)
-    for name, arr in (("t_dw_ms", t_dw), ("t_dy_ms", t_dy), ("t_fw_ms", t_fw)):
-        if arr.shape != t_dw.shape or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError(f"{name} must be finite and non-negative, as long as t_dw_ms")
+    t_dw, t_dy, t_fw, fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
     imp = _as_importance(importance, t_dw.shape[0])
-    fw = None if t_fw_ms is None else t_fw
     chain = t_dy + t_fw  # the DP sees the forward increments as part of the chain
     full_ms = math.fsum(t_dw.tolist() + chain.tolist())
     n = t_dw.shape[0]

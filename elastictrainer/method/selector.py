@@ -250,6 +250,23 @@ def _ceil_units(times, budget_ms, resolution):
     return out
 
 
+def as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms=None):
+    """The solvers' float times, checked: (t_dw, t_dy, t_fw, fw) with t_fw zeros when no
+    forward increments are given and fw what eq3_cost takes (None then)."""
+    t_dw = np.asarray(t_dw_ms, dtype=np.float64)
+    t_dy = np.asarray(t_dy_ms, dtype=np.float64)
+    if t_dw.ndim != 1 or t_dy.shape != t_dw.shape:
+        raise ValueError(f"t_dw_ms and t_dy_ms must be vectors of equal length, "
+                         f"got shapes {t_dw.shape} and {t_dy.shape}")
+    t_fw = np.zeros_like(t_dy) if t_fw_ms is None else np.asarray(t_fw_ms, dtype=np.float64)
+    if t_fw.shape != t_dy.shape:
+        raise ValueError(f"t_fw_ms must be a vector as long as t_dy_ms, got shape {t_fw.shape}")
+    for name, arr in (("t_dw_ms", t_dw), ("t_dy_ms", t_dy), ("t_fw_ms", t_fw)):
+        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise ValueError(f"{name} must be finite and non-negative")
+    return t_dw, t_dy, t_fw, None if t_fw_ms is None else t_fw
+
+
 def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000, t_fw_ms=None):
     """Pick the tensors to train under a time budget in milliseconds (eq. 3).
 
@@ -276,18 +293,7 @@ def select_tensors(t_dw_ms, t_dy_ms, importance, budget_ms, resolution=1000, t_f
     Returns:
         :class:`SelectionResult`.
     """
-    t_dw = np.asarray(t_dw_ms, dtype=np.float64)
-    t_dy = np.asarray(t_dy_ms, dtype=np.float64)
-    if t_dw.ndim != 1 or t_dy.shape != t_dw.shape:
-        raise ValueError(f"t_dw_ms and t_dy_ms must be vectors of equal length, "
-                         f"got shapes {t_dw.shape} and {t_dy.shape}")
-    t_fw = np.zeros_like(t_dy) if t_fw_ms is None else np.asarray(t_fw_ms, dtype=np.float64)
-    if t_fw.shape != t_dy.shape:
-        raise ValueError(f"t_fw_ms must be a vector as long as t_dy_ms, got shape {t_fw.shape}")
-    for name, arr in (("t_dw_ms", t_dw), ("t_dy_ms", t_dy), ("t_fw_ms", t_fw)):
-        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError(f"{name} must be finite and non-negative")
-    fw = None if t_fw_ms is None else t_fw
+    t_dw, t_dy, t_fw, fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
     dy_alone = t_dy
     # the DP sees the forward increments as part of the error-gradient chain (eq3_parts)
     t_dy = t_dy + t_fw
