@@ -120,6 +120,20 @@ def load_synthetic(model, model_name, input_size, log=print, progress=True):
     return path
 
 
+def ensure_synthetic(model_name, input_size, log=print, progress=True):
+    """Make the cached synthetic-pretrained backbone of built-in `model_name` at `input_size`
+    now if it is missing (nothing for other models or sizes it does not pretrain at).  A run
+    under a tf.distribute strategy calls this before entering the strategy's scope: pretraining
+    is a one-device loop, whose loss reduction the strategy refuses."""
+    key = str(model_name).strip().lower()
+    spec = MODELS.get(key)
+    if spec is None or not spec.synthetic or input_size > recipe(key).max_input_size:
+        return
+    path = cache_path(key, input_size)
+    if not os.path.exists(path):
+        pretrain(key, input_size, path, log=log, progress=progress)
+
+
 def pretrain(model_name, input_size, path, log=print, progress=True):
     """Pretrain `model_name`'s backbone on the synthetic source task and save it to `path`."""
     from tqdm import tqdm

@@ -71,6 +71,10 @@ def setup_run(cfg, log=print, model=None, data=None):
     if num_classes < bundle.num_classes:
         raise UserError(f"--num_classes {num_classes} is smaller than the {bundle.num_classes} "
                         f"classes of {cfg.dataset_name}")
+    if dist.on and model is None and cfg.weights == "synthetic":
+        from elastictrainer.models.pretrain import ensure_synthetic
+
+        ensure_synthetic(cfg.model_name, cfg.input_size, log=log, progress=cfg.progress)
     with dist.scope():  # model, optimizer and trainer variables mirrored under a strategy
         return _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist)
 
