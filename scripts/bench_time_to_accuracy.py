@@ -69,7 +69,7 @@ def build_parser():
                    help="seeds of command1 (the other configurations run the first only)")
     p.add_argument("--rhos", default="0.5,0.4,0.3,0.2,0.15", type=comma_list(float),
                    help="ElasticTrainer's rho values")
-    p.add_argument("--shares", default="0.9", type=comma_list(float),
+    p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
                    help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
     p.add_argument("--epochs", type=int, default=12, help="epochs of every run")
     p.add_argument("--logdir", default="logs/bench_time_to_accuracy", help="where runs go")

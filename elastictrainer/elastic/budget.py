@@ -30,7 +30,7 @@ class Budget:
     """rho: the requested step-time ratio, or AUTO; share: with AUTO, the share of the positive
     importance (the estimated loss drop) each selection keeps."""
 
-    def __init__(self, rho, share=0.9):
+    def __init__(self, rho, share=0.5):
         self.auto = parse_rho(rho) == AUTO
         self.share = float(share)
         if self.auto and not 0 < self.share <= 1:

@@ -54,7 +54,7 @@ class ElasticRuntime:
     indices; the full step is every index).  clock: seconds (time.perf_counter); log(message).
     """
 
-    def __init__(self, model, rho, *, share=0.9, feedback=True, steps_per_epoch, total_steps,
+    def __init__(self, model, rho, *, share=0.5, feedback=True, steps_per_epoch, total_steps,
                  interval=1.0, probe_batches=1, dp_resolution=10000, compile_ms=None,
                  economy=True, is_compiled: Callable = lambda selection: False,
                  clock: Callable[[], float] = time.perf_counter, log=print):
