@@ -17,8 +17,9 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
-from elastictrainer.elastic.budget import AUTO, parse_rho, rho_text
+from elastictrainer.elastic.budget import AUTO, parse_rho
 from elastictrainer.errors import UserError
+from elastictrainer.runlog import rho_text
 from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer.models import DEFAULT_NUM_CLASSES, MODELS, choices_help as models_help

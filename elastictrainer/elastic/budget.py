@@ -12,8 +12,6 @@ alone carries the loss drop.  Plain Python.
 """
 import numpy as np
 
-from elastictrainer.runlog import rho_text  # noqa: F401  (config reads it here)
-
 AUTO = "auto"
 
 
@@ -22,8 +20,6 @@ def parse_rho(value):
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     return float(value)
-
-
 
 
 class Budget:

@@ -192,14 +192,16 @@ class _Session:
         self.last_checkpoint = self.clock()
         return st
 
-    def _record_state(self, st):
-        """The runtime's records and the cache's statistics into the summary, then saved."""
+    def _record_state(self, st, save=True):
+        """The runtime's records and the cache's statistics into the summary, then saved
+        (save false: the recorder's end saves it)."""
         rt = self.runtime
         if rt is not None:
             self.rec.elastic(rt.records, rt.corrections)
         if self.setup.prefix_cache is not None:
             self.rec.set(prefix_cache=self.setup.prefix_cache.summary(st.global_step))
-        self.rec.save()
+        if save:
+            self.rec.save()
 
     def checkpoint(self, st):
         self._record_state(st)
@@ -288,7 +290,7 @@ class _Session:
                         v.shape.num_elements() * v.dtype.size for v in steps.variables)),
                     allreduce_bytes_per_step=(steps.allreduce_bytes / steps.steps_run
                                               if steps.steps_run else None))
-        self._record_state(st)
+        self._record_state(st, save=False)
         return rec.finish(stopped=stopped, train_time_s=st.train_time, step=st.global_step,
                           result=elastic_result)
 

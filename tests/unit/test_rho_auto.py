@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from elastictrainer import runlog
-from elastictrainer.elastic.budget import AUTO, Budget, parse_rho, rho_text
+from elastictrainer.elastic.budget import AUTO, Budget, parse_rho
+from elastictrainer.runlog import rho_text
 from elastictrainer.method.cheapest import cheapest_units
 from elastictrainer.method.time_model import TimeModel
 from tests.unit.test_elastic_runtime import IMPORTANCE, N, Device, drive, make, table
