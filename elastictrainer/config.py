@@ -26,6 +26,7 @@ from elastictrainer.models import DEFAULT_NUM_CLASSES, MODELS, choices_help as m
 from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
                                   lr_schedule_for)
 from elastictrainer.method.schemes import SCHEMES, choices_help as schemes_help
+from elastictrainer.prefix.store import CACHE_DTYPES, MAX_AUTO_VIEWS
 
 # ----------------------------------------------------------------------------------- flags
 # argparse types and the parser every command shares: a bad flag is one line and exit code 2
@@ -50,6 +51,13 @@ def _parse_rho(text):
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1] or auto, got {text!r}") \
             from None
+
+
+def _parse_auto_bool(text):
+    """argparse type of auto/true/false settings: "auto", True or False."""
+    if str(text).strip().lower() == AUTO:
+        return AUTO
+    return str2bool(text)
 
 
 def str2bool(s):
@@ -220,21 +228,33 @@ class Config:
         "run re-selects and corrects less, and trains every tensor when no selection would pay "
         "for its compile); false: re-select and correct as the paper does, whatever the run's "
         "length"))
-    cache_frozen_prefix: bool = field(default=False, metadata=flag(
+    cache_frozen_prefix: Union[bool, str] = field(default=AUTO, metadata=flag(
         "when every tensor below a cut point (a block's output) is frozen for the current "
         "selection, keep that point's activations for each training example once computed, and "
         "train from them, running only the layers above it; probes and evaluation run the "
         "whole model. The time model prices selections so, and the solver trades a deeper "
-        "selection (which breaks the cache) against a cached one (docs/usage.md)"))
+        "selection (which breaks the cache) against a cached one (docs/usage.md). auto: cache "
+        "when the model has a usable cut point, its activations fit --cache_budget_mb or the "
+        "disk, and the run is longer than the passes that fill the cache; otherwise train "
+        "uncached and say why in one line. true: cache wherever a cut point is usable. false: "
+        "never (the paper's protocol)", parse=_parse_auto_bool, metavar="{auto,true,false}"))
     cache_budget_mb: float = field(default=1024.0, metadata=flag(
         "memory the prefix cache may hold; a cut point whose activations for the whole training "
         "set take more is cached in a file under the run directory when the disk has room, "
         "otherwise not at all"))
+    cache_views: int = field(default=0, metadata=flag(
+        "a model that augments its input at random (the built-in models' RandomFlip and "
+        "RandomRotation) before a cut point: how many augmented views of each image the cache "
+        "keeps; the first passes over the data store one fresh view each, and every later "
+        "epoch trains on one drawn at random. 0: as many as --cache_budget_mb holds, up to "
+        f"{MAX_AUTO_VIEWS}; 1: each image keeps the one view it drew first",
+        shown_default="0 (auto)"))
     cache_fixed_views: bool = field(default=False, metadata=flag(
-        "--cache_frozen_prefix on a model that augments its input at random (the built-in "
-        "models' RandomFlip and RandomRotation): cache the augmented view each image draws in "
-        "the step that fills the cache, fixed until the cache is rebuilt. false refuses such a "
-        "model with one line"))
+        "same as --cache_views 1 (each image keeps the one augmented view it drew when the "
+        "cache was filled)"))
+    cache_dtype: str = field(default="float32", metadata=flag(
+        "how the cache stores activations: float16 halves its memory and disk, rounding each "
+        "value to 11 significant bits", choices=CACHE_DTYPES))
     seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
     weights: str = field(default="imagenet", metadata=flag(
         "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz) | "
@@ -315,9 +335,18 @@ class Config:
         if not 0 <= self.cache_budget_mb < float("inf"):
             raise UserError(f"--cache_budget_mb must be a size in MB >= 0 (0: on disk only), "
                             f"got {self.cache_budget_mb}")
-        if self.cache_frozen_prefix and self.strategy != "one_device":
+        if self.cache_frozen_prefix not in (True, False, AUTO):
+            raise UserError(f"--cache_frozen_prefix must be auto, true or false, got "
+                            f"{self.cache_frozen_prefix!r}")
+        if self.cache_frozen_prefix is True and self.strategy != "one_device":
             raise UserError(f"--cache_frozen_prefix trains on one device; it does not combine "
                             f"with --strategy {self.strategy}")
+        if not (isinstance(self.cache_views, int) and self.cache_views >= 0):
+            raise UserError(f"--cache_views must be a whole number >= 0 (0: as many as the "
+                            f"budget holds), got {self.cache_views!r}")
+        if self.cache_dtype not in CACHE_DTYPES:
+            raise UserError(f"unknown --cache_dtype {self.cache_dtype!r}; valid: "
+                            f"{', '.join(CACHE_DTYPES)}")
         lr_schedule_for(self.optimizer, self.lr_schedule)
         SCHEMES.get_or_fail(self.train_type)
         from elastictrainer.train.distribution import check_flags

@@ -49,6 +49,8 @@ def build_parser():
     ap.add_argument("--seeds", default="0", type=comma_list(int, "integers"), help="seeds")
     ap.add_argument("--rhos", default="0.3,0.4,0.5", type=comma_list(float, "numbers"),
                     help="rho of the elastic runs and of the step bench")
+    ap.add_argument("--caches", default="off,auto", type=comma_list(str, "names"),
+                    help="command1: the cache settings of the elastic rows: " + ", ".join(CACHES))
     ap.add_argument("--fixed", default="12", type=comma_list(int, "integers"),
                     help="command1: fixed selections, tensor k to the output, for each k")
     ap.add_argument("--parts", default=",".join(PARTS), type=comma_list(str, "names"),
@@ -67,6 +69,20 @@ def load():
 
 
 # ------------------------------------------------------------------ README command 1
+# The cache settings the command-1 rows compare (--caches): off is the paper's protocol, auto the
+# default; viewsK keeps K augmented views of each image, fp16 stores them in float16.
+CACHES = {"off": dict(cache_frozen_prefix=False),
+          "auto": dict(cache_frozen_prefix="auto"),
+          "views1": dict(cache_frozen_prefix=True, cache_views=1),
+          "views2": dict(cache_frozen_prefix=True, cache_views=2),
+          "views3": dict(cache_frozen_prefix=True, cache_views=3),
+          "views2_fp16": dict(cache_frozen_prefix=True, cache_views=2, cache_dtype="float16")}
+
+
+def cache_label(cache):
+    return "" if cache == "off" else f" + cache ({cache})"
+
+
 def command1(args):
     from elastictrainer import cli
     from elastictrainer.experiments.compare import compare, last_epochs_accuracy
@@ -76,19 +92,18 @@ def command1(args):
     for seed in args.seeds:
         base = cli.config_from_args(cli.train_parser().parse_args(
             COMMAND_1.split() + ["--seed", str(seed), "--quiet", "--logdir", args.logdir]))
-        variants = [("full training", None, False)]
-        variants += [(f"ElasticTrainer{' + cache' if cached else ''}", rho, cached)
-                     for rho in args.rhos for cached in (False, True)]
-        variants += [(f"tensors {k}-19 fixed{' + cache' if cached else ''}", -k, cached)
-                     for k in args.fixed for cached in (False, True)]
+        variants = [("full training", None, "off")]
+        variants += [(f"ElasticTrainer{cache_label(cache)}", rho, cache)
+                     for rho in args.rhos for cache in args.caches]
+        variants += [(f"tensors {k}-19 fixed{cache_label(cache)}", -k, cache)
+                     for k in args.fixed for cache in ("off", "auto")]
         full_time = None
-        for label, rho, cached in variants:
-            suffix = "_cached" if cached else ""
-            name = ("full" if rho is None else f"fixed{-rho}{suffix}" if rho < 0 else
-                    f"rho{rho:g}{suffix}")
+        for label, rho, cache in variants:
+            name = ("full" if rho is None else f"fixed{-rho}_{cache}" if rho < 0 else
+                    f"rho{rho:g}_{cache}")
             cfg = dataclasses.replace(
-                base, rho=rho if rho and rho > 0 else base.rho, cache_frozen_prefix=cached,
-                cache_fixed_views=cached, run_name=f"s{seed}_{name}")
+                base, rho=rho if rho and rho > 0 else base.rho, **CACHES[cache],
+                run_name=f"s{seed}_{name}")
             kind = ("full_training" if rho is None else register_fixed(-rho) if rho < 0 else
                     "elastic_training")
             rho = rho if rho and rho > 0 else None
@@ -97,7 +112,7 @@ def command1(args):
                 summary, = compare(cfg, [kind])
             except Exception as e:  # noqa: BLE001  (rho below the floor: a UserError)
                 print(f"{label} rho {rho}: {e}", flush=True)
-                rows.append({"seed": seed, "run": label, "rho": rho, "cache": cached,
+                rows.append({"seed": seed, "run": label, "rho": rho, "cache": cache,
                              "error": str(e)})
                 continue
             # the load around the run, kept beside it: a finished run is read, not run again
@@ -115,7 +130,7 @@ def command1(args):
             cuts = sorted({s["cut"] for s in summary.get("selections", []) if s.get("cut")}
                           | {b["cut"] for b in pc.get("builds", [])})
             rows.append({
-                "seed": seed, "run": label, "rho": rho, "cache": cached,
+                "seed": seed, "run": label, "rho": rho, "cache": cache,
                 "best": summary["best_test_accuracy"], "last3": last_epochs_accuracy(summary),
                 "train_time_s": summary["train_time_s"],
                 "time_ratio": summary["train_time_s"] / full_time if full_time else None,

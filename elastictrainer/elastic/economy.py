@@ -37,7 +37,8 @@ later switches.
   run's training time.  Nothing is corrected on it; the run reports it.  Otherwise the run says
   why it has no measured ratio and gives the time model's instead.
 - With the frozen prefix cached (--cache_frozen_prefix), a switch that moves the cut fills the
-  cache again: an epoch of steps each running the new prefix once more.  It is priced with the
+  cache again: an epoch of steps for each augmented view it keeps, each running the new prefix
+  once more.  It is priced with the
   switch's compile, so a selection that breaks the cache must fit the same budget.
 
 Economy is a component of the runtime (runtime.py): it is built with the run's fixed inputs and
@@ -227,16 +228,17 @@ class Economy:
                 and once <= OVERHEAD_SHARE * left * self.lowest_step_s(progress, ratio))
 
     def refill_s(self, mask, progress):
-        """What moving the prefix cache to `mask`'s cut costs: an epoch's steps each running
-        the new prefix once more (the forward pass the cut saves), 0 when the cut stays or
-        the selection has none."""
+        """What moving the prefix cache to `mask`'s cut costs: an epoch's steps per view kept
+        there, each running the new prefix once more (the forward pass the cut saves), 0 when
+        the cut stays or the selection has none."""
         model = self.ctl.model
         if not self.on or progress.current_ratio is None or model.cut_of(mask) is None:
             return 0.0
         if model.cut_name(mask) == progress.current_cut:
             return 0.0
         device = self.t_full_s(progress) / (self.ctl.base.t_full / 1e3)  # this run's speed
-        return self.steps_per_epoch * model.forward_saved(mask) / 1e3 * device
+        return (self.steps_per_epoch * model.fill_passes(mask) * model.forward_saved(mask)
+                / 1e3 * device)
 
     # ------------------------------------------------------------------ the budget
     def affordable(self, extra_s, global_step, progress, step_ratio=None):

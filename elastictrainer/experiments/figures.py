@@ -257,7 +257,9 @@ class Driver:
         args = ["train", "--model_name", run.model, "--dataset_name", run.dataset,
                 "--train_type", run.train_type, "--num_classes", str(run.num_classes),
                 "--seed", str(seed), "--logdir", logdir, "--run_name", run.name(seed),
-                "--timing_table", table_path(run, self.protocol, profiles), "--quiet"]
+                "--timing_table", table_path(run, self.protocol, profiles), "--quiet",
+                # the paper's protocol: every step runs the whole forward pass
+                "--cache_frozen_prefix", "false"]
         if run.rho is not None:
             args += ["--rho", f"{run.rho:g}"]
         if self.data_dir:

@@ -34,6 +34,11 @@ class Scheme:
     def elastic(self):
         return self.importance is not None
 
+    @property
+    def trains_everything(self):
+        """Whether every tensor trains in every step (no prefix is ever frozen)."""
+        return not self.elastic and self.roles is None
+
     def fixed_selection(self, roles):
         """Indices of the tensors a fixed scheme trains, from each tensor's role."""
         return tuple(k for k, r in enumerate(roles) if self.roles is None or r in self.roles)
@@ -74,6 +79,10 @@ class FixedFrom(Scheme):
     order, input side first): what a user gets by freezing every layer below by hand, the
     baseline the benchmarks hold ElasticTrainer against ("the last stage and head")."""
     first: int = 0
+
+    @property
+    def trains_everything(self):
+        return self.first <= 0
 
     def fixed_selection(self, roles):
         return tuple(range(min(self.first, len(roles)), len(roles)))

@@ -128,6 +128,12 @@ class TimeModel:
         cut = self.cut_of(mask)
         return None if cut is None else self.cache["cuts"][cut]["name"]
 
+    def fill_passes(self, mask):
+        """Passes over the data that fill the store of a selection's cut: one per augmented
+        view the cache keeps there (1 for a deterministic prefix), 0 without a cut."""
+        cut = self.cut_of(mask)
+        return 0 if cut is None else int(self.cache["cuts"][cut].get("views", 1))
+
     def forward_saved(self, mask):
         """Forward time (ms) a selection's cached steps leave out (as eq. 3's cost prices
         them), 0 without a cut."""

@@ -12,17 +12,19 @@ is plan.py's, the stored rows store.py's.
   (block outputs).  A selection's cut is the output-most one below all its tensors.  Only cuts
   whose prefix is deterministic per example qualify: no BatchNorm with batch statistics, no
   random op (read from the traced prefix: dropout, noise, a user's tf.random call) before
-  them; random augmentation at the input only with --cache_fixed_views (each example then
-  keeps the view it drew in the step that filled the cache, until the cache is rebuilt), and
-  otherwise refused with one line.  No usable cut: one line says why (how many cuts each
-  reason holds back), and a refusal below the uncached forward floor repeats it
-  (no_cut_note).
+  them.  Random augmentation at the input (before the first weights) is kept as augmented
+  views: each example's first `views` passes after a store is made each store the view that
+  pass drew (fill steps), and every later step trains on one of them drawn at random, so the
+  suffix keeps seeing varied views (--cache_views; 1 replays the first view).  No usable cut:
+  one line says why (how many cuts each reason holds back), and a refusal below the uncached
+  forward floor repeats it (no_cut_note).
 - Examples are recognised by their pixels (a 64-bit hash of each image's bytes), so the loop's
   input pipeline, its order and its checkpoints stay as they are: a step whose images are all
-  cached runs the suffix on their stored activations; any other step (the first pass over the
-  data, a resumed run) is a fill step: the images not stored yet go through the prefix, and
-  their activations are stored before the suffix trains on the batch.
-- Storage: one cut at a time, one row per training example, in memory up to
+  cached runs the suffix on their stored activations; any other step (the first passes over
+  the data, a resumed run) is a fill step: the images without all their views go through the
+  prefix, and their activations are stored before the suffix trains on the batch.
+- Storage: one cut at a time, a row per training example and view (float32, or float16 with
+  --cache_dtype: half the bytes, values rounded to 11 significant bits), in memory up to
   --cache_budget_mb, beyond it in a file under the run directory when the disk has room, and
   otherwise that cut is not cached (the time model then prices its selections uncached, so the
   solver moves to cuts that fit).  A selection with another cut drops the store and fills a
@@ -47,7 +49,7 @@ import tensorflow as tf
 
 from elastictrainer.flavors import compat
 from elastictrainer.train import steps as train_steps
-from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull
+from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull, row_bytes
 
 
 
@@ -58,7 +60,7 @@ class Build:
     shape: list
     bytes: int
     where: str          # "memory" or the file's path
-    rows: int = 0       # examples stored
+    rows: int = 0       # activations stored (an example's views each count)
     fill_steps: int = 0
     fill_s: float = 0.0
     served_steps: int = 0
@@ -70,13 +72,18 @@ class PrefixCache:
     output-most usable one for each trainable tensor, -1 for none), the current store, and
     its steps' statistics.  Build it with plan()."""
 
-    def __init__(self, graph, cuts, tensor_cut, capacity, budget_bytes, run_dir, fixed_views,
-                 log=print, clock=time.perf_counter):
+    def __init__(self, graph, cuts, tensor_cut, capacity, budget_bytes, run_dir, views=None,
+                 dtype="float32", seed=0, log=print, clock=time.perf_counter):
         self.graph, self.cuts, self.tensor_cut = graph, cuts, tensor_cut
         self.capacity, self.budget_bytes, self.run_dir = capacity, budget_bytes, run_dir
-        self.fixed_views, self.log, self.clock = fixed_views, log, clock
-        self.where = ["memory" if c.bytes_per_example * capacity <= budget_bytes else "disk"
-                      for c in cuts]
+        self.log, self.clock = log, clock
+        # augmented views kept per example at each cut (1: a deterministic prefix), and the
+        # storage type: plan() sets both from the budget and the settings
+        self.views = list(views or [1] * len(cuts))
+        self.dtype = dtype
+        self.nbytes = [row_bytes(c, dtype) * v * capacity for c, v in zip(cuts, self.views)]
+        self.where = ["memory" if b <= budget_bytes else "disk" for b in self.nbytes]
+        self.rng = np.random.default_rng(seed)  # which stored view a step trains on
         # why the cache turned off, None while on (the elastic driver tells the runtime)
         self.store, self.builds, self.off = None, [], None
         self.store_cut = None  # index in `cuts` of the store's cut
@@ -90,18 +97,19 @@ class PrefixCache:
         reading its rows (from memory; a disk store's page cache reads alike)."""
         x, rows = np.zeros((batch_size,) + tuple(input_shape), np.float32), np.arange(batch_size)
         for i, c in enumerate(self.cuts):
-            data, times = np.zeros((batch_size,) + tuple(c.shape), np.float32), []
+            data, times = np.zeros((batch_size,) + tuple(c.shape), self.dtype), []
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 self.keys(x)
-                tf.convert_to_tensor(data[rows])
+                tf.convert_to_tensor(np.asarray(data[rows], np.float32))
                 times.append(time.perf_counter() - t0)
             self.lookup_ms[i] = 1e3 * float(np.median(times))
 
     def for_time_model(self):
         """The cuts as time_model.TimeModel takes them (plain data)."""
-        return {"cuts": [{"name": c.name, "forward_share": c.forward_share, "lookup_ms": ms}
-                         for c, ms in zip(self.cuts, self.lookup_ms)],
+        return {"cuts": [{"name": c.name, "forward_share": c.forward_share, "lookup_ms": ms,
+                          "views": v}
+                         for c, ms, v in zip(self.cuts, self.lookup_ms, self.views)],
                 "tensor_cut": list(self.tensor_cut)}
 
     def cut_of(self, selection):
@@ -145,9 +153,9 @@ class PrefixCache:
         path = (None if self.where[cut] == "memory" else
                 os.path.join(self.run_dir, CACHE_DIR, f"{c.name}.bin"))
         try:
-            self.store = Store(c, self.capacity, path)
+            self.store = Store(c, self.capacity, path, self.views[cut], self.dtype)
         except OSError as e:
-            self.turn_off(f"cannot make its {c.bytes_per_example * self.capacity / 2**20:.0f} "
+            self.turn_off(f"cannot make its {self.nbytes[cut] / 2**20:.0f} "
                           f"MB file under {self.run_dir} ({e.strerror or e})")
             return None
         self.store_cut = cut
@@ -189,12 +197,15 @@ class PrefixCache:
 
     def summary(self, total_steps=None):
         """summary.json's prefix_cache."""
-        return {"policy": "fixed augmented views" if self.fixed_views else "deterministic prefix",
+        k = max(self.views)
+        augmented = k > 1 or any(c.augmentation for c in self.cuts)
+        return {"policy": (f"{k} augmented view{'s' if k > 1 else ''} per image" if augmented
+                           else "deterministic prefix"),
+                "dtype": self.dtype,
                 "budget_mb": self.budget_bytes / 2**20, "examples": self.capacity,
-                "cuts": [{"name": c.name, "shape": list(c.shape), "where": w,
-                          "mb": c.bytes_per_example * self.capacity / 2**20,
-                          "forward_share": c.forward_share}
-                         for c, w in zip(self.cuts, self.where)],
+                "cuts": [{"name": c.name, "shape": list(c.shape), "where": w, "views": v,
+                          "mb": b / 2**20, "forward_share": c.forward_share}
+                         for c, w, v, b in zip(self.cuts, self.where, self.views, self.nbytes)],
                 "builds": [dataclasses.asdict(b) for b in self.builds],
                 "served_steps": self.served_steps, "fill_steps": self.fill_steps,
                 "fill_s": self.fill_s, "uncached_steps": self.uncached_steps,
@@ -236,9 +247,10 @@ class CachedStep:
         self.filled = self.compiled = False
         if store is not None:
             keys = cache.keys(x)
-            rows = store.lookup(keys)
-            if (rows < 0).any():
-                rows = self._fill(store, x, keys, rows)
+            examples = store.lookup(keys)
+            need = store.needs(examples)
+            rows = (self._fill(store, x, keys, examples, need) if need.any() else
+                    store.pick(examples, cache.rng))
         if store is None or rows is None:
             cache.uncached_steps += 1
             return self._fn("plain")(x, y)
@@ -247,15 +259,20 @@ class CachedStep:
             cache.builds[-1].served_steps += 1
         return self._fn("cached")(tf.convert_to_tensor(store.read(rows)), y)
 
-    def _fill(self, store, x, keys, rows):
-        """Store the examples of `rows` -1; their rows, None when the cache turned off."""
+    def _fill(self, store, x, keys, examples, need):
+        """Store a view of the examples that `need` one (their prefix run on this step's
+        augmentation); the batch's rows, those just stored for them, None when the cache
+        turned off."""
         cache, build = self.cache, self.cache.builds[-1]
         t0 = cache.clock()
-        missing = np.flatnonzero(rows < 0)
+        missing = np.flatnonzero(need)
         values = self._fn("prefix")(tf.gather(x, missing)).numpy()
         self.filled = True
+        rows = np.empty(len(keys), np.int64)
+        have = np.flatnonzero(~need)
+        rows[have] = store.pick(examples[have], cache.rng)
         try:
-            store.add([keys[i] for i in missing], rows[missing], values)
+            rows[missing] = store.add([keys[i] for i in missing], values, cache.rng)
         except StoreFull:
             cache.turn_off(f"the training set gave more distinct images than its "
                            f"{store.capacity} examples: they change from epoch to epoch "
@@ -270,10 +287,10 @@ class CachedStep:
         cache.fill_s += seconds
         build.fill_steps += 1
         build.fill_s += seconds
-        build.rows = len(store.keys)
+        build.rows = store.stored
         if store.complete:
             self.fns.pop("prefix", None)  # its graph's memory: needed again only for a new store
-        return store.lookup(keys)
+        return rows
 
 
 class TrainsBelowEveryCut:

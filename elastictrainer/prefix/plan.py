@@ -1,16 +1,16 @@
 """Which cuts of a model the prefix cache may use (plan): the prefix must be deterministic per
-example (no BatchNorm computing batch statistics, no random op before the cut, random input
-augmentation only as fixed views), hold enough of the forward pass, and fit the memory budget or
-the disk; when none does, one line says why, and no_cut_note gives it again for a refusal that
-follows from it."""
+example (no BatchNorm computing batch statistics, no random op before the cut but random input
+augmentation, which is kept as a few views of each image: views_at), hold enough of the forward
+pass, and fit the memory budget or the disk; under --cache_frozen_prefix auto the run must also
+outlast the passes that fill the cache.  When none does, one line says why, and no_cut_note
+gives it again for a refusal that follows from it."""
 import os
 import shutil
 import weakref
 
-from elastictrainer.errors import UserError
 from elastictrainer.prefix.cache import PrefixCache
 from elastictrainer.prefix.graph import FlatGraph
-from elastictrainer.prefix.store import CACHE_DIR, free_disk_bytes
+from elastictrainer.prefix.store import CACHE_DIR, MAX_AUTO_VIEWS, free_disk_bytes, row_bytes
 
 # A cut point whose prefix holds less than this share of the forward pass (by prefix_graph's
 # estimate) saves less than reading its rows costs: input rescaling, the first layer.
@@ -18,33 +18,35 @@ MIN_PREFIX_SHARE = 0.05
 
 
 def plan(model, variables, cfg, capacity, run_dir, log=print):
-    """The PrefixCache of a run with --cache_frozen_prefix, or None when the model has no
-    usable cut: said in one line with why, which no_cut_note(model) gives again (for a
-    refusal that follows from it); UserError when only random augmentation in the prefix
-    stands in the way and --cache_fixed_views is off."""
+    """The PrefixCache of a run with --cache_frozen_prefix auto or true, or None when the model
+    has no usable cut, none fits, or (auto) the run is too short to train from the cache: said
+    in one line with why, which no_cut_note(model) gives again (for a refusal that follows from
+    it)."""
+    explicit = cfg.cache_frozen_prefix is True
     graph = FlatGraph(model)
     if graph.why_not:
-        return _uncached(model, f"{model.name} has no cut point: {graph.why_not}", log)
+        return _uncached(model, f"{model.name} has no cut point: {graph.why_not}", log, explicit)
     budget = cfg.cache_budget_mb * 2**20
     os.makedirs(run_dir, exist_ok=True)
     shutil.rmtree(os.path.join(run_dir, CACHE_DIR), ignore_errors=True)  # a killed run's
     disk = free_disk_bytes(run_dir)
-    sound = [c for c in graph.cuts if _blocker(graph, c) is None]
-    usable = [c for c in sound if cfg.cache_fixed_views or not c.augmentation]
-    if sound and not usable:
-        layers = _named(graph, sound[-1].augmentation)
-        raise UserError(f"--cache_frozen_prefix: {model.name} augments its input at random "
-                        f"({layers}) before every cut point, so a cached activation would "
-                        f"replay one random view of each image; pass --cache_fixed_views true "
-                        f"to cache the view each image draws when the cache is filled, or "
-                        f"leave the cache off")
-    fits = [c for c in usable if c.bytes_per_example * capacity <= max(budget, disk)]
+    usable = [c for c in graph.cuts if _blocker(graph, c) is None]
+    views = {id(c): views_at(c, cfg, capacity) for c in usable}
+
+    def size(c):
+        return row_bytes(c, cfg.cache_dtype) * views[id(c)] * capacity
+
+    fits = [c for c in usable if size(c) <= max(budget, disk)]
     if not fits:
-        smallest = min((c.bytes_per_example for c in usable), default=0) * capacity / 2**20
+        smallest = min((size(c) for c in usable), default=0) / 2**20
         why = (_why_no_cut(graph) if not usable else
                f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
                f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
-        return _uncached(model, why, log)
+        return _uncached(model, why, log, explicit)
+    passes = max(views[id(c)] for c in fits)
+    if not explicit and cfg.num_epochs <= passes:
+        return _uncached(model, f"the run's {cfg.num_epochs} epochs are used up by the {passes} "
+                                f"passes that fill the cache", log, explicit)
     _NO_CACHE.pop(model, None)
     everything = graph.tensor_cuts(variables)
     index = {id(c): i for i, c in enumerate(graph.cuts)}
@@ -57,14 +59,28 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
                 best = j
         tensor_cut.append(best)
     cache = PrefixCache(graph, fits, tensor_cut, capacity, budget, run_dir,
-                        cfg.cache_fixed_views, log)
+                        views=[views[id(c)] for c in fits], dtype=cfg.cache_dtype,
+                        seed=cfg.seed, log=log)
     cache.time_lookups(cfg.batch_size, model.inputs[0].shape[1:])
     memory = sum(w == "memory" for w in cache.where)
+    augmented = fits[-1].augmentation
     log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
-        f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk)"
-        + (f"; random augmentation ({_named(graph, fits[-1].augmentation)}) cached as fixed "
-           f"views" if fits[-1].augmentation else ""))
+        f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk, {cfg.cache_dtype})"
+        + (f"; random augmentation ({_named(graph, augmented)}) kept as {passes} view"
+           f"{'s' if passes > 1 else ''} of each image" if augmented else ""))
     return cache
+
+
+def views_at(cut, cfg, capacity):
+    """How many views of each example the cache keeps at `cut`: 1 for a deterministic prefix;
+    with random augmentation before it, --cache_views (--cache_fixed_views: 1), or with 0 as
+    many as --cache_budget_mb holds in memory, from 1 to MAX_AUTO_VIEWS."""
+    if not cut.augmentation or cfg.cache_fixed_views:
+        return 1
+    if cfg.cache_views:
+        return cfg.cache_views
+    one = row_bytes(cut, cfg.cache_dtype) * capacity
+    return int(max(1, min(MAX_AUTO_VIEWS, cfg.cache_budget_mb * 2**20 // max(one, 1))))
 
 
 # Why plan() left a model uncached, for the refusal that may follow (no_cut_note).
@@ -78,9 +94,10 @@ def no_cut_note(model):
     return "" if why is None else f"; the prefix cache cannot lower it: {why}"
 
 
-def _uncached(model, why, log):
+def _uncached(model, why, log, explicit=True):
     _NO_CACHE[model] = why
-    log(f"warning: --cache_frozen_prefix: {why}; training uncached")
+    log(f"warning: --cache_frozen_prefix: {why}; training uncached" if explicit else
+        f"prefix cache off (--cache_frozen_prefix auto): {why}")
     return None
 
 

@@ -118,7 +118,10 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                                           total_steps, schedule=cfg.lr_schedule,
                                           flavor=flavors.for_model(model).NAME)
     cache = None
-    if cfg.cache_frozen_prefix:
+    why_not = _why_uncached(cfg, scheme, dist)
+    if why_not:
+        log(f"prefix cache off (--cache_frozen_prefix auto): {why_not}")
+    elif cfg.cache_frozen_prefix:
         from elastictrainer.prefix.plan import plan as plan_cache
 
         examples = bundle.num_train or steps_per_epoch * cfg.batch_size
@@ -142,6 +145,19 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                     roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                     out=out, resume=resume, dist=dist, time_model=time_model, table=table,
                     table_path=table_path, prefix_cache=cache)
+
+
+def _why_uncached(cfg, scheme, dist):
+    """Why --cache_frozen_prefix auto leaves a run uncached before looking at its model, in a
+    few words; None when it looks on (or the setting is true or false)."""
+    if cfg.cache_frozen_prefix != AUTO:
+        return None
+    if dist.on:
+        return (f"--strategy {cfg.strategy} trains on several replicas, and the cache keeps one "
+                f"process's rows keyed by the images of one-device batches (docs/design.md)")
+    if scheme.trains_everything:
+        return f"{cfg.train_type} trains every tensor, so no prefix is frozen"
+    return None
 
 
 def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None):

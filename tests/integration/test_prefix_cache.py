@@ -253,16 +253,20 @@ def test_random_ops_after_the_first_weights_hold_back_the_cuts_above_them_only()
 
 
 @pytest.mark.parametrize("front", ["lambda noise", "tf.image.random_flip_left_right"])
-def test_a_users_random_layer_is_refused_or_cached_as_fixed_views(tmp_path, front):
+def test_a_users_random_layer_is_cached_as_augmented_views(tmp_path, front):
     make, op = FRONTS[front]
-    with pytest.raises(UserError, match=rf"at random \(noise \(.*{op}.*\)\).*"
-                                        rf"--cache_fixed_views true") as refused:
-        loop.run(cfg(tmp_path, "refused", cache_frozen_prefix=True), log=lambda m: None,
-                 model=fronted_cnn(make()), data=data())
-    assert "\n" not in str(refused.value)
-    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, cache_fixed_views=True),
+    lines = []
+    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True), log=lines.append,
+                       model=fronted_cnn(make()), data=data())
+    pc = summary["prefix_cache"]
+    # the budget holds 2 views: the first two epochs store one each, the third draws among them
+    assert pc["policy"] == "2 augmented views per image"
+    assert (pc["fill_steps"], pc["served_steps"]) == (10, 5)
+    assert pc["builds"][0]["rows"] == 2 * EXAMPLES
+    assert sum(f"noise ({op}" in m and "kept as 2 views" in m for m in lines) == 1
+    summary = loop.run(cfg(tmp_path, "fixed", cache_frozen_prefix=True, cache_fixed_views=True),
                        log=lambda m: None, model=fronted_cnn(make()), data=data())
-    assert summary["prefix_cache"]["policy"] == "fixed augmented views"
+    assert summary["prefix_cache"]["policy"] == "1 augmented view per image"
     assert summary["prefix_cache"]["served_steps"] == 10
     # without the random layer, the same model is cached as it was
     summary = loop.run(cfg(tmp_path, "plain", cache_frozen_prefix=True), log=lambda m: None,
@@ -304,11 +308,16 @@ def test_no_usable_cut_is_said_in_one_line_with_why_also_in_the_refusal_it_leads
     message = str(refused.value)
     assert "\n" not in message
     assert f"; the prefix cache cannot lower it: {why}" in message
-    # without the cache flag the refusal is what it was
+    # the default (auto) says it too; with the cache off the refusal is the uncached one
     with pytest.raises(UserError) as refused:
-        loop.run(cfg(tmp_path, "plain", train_type="elastic_training", rho=0.9 * floor,
+        loop.run(cfg(tmp_path, "auto", train_type="elastic_training", rho=0.9 * floor,
                      timing_table=str(path)), log=lambda m: None, model=bn_first_cnn(),
                  data=data())
+    assert f"; the prefix cache cannot lower it: {why}" in str(refused.value)
+    with pytest.raises(UserError) as refused:
+        loop.run(cfg(tmp_path, "plain", train_type="elastic_training", rho=0.9 * floor,
+                     timing_table=str(path), cache_frozen_prefix=False), log=lambda m: None,
+                 model=bn_first_cnn(), data=data())
     assert "prefix cache" not in str(refused.value)
 
 
@@ -332,14 +341,14 @@ def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
     assert pc["fill_steps"] == 5 and pc["served_steps"] == 5  # filled again, then served
 
 
-def test_random_augmentation_is_refused_or_cached_as_fixed_views(tmp_path, monkeypatch):
-    with pytest.raises(UserError, match="--cache_fixed_views true"):
-        loop.run(cfg(tmp_path, "refused", cache_frozen_prefix=True), log=lambda m: None,
-                 model=nested_model(augment=True), data=data())
-    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, cache_fixed_views=True),
-                       log=lambda m: None, model=nested_model(augment=True), data=data())
-    assert summary["prefix_cache"]["policy"] == "fixed augmented views"
-    assert summary["prefix_cache"]["served_steps"] == 10
+def test_random_augmentation_is_cached_as_the_views_asked_for(tmp_path):
+    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, cache_views=3,
+                           num_epochs=4), log=lambda m: None, model=nested_model(augment=True),
+                       data=data())
+    pc = summary["prefix_cache"]
+    assert pc["policy"] == "3 augmented views per image"
+    assert (pc["fill_steps"], pc["served_steps"]) == (15, 5)
+    assert [c["views"] for c in pc["cuts"]] == [3] * len(pc["cuts"])
 
 
 def test_beyond_the_memory_budget_the_cache_is_a_file_and_a_full_disk_turns_it_off(
@@ -424,3 +433,28 @@ def test_a_keras3_model_trains_uncached_with_one_warning(tmp_path):
                        log=lines.append, model=keras3_cnn(num_classes=CLASSES), data=data())
     assert summary["status"] == "finished" and summary["prefix_cache"] is None
     assert sum("not a tf-keras functional model; training uncached" in m for m in lines) == 1
+
+
+def test_auto_caches_what_pays_and_says_in_one_line_why_not_otherwise(tmp_path):
+    def run(name, **kw):
+        lines = []
+        summary = loop.run(cfg(tmp_path, name, **kw), log=lines.append,
+                           model=nested_model(augment=True), data=data())
+        return summary, [m for m in lines if "prefix cache" in m]
+
+    assert config.Config().cache_frozen_prefix == "auto"
+    summary, said = run("auto")  # the default: a frozen backbone, 3 epochs, 2 views
+    assert summary["prefix_cache"]["served_steps"] == 5
+    assert len(said) == 1 and "kept as 2 views of each image" in said[0]
+    summary, said = run("short", num_epochs=2)
+    assert summary["prefix_cache"] is None
+    assert said == ["prefix cache off (--cache_frozen_prefix auto): the run's 2 epochs are used "
+                    "up by the 2 passes that fill the cache"]
+    summary, said = run("one_view", num_epochs=2, cache_views=1)
+    assert summary["prefix_cache"]["served_steps"] == 5
+    summary, said = run("full", train_type="full_training", num_epochs=1)
+    assert summary["prefix_cache"] is None
+    assert said == ["prefix cache off (--cache_frozen_prefix auto): full_training trains every "
+                    "tensor, so no prefix is frozen"]
+    summary, said = run("off", cache_frozen_prefix=False, num_epochs=1)
+    assert summary["prefix_cache"] is None and said == []
