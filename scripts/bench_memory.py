@@ -119,7 +119,9 @@ def run_matrix(args, log=functools.partial(print, flush=True)):
                        "--steps_per_epoch", str(args.steps_per_epoch), "--interval",
                        f"{args.interval:g}", "--train_type", train_type, "--rho", f"{rho:g}",
                        "--optimizer", "sgd", "--logdir", os.path.join(work, "logs"),
-                       "--run_name", name, "--timing_table", tab, "--quiet"] + common
+                       "--run_name", name, "--timing_table", tab, "--quiet",
+                       # uncached: the peak an elastic run holds against full training's
+                       "--cache_frozen_prefix", "false"] + common
                 if train_type != "full_training":
                     # the economy would train runs this short as full training: measure what
                     # an elastic run holds (its probe and selection steps)

@@ -41,7 +41,7 @@ from elastictrainer.machine import machine_info, machine_text
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
              "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
              "--learning_rate 0.001")
-PARTS = ("command1", "resnet50")
+PARTS = ("command1", "resnet50", "flip")
 
 
 def build_parser():
@@ -194,6 +194,54 @@ def command1_means(rows):
     return "\n".join(lines)
 
 
+def cache_flags(caches):
+    return "; ".join(f"{c}: `" + " ".join(f"--{k} {str(v).lower()}" for k, v in CACHES[c].items())
+                     + "`" for c in caches)
+
+
+# ------------------------------------------------------------------ flip at the cut
+FLIP_IMAGES = 64
+
+
+def flip():
+    """For each cut of command 1's model: the relative distance between the prefix's output of
+    flipped images and the flipped output of the images (0 where a flip maps exactly: a
+    convolution's padding and strides make it inexact at the borders)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from elastictrainer.data.loaders import load_dataset
+    from elastictrainer.models.build import build_sized
+    from elastictrainer.prefix.graph import FlatGraph
+
+    model, _, _ = build_sized("smallcnn", 64, 4, "synthetic", log=lambda m: None)
+    bundle = load_dataset("synthetic", input_size=64, batch_size=FLIP_IMAGES, seed=0,
+                          num_train=FLIP_IMAGES, num_test=FLIP_IMAGES)
+    x = next(iter(bundle.train))[0]
+    graph = FlatGraph(model)
+    rows = []
+    for cut in graph.cuts:
+        if len(cut.shape) != 3:
+            continue
+        prefix = graph.prefix_model(cut)
+        # inference mode: the input augmentation off, so only the flip differs
+        a = prefix(tf.image.flip_left_right(x), training=False).numpy()
+        b = tf.image.flip_left_right(prefix(x, training=False)).numpy()
+        err = np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-12)
+        inner = np.linalg.norm((a - b)[:, :, 1:-1]) / max(np.linalg.norm(a[:, :, 1:-1]), 1e-12)
+        rows.append({"cut": cut.name, "shape": list(cut.shape), "relative_error": float(err),
+                     "without_border_columns": float(inner)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def flip_table(rows):
+    lines = ["| cut | shape | relative error | without the border columns |", "|---|---|---|---|"]
+    lines += [f"| {r['cut']} | {'x'.join(map(str, r['shape']))} | {r['relative_error']:.3f} | "
+              f"{r['without_border_columns']:.3f} |" for r in rows]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ the ResNet50 step bench
 def resnet50(args, workdir):
     import numpy as np
@@ -315,24 +363,34 @@ def main(argv=None):
         with open(args.out) as f:
             previous = json.load(f)
     results = dict(previous.get("results", {}))
+    when = datetime.date.today().isoformat()
+    dates = previous.get("dates") or {part: previous.get("date") for part in results}
+    dates.update({part: when for part in args.parts})
     if "command1" in args.parts:
         results["command1"] = command1(args)
+    if "flip" in args.parts:
+        results["flip"] = flip()
     if "resnet50" in args.parts:
         results["resnet50"] = resnet50(args, os.path.join(args.logdir, "resnet50_steps"))
-    when = datetime.date.today().isoformat()
-    text = f"Machine: {machine_text(machine_info())}; run {when}.\n\n"
+    text = (f"Machine: {machine_text(machine_info())}; run "
+            + ", ".join(f"{part} {dates[part]}" for part in PARTS if part in results) + ".\n\n")
     if "command1" in results:
-        text += (f"README command 1 (`{COMMAND_1} --rho R --seed S`; the cached runs add "
-                 f"`--cache_frozen_prefix true --cache_fixed_views true`)\n\n"
+        text += (f"README command 1 (`{COMMAND_1} --rho R --seed S`; each run's cache setting "
+                 f"in its name: {cache_flags(args.caches)})\n\n"
                  f"Mean over the seeds\n\n{command1_means(results['command1'])}\n\n"
                  f"Each run\n\n{command1_table(results['command1'])}\n\n")
+    if "flip" in results:
+        text += (f"A horizontal flip applied at the cut instead of the input: how far "
+                 f"flip(prefix(x)) is from prefix(flip(x)) at each cut of README command 1's "
+                 f"smallcnn (pretrained weights, {FLIP_IMAGES} training images)\n\n"
+                 f"{flip_table(results['flip'])}\n\n")
     if "resnet50" in results:
         text += (f"ResNet50, 224 px, batch 4, SGD, random weights: step ratios against full "
                  f"steps timed in the same rounds\n\n{resnet50_table(results['resnet50'])}\n")
     print(text)
     with open(args.out, "w") as f:
         json.dump({"args": vars(args), "command": COMMAND_1, "machine": machine_info(),
-                   "date": when, "results": results}, f, indent=1)
+                   "date": when, "dates": dates, "results": results}, f, indent=1)
     md = os.path.splitext(args.out)[0] + ".md"
     with open(md, "w") as f:
         f.write(text)

@@ -20,8 +20,8 @@ Configurations (--configs):
                   last stage and head trained by hand (the rest frozen), ElasticCallback at each
                   rho and rho auto at each share; warm in one process after a warm-up fit
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
-head held fixed (uncached and with --cache_frozen_prefix true), ElasticTrainer at each --rhos
-and with --rho auto at each --shares.
+head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
+ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache).
 
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
@@ -100,9 +100,8 @@ def cli_runs(name, seed, args, log):
     profile_s = _profile_seconds(base, args, log)
     runs = [("full_training", "full_training", {}),
             ("traditional_tl_training", "traditional_tl_training", {}),
-            (f"last stage (tensors {first}-)", fixed, {}),
-            (f"last stage (tensors {first}-), cached", fixed,
-             {"cache_frozen_prefix": True, "cache_fixed_views": True})]
+            (f"last stage (tensors {first}-)", fixed, {"cache_frozen_prefix": False}),
+            (f"last stage (tensors {first}-), cached", fixed, {"cache_frozen_prefix": "auto"})]
     runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
              for rho in args.rhos]
     runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",

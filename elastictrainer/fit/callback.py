@@ -170,6 +170,10 @@ class ElasticCallback(_keras3.callbacks.Callback):
                             f"pass alone is {time_model.rho_floor:.3f} of a full training step "
                             f"({path})")
         optimizers.prepare_optimizer(optimizer, model.trainable_weights)
+        # model.fit's steps are Keras' own train step on the whole model: no suffix step to
+        # train from stored activations
+        self.log("prefix cache off: model.fit runs every step through the whole model (the "
+                 "frozen-prefix cache is the command line's and elastictrainer.run's)")
         scheme = SCHEMES[cfg.train_type]
         self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy)
         compiled = self.trainer.steps

@@ -458,3 +458,16 @@ def test_auto_caches_what_pays_and_says_in_one_line_why_not_otherwise(tmp_path):
                     "tensor, so no prefix is frozen"]
     summary, said = run("off", cache_frozen_prefix=False, num_epochs=1)
     assert summary["prefix_cache"] is None and said == []
+
+
+def test_auto_leaves_a_distributed_run_uncached_and_says_why():
+    from types import SimpleNamespace
+
+    from elastictrainer.runs.setup import _why_uncached
+
+    scheme = SCHEMES["elastic_training"]
+    dist = SimpleNamespace(on=True)
+    why = _why_uncached(config.Config(strategy="mirrored"), scheme, dist)
+    assert why.startswith("--strategy mirrored trains on several replicas")
+    assert _why_uncached(config.Config(), scheme, SimpleNamespace(on=False)) is None
+    assert _why_uncached(config.Config(cache_frozen_prefix=False), scheme, dist) is None
