@@ -106,5 +106,7 @@ def describe(model, mode):
     total = len(batch_norm_layers(model))
     if not total:
         return f"--bn_mode {mode}: {model.name} has no BatchNorm layer"
-    return (f"--bn_mode {mode}: {total} BatchNorm layer{'s' if total > 1 else ''} of "
-            f"{model.name} normalise with their moving statistics, which stay unchanged")
+    many = total > 1
+    return (f"--bn_mode {mode}: {total} BatchNorm layer{'s' if many else ''} of {model.name} "
+            f"normalise{'' if many else 's'} with {'their' if many else 'its'} moving "
+            f"statistics, which stay unchanged")
