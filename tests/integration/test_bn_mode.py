@@ -173,7 +173,7 @@ def test_a_run_in_inference_mode_caches_above_batchnorm_and_gives_the_model_back
     assert not _alone_is_in_batch(model, _images())
 
 
-def test_full_training_in_inference_mode_trains_gamma_and_beta_only_by_their_gradients(
+def test_full_training_in_inference_mode_trains_beta_and_holds_the_moving_statistics(
         tmp_path):
     model = bn_cnn()
     layers = batchnorm.batch_norm_layers(model)
