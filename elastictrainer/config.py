@@ -27,6 +27,8 @@ from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES
                                   lr_schedule_for)
 from elastictrainer.method.schemes import SCHEMES, choices_help as schemes_help
 from elastictrainer.prefix.store import CACHE_DTYPES, MAX_AUTO_VIEWS
+from elastictrainer.flavors.batchnorm import (HELP as BN_HELP, MODEL as BN_MODEL, MODES as BN_MODES,
+                                              check as check_bn_mode)
 
 # ----------------------------------------------------------------------------------- flags
 # argparse types and the parser every command shares: a bad flag is one line and exit code 2
@@ -255,6 +257,11 @@ class Config:
     cache_dtype: str = field(default="float32", metadata=flag(
         "how the cache stores activations: float16 halves its memory and disk, rounding each "
         "value to 11 significant bits", choices=CACHE_DTYPES))
+    bn_mode: str = field(default=BN_MODEL, metadata=flag(
+        _options(BN_HELP) + ". Inference lets --cache_frozen_prefix cut above BatchNorm "
+        "layers that would otherwise compute batch statistics (a user's model called without "
+        "training=False); the built-in models call their backbones so already",
+        choices=BN_MODES))
     seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
     weights: str = field(default="imagenet", metadata=flag(
         "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz) | "
@@ -351,6 +358,7 @@ class Config:
         SCHEMES.get_or_fail(self.train_type)
         from elastictrainer.train.distribution import check_flags
         check_flags(self)
+        check_bn_mode(self.bn_mode)
         if self.energy not in ENERGY_MODES:
             raise UserError(f"unknown --energy {self.energy!r}; valid: {', '.join(ENERGY_MODES)}")
 
@@ -381,7 +389,7 @@ def same_as(name, **changes):
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
 FIT_CONFIG_FIELDS = ("rho", "rho_share", "interval", "train_type", "probe_batches", "rho_feedback", "economy",
-                     "dp_resolution", "timing_table")
+                     "dp_resolution", "timing_table", "bn_mode")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from elastictrainer import flavors, runlog
 from elastictrainer.train import steps as train_steps
-from elastictrainer.flavors import compat, optimizers
+from elastictrainer.flavors import batchnorm, compat, optimizers
 from elastictrainer.flavors import shared
 from elastictrainer.errors import UserError
 from elastictrainer.config import FIT_LOGDIR, Config
@@ -58,8 +58,10 @@ class ElasticCallback(_keras3.callbacks.Callback):
     rho: the requested step-time ratio (elastic step / full step), or "auto" (each selection
     the cheapest keeping `rho_share` of the estimated loss drop); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, dp_resolution: as the command line's flags (these and
-    their defaults are Config's fields);
+    probe_batches, rho_feedback, economy, dp_resolution, bn_mode: as the command line's flags
+    (these and their defaults are Config's fields; bn_mode "inference" holds the model's
+    BatchNorm layers on their moving statistics from the fit's start to its end, and puts them
+    back as the model calls them after);
     timing_table: a table to use instead of profiling (else one is looked up or profiled under
     `profiles`); log: where the runtime's lines go (print; None for silence);
     clock: seconds, for step timing."""
@@ -70,7 +72,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
-                 profiles=tables.PROFILE_DIR, log=print, clock=time.perf_counter):
+                 bn_mode=Config.bn_mode, profiles=tables.PROFILE_DIR, log=print, clock=time.perf_counter):
         super().__init__()
         if not SCHEMES.get_or_fail(train_type).elastic:
             raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
@@ -82,7 +84,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                           economy=bool(economy), dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
                           run_name=os.path.basename(logdir), timing_table=timing_table,
-                          dataset_name="model.fit")
+                          bn_mode=bn_mode, dataset_name="model.fit")
         self.cfg.validate()
         self.out = logdir
         self.profiles = profiles
@@ -130,6 +132,11 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self.driver, self._restore_state = None, None
         self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
         self._last_batch_end = None
+        # before the first batch traces (or profiles) a step with the model
+        self._bn_forced = batchnorm.apply(model, self.cfg.bn_mode)
+        said = batchnorm.describe(model, self.cfg.bn_mode)
+        if said:
+            self.log(said)
         self.keras_train_functions = compat.replace_train_function(model, self._train_function)
 
     def _train_function(self, iterator):
@@ -264,6 +271,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         compat.restore_train_function(self.model, self.keras_train_functions)
+        batchnorm.restore(self._bn_forced)
         if self.driver is None:
             return
         with self.writer.as_default():

@@ -89,6 +89,16 @@ tf-keras layers and the functional graph
         (runs/setup.py, through flavors/tf_keras.py).  Public `keras.utils.set_random_seed`
         reseeds, but cannot read a generator's state or put it back.
 
+Layer calls (flavors/batchnorm.py)
+    force_call_argument, release_call_argument (an instance's own `call`): --bn_mode inference
+        makes every call of a BatchNorm layer run with training=False, whatever its caller
+        passes, nested models and FlatGraph's sub-models included.  Both Kerases' `__call__`
+        fill `training` in and then look `call` up on the instance at each call, so a
+        function stored on the instance takes the last word; neither documents that.  The
+        public alternatives change what a run must not: `trainable = False` (selection is by
+        var_list, and trainable_weights must stay as the optimizer was built), or a new model
+        (the user's layers and their compiled functions).
+
 model.fit's callbacks and train function (fit/callback.py)
     answer_tf_keras_batch_hooks (`Callback._supports_tf_logs`,
         `Callback._implements_{train,test,predict}_batch_hooks`): tf-keras' CallbackList asks
@@ -365,6 +375,42 @@ def tensor_event_array(event):
     from tensorboard.util import tensor_util
 
     return tensor_util.make_ndarray(event.tensor_proto)
+
+
+# -- layer calls ------------------------------------------------------------------------------
+
+def force_call_argument(layer, name, value):
+    """Make every later call of `layer` run its `call` with argument `name` set to `value`,
+    whatever its caller or the call context passes; False when its `call` takes no such
+    argument (nothing changed).  Functions traced before keep what they traced."""
+    import functools
+    import inspect
+
+    original = layer.call
+    signature = inspect.signature(original)
+    if name not in signature.parameters:
+        return False
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)  # the argument may come by position
+        bound.arguments[name] = value
+        return original(*bound.args, **bound.kwargs)
+
+    call.replaced_call = vars(layer).get("call")  # one stored on the instance before, if any
+    layer.call = call
+    return True
+
+
+def release_call_argument(layer):
+    """Undo force_call_argument: `layer` calls what it called before."""
+    call = vars(layer).get("call")
+    if call is None or not hasattr(call, "replaced_call"):
+        return
+    if call.replaced_call is None:
+        del layer.call
+    else:
+        layer.call = call.replaced_call
 
 
 # -- model.fit --------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ sub-models on either side of a cut (the frozen prefix and the trained suffix; ca
 Nested functional models (the built-in models' backbones) are flattened: each of their layer
 calls becomes a call of the flat graph, with the training mode the nesting gives it (a backbone
 called with training=False runs its BatchNorm layers in inference mode, whatever the step's
-mode).  A subclassed model or layer stays one opaque call.  Sub-models call the same layer
-objects again (public functional API), so they share every weight with the model.
+mode; so does every BatchNorm layer under --bn_mode inference).  A subclassed model or layer
+stays one opaque call.  Sub-models call the same layer objects again (public functional API),
+so they share every weight with the model.
 
 A cut is a tensor every path from the input to the output goes through: the calls after it
 (the suffix) need nothing from before it but the cut itself.  For a ResNet these are the block
@@ -32,7 +33,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from elastictrainer import flavors
-from elastictrainer.flavors import compat
+from elastictrainer.flavors import batchnorm, compat
 
 # Relative cost of one output element of any layer (normalisation, activation, resampling,
 # adds), against one multiply-add of a kernel counted as two: a memory-bound element costs
@@ -305,8 +306,10 @@ def random_ops_by_scope(graph_def):
 
 def is_batch_dependent(layer):
     """Whether `layer`'s output for one example depends on the rest of its batch in training
-    mode (BatchNorm's batch statistics; a layer not trainable runs in inference mode)."""
-    return isinstance(layer, _BATCH_DEPENDENT) and layer.trainable
+    mode (BatchNorm's batch statistics; a layer not trainable, or one --bn_mode inference put
+    in inference mode, runs on its moving statistics)."""
+    return (isinstance(layer, _BATCH_DEPENDENT) and layer.trainable
+            and not batchnorm.in_inference(layer))
 
 
 def call_cost(call):

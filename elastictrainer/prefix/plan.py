@@ -107,9 +107,9 @@ def _blocker(graph, cut):
     if cut.forward_share > 1 - MIN_PREFIX_SHARE:
         return f"less than {MIN_PREFIX_SHARE:.0%} of the forward pass below them"
     if cut.batch_prefix:
-        return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; a "
-                f"frozen one, or one in a model called with training=False, would use its "
-                f"moving statistics)")
+        return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; "
+                f"--bn_mode inference runs every BatchNorm on its moving statistics, as a "
+                f"frozen one or one in a model called with training=False does)")
     if cut.random_prefix:
         return f"random ops below them ({_named(graph, cut.random_prefix[:1])})"
     return None

@@ -29,7 +29,7 @@ CHECKPOINT_VERSION = 1
 IDENTITY = ("model_name", "dataset_name", "train_type", "rho", "batch_size", "input_size",
             "num_classes", "optimizer", "learning_rate", "weight_decay", "num_epochs",
             "interval", "seed", "weights", "probe_batches", "steps_per_epoch", "rho_feedback",
-            "lr_schedule")
+            "lr_schedule", "bn_mode")
 
 
 def migrate_state(state):
@@ -111,6 +111,8 @@ def check_same_run(saved, cfg, run_dir):
         old, new = saved.get(key), getattr(cfg, key)
         if key == "num_classes" and new is None:
             continue
+        if key == "bn_mode" and old is None:  # saved before the flag: BatchNorm as called
+            old = "model"
         if old != new:
             raise UserError(f"{run_dir} holds a run with --{key} {old}, not {new}: pass another "
                             f"--run_name, or --resume false to start that run over")

@@ -18,6 +18,7 @@ import time
 import tensorflow as tf
 
 from elastictrainer import flavors, runlog
+from elastictrainer.flavors import batchnorm
 from elastictrainer.data.folder import first_undecodable
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.errors import RunError, one_line
@@ -41,9 +42,16 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
         the train set once (or cfg.steps_per_epoch steps).
     clock: seconds, for step timing and the training time (a simulated device in tests).
     """
+    setup = setup_run(cfg, log, model, data)
+    try:
+        return _train(setup, log, clock)
+    finally:  # a model given leaves with its BatchNorm layers as it came (--bn_mode)
+        batchnorm.restore(setup.bn_forced)
+
+
+def _train(setup, log, clock):
     from tqdm import tqdm
 
-    setup = setup_run(cfg, log, model, data)
     cfg, steps, dist, per_epoch = setup.cfg, setup.compiled, setup.dist, setup.steps_per_epoch
     train_iter = iter(dist.global_batches(setup.bundle.train, cfg.batch_size).repeat())
     probe_iter = iter(setup.bundle.train.repeat())

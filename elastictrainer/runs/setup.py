@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer import flavors, runlog
-from elastictrainer.flavors import optimizers
+from elastictrainer.flavors import batchnorm, optimizers
 from elastictrainer.train import distribution
 from elastictrainer.runs.checkpoint import CHECKPOINT_DIR, check_same_run
 from elastictrainer.elastic.budget import AUTO
@@ -48,6 +48,7 @@ class RunSetup:
     table: Optional[dict] = None
     table_path: Optional[str] = None
     prefix_cache: Any = None  # prefix.cache.PrefixCache (--cache_frozen_prefix)
+    bn_forced: tuple = ()  # the BatchNorm layers --bn_mode inference forced (batchnorm.restore)
 
 
 def setup_run(cfg, log=print, model=None, data=None):
@@ -75,8 +76,13 @@ def setup_run(cfg, log=print, model=None, data=None):
         from elastictrainer.models.pretrain import ensure_synthetic
 
         ensure_synthetic(cfg.model_name, cfg.input_size, log=log, progress=cfg.progress)
-    with dist.scope():  # model, optimizer and trainer variables mirrored under a strategy
-        return _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist)
+    try:
+        with dist.scope():  # model, optimizer and trainer variables mirrored under a strategy
+            return _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist)
+    except BaseException:
+        if model is not None:  # a model given leaves a failed setup as it came (--bn_mode)
+            batchnorm.restore(batchnorm.forced_layers(model))
+        raise
 
 
 def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
@@ -112,6 +118,11 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
         steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
     out = runlog.run_dir(cfg.logdir, cfg.run_name)
+    # before anything traces the model: its profile, cut points and steps see the mode
+    bn_forced = tuple(batchnorm.apply(model, cfg.bn_mode))
+    said = batchnorm.describe(model, cfg.bn_mode)
+    if said:
+        log(said)
     rng_state = random_state(model)
     roles = check_roles(tensor_roles(model))
     optimizer = optimizers.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
@@ -144,7 +155,7 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
     return RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, compiled=compiled,
                     roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                     out=out, resume=resume, dist=dist, time_model=time_model, table=table,
-                    table_path=table_path, prefix_cache=cache)
+                    table_path=table_path, prefix_cache=cache, bn_forced=bn_forced)
 
 
 def _why_uncached(cfg, scheme, dist):

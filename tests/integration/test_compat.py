@@ -325,6 +325,34 @@ def test_load_events_reads_every_scalar_and_tensor_event(tmp_path):
     np.testing.assert_array_equal(compat.tensor_event_array(events[-1]), [24, 1])
 
 
+# -- layer calls ------------------------------------------------------------------------------
+
+def _flavor_keras(flavor):
+    if flavor == "keras3":
+        import keras as keras3
+
+        return keras3
+    return keras
+
+
+@pytest.mark.parametrize("flavor", ["tf_keras", "keras3"])
+def test_forcing_a_call_argument_wins_over_what_the_caller_passes(flavor):
+    keras = _flavor_keras(flavor)
+    layer = keras.layers.BatchNormalization()
+    x = tf.constant(np.random.default_rng(0).uniform(0, 255, (4, 8, 8, 3)), tf.float32)
+    layer(x, training=False)
+    before = layer.moving_mean.numpy().copy()
+    assert compat.force_call_argument(layer, "training", False)
+    # Keras 3 refuses `training` by position in __call__; `call` itself takes it so
+    for out in (layer(x, training=True), layer.call(x, True), layer.call(x, training=True)):
+        np.testing.assert_allclose(out, layer(x, training=False), rtol=1e-6)
+    np.testing.assert_array_equal(layer.moving_mean.numpy(), before)
+    assert not compat.force_call_argument(keras.layers.ReLU(), "no_such_argument", 1)
+    compat.release_call_argument(layer)
+    layer(x, training=True)
+    assert not np.array_equal(layer.moving_mean.numpy(), before)
+
+
 # -- nothing else reaches private API ---------------------------------------------------------
 
 # Private attributes that are the project's own, set or defined where the checker below cannot

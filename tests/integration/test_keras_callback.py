@@ -13,6 +13,7 @@ import tensorflow as tf
 from helpers import keras3_cnn, scripted_table, tiny_model
 from elastictrainer import config, runlog
 from elastictrainer.errors import UserError
+from elastictrainer.flavors import batchnorm
 from elastictrainer.profiler import table as ptable
 from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
 
@@ -227,6 +228,8 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
         ElasticCallback(train_type="full_training")
     with pytest.raises(UserError, match="rho"):
         ElasticCallback(rho=1.5)
+    with pytest.raises(UserError, match="^unknown --bn_mode 'train'; valid: model, inference$"):
+        ElasticCallback(bn_mode="train")
     model = _model("keras3")
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True),
                   steps_per_execution=4)
@@ -239,6 +242,36 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(UserError, match="steps_per_epoch"):
         model.fit(batches(), epochs=1, verbose=0, callbacks=[_callback(tmp_path)])
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+@pytest.mark.parametrize("bn_mode", ["model", "inference"])
+def test_bn_mode_inference_holds_the_moving_statistics_through_the_fit(tmp_path, flavor,
+                                                                       bn_mode):
+    """Probes, full steps and selections all run the model in training mode: BatchNorm's moving
+    statistics move, unless bn_mode="inference", which the fit's end undoes."""
+    model = _compile(_model(flavor), flavor)
+    layers = batchnorm.batch_norm_layers(model)
+    n = len(layers)
+    assert n == (2 if flavor == "keras3" else 1)
+    means = [layer.moving_mean.numpy().copy() for layer in layers]
+    train, test = _data()
+    lines = []
+    callback = _scripted_callback(tmp_path, model, bn_mode=bn_mode)
+    callback.log = lines.append
+    model.fit(train, epochs=2, validation_data=test, verbose=0, callbacks=[callback])
+    out = tmp_path / "logs" / "run"
+    assert runlog.read_summary(str(out))["status"] == "finished"
+    assert json.load(open(out / runlog.CONFIG_FILE))["bn_mode"] == bn_mode
+    moved = [not np.array_equal(m, layer.moving_mean.numpy()) for m, layer in zip(means, layers)]
+    assert moved == [bn_mode == "model"] * n
+    said = [line for line in lines if line.startswith("--bn_mode")]
+    assert said == ([] if bn_mode == "model" else [
+        f"--bn_mode inference: 2 BatchNorm layers of {model.name} normalise with their "
+        f"moving statistics, which stay unchanged" if n == 2 else
+        f"--bn_mode inference: 1 BatchNorm layer of {model.name} normalises with its moving "
+        f"statistics, which stay unchanged"])
+    assert not any(batchnorm.in_inference(layer) for layer in layers)
 
 
 @pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])

@@ -50,6 +50,17 @@ def test_choices_come_from_the_registries():
     assert tuple(actions["optimizer"].choices) == tuple(config.OPTIMIZERS)
     assert tuple(actions["lr_schedule"].choices) == tuple(config.LR_SCHEDULES)
     assert tuple(actions["energy"].choices) == tuple(MODES)
+    assert tuple(actions["bn_mode"].choices) == ("model", "inference")
+
+
+def test_bn_mode_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
+    from elastictrainer.errors import UserError
+
+    args = cli.train_parser().parse_args(["--bn_mode", "inference"])
+    assert cli.config_from_args(args).bn_mode == "inference"
+    assert Config().bn_mode == "model"
+    with pytest.raises(UserError, match=r"^unknown --bn_mode 'train'; valid: model, inference$"):
+        Config(bn_mode="train").validate()  # elastictrainer.run(Config(...)) checks it so
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -57,6 +68,7 @@ def test_choices_come_from_the_registries():
     (["--optimizer", "lamb"], "--optimizer"),
     (["--resume", "maybe"], "--resume"),
     (["--quiet", "yes"], "unrecognized"),
+    (["--bn_mode", "training"], "--bn_mode"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:
