@@ -1,25 +1,29 @@
 """Past the forward floor: the frozen prefix cached (--cache_frozen_prefix) against the same runs
 without it.
 
-Usage (from the repo root; figures/bench_prefix_cache.{json,md} came from the default line):
-    python scripts/bench_prefix_cache.py [--seeds 0] [--rhos 0.3,0.4,0.5] [--fixed 12]
-        [--parts command1,resnet50] [--logdir logs/bench_prefix_cache]
+Usage (from the repo root; figures/bench_prefix_cache.{json,md} came from
+`--seeds 0,1 --rhos 0.5 --caches off,views1,views2,views2_fp16 --parts command1,flip` and, a day
+earlier, `--parts resnet50`; a part not run again keeps its last results):
+    python scripts/bench_prefix_cache.py [--seeds 0] [--rhos 0.3,0.4,0.5] [--caches off,auto]
+        [--fixed 12] [--parts command1,resnet50,flip] [--logdir logs/bench_prefix_cache]
         [--out figures/bench_prefix_cache.json]
 
 command1: README command 1's settings (smallcnn fine-tuned from --weights synthetic on the
 synthetic data, Adam 1e-3, 12 epochs, 4800 images): full training, then ElasticTrainer at each
-rho without the cache and with it (--cache_fixed_views true: the built-in models augment their
-input at random, so each image keeps the view it drew when the cache was filled), and the
-selection "tensor k to the output" held fixed for the whole run (--fixed; 12: the last stage
-and the head, what rho 0.5 affords without the cache) without and with the cache: the same
-tensors trained on fresh augmented views each epoch or on fixed ones, the accuracy cost of
-the views alone.  Without
-the cache a rho below the forward floor is refused; those cells stay empty.  Each row gives the
-best test accuracy and the mean of the last 3 epochs, the training time against full
+rho with each --caches setting (CACHES: off, the paper's protocol; auto, the default; viewsK,
+K augmented views of each image, since the built-in models augment their input at random;
+views2_fp16, stored in float16), and the selection "tensor k to the output" held fixed for the
+whole run (--fixed; 12: the last stage and the head) uncached and with the default cache.
+Without the cache a rho below the forward floor is refused; those cells stay empty.  Each row
+gives the best test accuracy and the mean of the last 3 epochs, the training time against full
 training's (two runs minutes apart) and against the run's own estimate (wall_ratio, full steps
 timed in the same minutes), the measured step ratio of the cached steps, the cut points, the
 share of steps served from the cache and the time spent filling it, and the load average
 around the run.  Finished runs in --logdir are read, not run again.
+
+flip: for each cut of command 1's pretrained smallcnn, how far a horizontal flip of the
+feature map is from the prefix's output for the flipped image (what feature-space augmentation
+would have to match).
 
 resnet50: the ResNet50 224 px, batch 4 step bench (random weights, SGD, 200 classes; profiled
 first when its table is missing): for each rho, the selection eq. 3 makes with every tensor

@@ -246,7 +246,8 @@ def readme_bench_prefix_cache(figures=FIGURES):
         under = _mean(full[r["seed"]]["best"] - r["best"] for r in done if r["seed"] in full)
         ratio = _mean(r["step_ratio"] for r in done)
         body.append([key[0], f"{key[1]:g}",
-                     f"{_mean(r['best'] for r in done):.1f}% ({under:.1f} under)",
+                     f"{_mean(r['best'] for r in done):.1f}% ({abs(under):.1f} "
+                     f"{'under' if under >= 0 else 'over'})",
                      f"{_mean(r['time_ratio'] for r in done):.2f}",
                      "" if ratio is None else f"{ratio:.2f}"])
     table = _table(
@@ -267,9 +268,10 @@ def readme_bench_prefix_cache(figures=FIGURES):
                      f"step cached, {last['uncached_ratio']:.2f} without")
     return "\n".join([
         table, "",
-        f"{_ran('bench_prefix_cache.py', d['machine'], d['date'])}: cache settings "
-        f"{'; '.join(sorted({r['cache'] for r in rows if r['rho'] is not None}))} "
-        "(docs/performance.md gives their flags)." + "".join(f"  {n}." for n in notes)])
+        f"{_ran('bench_prefix_cache.py', d['machine'], d['date'])}: command 1 with "
+        "`--cache_frozen_prefix false` (off, the paper's protocol), `--cache_views K` (viewsK: "
+        "K augmented views of each image; views2 is what the default, auto, keeps here) or "
+        "`--cache_dtype float16` too (_fp16)." + "".join(f"  {n}." for n in notes)])
 
 
 def readme_bench_keras(figures=FIGURES):
