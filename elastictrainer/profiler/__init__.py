@@ -6,6 +6,7 @@
     calibration.py  timed reference selections -> separate t_dw / t_dy scales
     table.py        the timing table: path, format, validation, summary (no TensorFlow)
     run.py          the driver: profile a model and write its table
+    phases.py       where profiling's seconds go, and the line a run logs about it
 
 Importing this package imports none of them.
 """

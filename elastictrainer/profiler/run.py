@@ -24,6 +24,7 @@ from elastictrainer.flavors import optimizers
 from elastictrainer.errors import UserError
 from elastictrainer.machine import peak_rss_mb, release_memory
 from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
+from elastictrainer.profiler.phases import Phases, phases_text
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.method.time_model import selection_sums, uniform_scale
 
@@ -50,6 +51,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     if num_iterations < 1:
         raise UserError("--num_iterations must be at least 1")
     wall0 = clock()
+    phases = Phases(clock)
     variables = list(model.trainable_weights)
     if not variables:
         raise UserError("the model has no trainable weights to profile")
@@ -86,13 +88,17 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     n_refs = len(calibration.reference_selections(np.arange(len(variables)))) if calibrate else 0
     bar = tqdm(total=warmup + 3 * num_iterations + (n_refs + num_iterations if n_refs else 0),
                desc="profiling", disable=not progress, unit="step")
-    for _ in range(warmup):
+    phases.mark("setup")
+    for k in range(warmup):
         step(x, y)[0].numpy()
         forward(x, y)[0].numpy()
         train_steps.first_output(gradients(x, y)).numpy()
         bar.update(1)
+        # the first round traces and compiles the three steps; the rest is warm-up proper
+        phases.mark("trace_compile" if k == 0 else "warmup")
     graph = step.get_concrete_function(x, y).graph
     info = GraphInfo(graph, capture["loss"], capture["grads"], variables, opt.variables)
+    phases.mark("dataflow")
 
     fp, full, grads = [], [], []
     for _ in range(num_iterations):
@@ -107,6 +113,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         train_steps.first_output(gradients(x, y)).numpy()
         grads.append(clock() - t0)
         bar.update(1)
+    phases.mark("timed_steps")
 
     own_dir = trace_dir is None
     trace_dir = trace_dir or tempfile.mkdtemp(prefix="et_trace_")
@@ -117,17 +124,22 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
             bar.update(1)
     finally:
         tf.profiler.experimental.stop()
+    phases.mark("traced_steps")
     xplane = trace.find_xplane(trace_dir)
     op_times, kernel_type = trace.read_op_times(xplane)
     if own_dir:
         shutil.rmtree(trace_dir, ignore_errors=True)
+    phases.mark("parse_trace")
     att = attribution.attribute(info, op_times, kernel_type, num_iterations)
+    phases.mark("attribution")
     references, compile_ms = {}, None
     if n_refs:
         references, compile_ms = calibration.time_reference_selections(
             model, opt, loss_fn, variables, step, info.rank, x, y, num_iterations, bar, clock)
+        phases.mark("calibration")
     bar.close()
     model.set_weights(saved)
+    phases.mark("restore")
 
     t_dw, estimated = att["t_dw"], [not c for c in att["covered"]]
     if any(estimated):
@@ -177,6 +189,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
                  "devices": [d.name for d in tf.config.list_logical_devices()]},
         "trace": None if own_dir else xplane,
         "profiling_wall_s": clock() - wall0,
+        "profiling_phases_s": phases.seconds,
         "peak_rss_mb": peak_rss_mb(),
         "profiled_pid": os.getpid(),
     }
@@ -216,6 +229,7 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
     trace_dir: where the profiling keeps its trace (a run's directory: TensorBoard's Profile tab
     then lists it under the run); None: not kept.
     """
+    table = None
     if not os.path.exists(path):
         log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
         if in_child:
@@ -230,9 +244,14 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
                                   trace_dir=trace_dir)
             tables.save_table(table, path)
             release_memory()
+        log(phases_text(table.get("profiling_phases_s"),
+                               "in a child process" if in_child else "in this process"))
         log(report.summarize(table))
-    return tables.load_table(path, model=model, input_size=input_size, batch_size=batch_size,
-                             optimizer=optimizer)
+    loaded = tables.load_table(path, model=model, input_size=input_size,
+                               batch_size=batch_size, optimizer=optimizer)
+    if table is not None:  # a child's phases around profile_model's are not in the file
+        loaded["profiling_phases_s"] = table["profiling_phases_s"]
+    return loaded
 
 
 def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
@@ -262,6 +281,8 @@ def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed
         status_file = os.path.join(tmp, "status.json")
         with open(request_file, "w") as f:
             json.dump(dict(request, status=status_file), f)
+        # wall-clock time (time.time) is the one clock both processes read alike
+        spawned = time.time()
         proc = subprocess.Popen([sys.executable, "-c", _CHILD_CODE, request_file], env=env)
         try:
             code = proc.wait()
@@ -269,13 +290,19 @@ def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed
             proc.terminate()
             proc.wait()
             raise
+        ended = time.time()
         status = {}
         if os.path.exists(status_file):
             with open(status_file) as f:
                 status = json.load(f)
     if code == 0 and status.get("ok"):
-        return tables.load_table(path, input_size=input_size, batch_size=batch_size,
-                                 optimizer=optimizer)
+        table = tables.load_table(path, input_size=input_size, batch_size=batch_size,
+                                  optimizer=optimizer)
+        # the child's own phases around profile_model's, for the caller's log (not the file)
+        table["profiling_phases_s"] = dict(
+            {"child_start": status["started"] - spawned}, **status["phases"],
+            child_exit=ended - status["finished"])
+        return table
     if status.get("error"):
         raise UserError(f"profiling {model_name} failed: {status['error']}")
     if code < 0:
@@ -295,14 +322,18 @@ def _child_main():
 
     from elastictrainer.errors import one_line
 
+    started = time.time()  # after the interpreter's start and this module's imports
     with open(sys.argv[1]) as f:
         req = json.load(f)
     status = {"ok": False}
     code = 1
     try:
-        table = _profile_request(req)
+        phases = Phases()
+        table = _profile_request(req, phases)
         tables.save_table(table, req["path"])
-        status, code = {"ok": True, "peak_rss_mb": table["peak_rss_mb"]}, 0
+        phases.mark("write_table")
+        status, code = {"ok": True, "peak_rss_mb": table["peak_rss_mb"], "started": started,
+                        "phases": phases.seconds}, 0
     except UserError as e:
         status["error"] = one_line(e)
         code = 2
@@ -311,15 +342,17 @@ def _child_main():
         code = 130
     except Exception as e:  # noqa: BLE001  (reported to the parent as one line)
         status["error"] = f"{type(e).__name__}: {one_line(e)}"
+    status["finished"] = time.time()
     with open(req["status"], "w") as f:
         json.dump(status, f)
     sys.exit(code)
 
 
-def _profile_request(req):
+def _profile_request(req, phases):
     from elastictrainer.models.build import build_sized
 
     model, _, _ = build_sized(req["model_name"], req["input_size"], req["num_classes"], "none")
+    phases.mark("build_model")
     variables = model.trainable_weights
     if req.get("shapes") is not None:
         shapes = [list(v.shape) for v in variables]
@@ -333,6 +366,8 @@ def _profile_request(req):
     if req.get("names") is not None:
         for t, name in zip(table["tensors"], req["names"]):
             t["name"] = name
+    phases.mark("profile")
+    phases.split("profile", table["profiling_phases_s"])
     return table
 
 

@@ -51,6 +51,11 @@ def test_profiling_first_runs_in_another_process(tmp_path, monkeypatch):
     assert table["profiled_pid"] != os.getpid()
     assert [t["name"] for t in table["tensors"]] == [v.name for v in model.trainable_weights]
     assert table["peak_rss_mb"] > 0
+    # where the child's time went, its start and model build included, comes back with it
+    phases = table["profiling_phases_s"]
+    assert {"child_start", "build_model", "trace_compile", "traced_steps", "write_table",
+            "child_exit"} <= set(phases) and all(s >= 0 for s in phases.values())
+    assert any(m.startswith("profiled in a child process in ") for m in logged)
 
 
 def test_an_error_in_the_profiling_process_is_one_user_error_line(tmp_path):
