@@ -345,7 +345,11 @@ def _child_main():
     status["finished"] = time.time()
     with open(req["status"], "w") as f:
         json.dump(status, f)
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The table and the status are written and closed: skip the interpreter's and TensorFlow's
+    # teardown (about 1 s on 2 cores), which the parent would otherwise wait for.
+    os._exit(code)
 
 
 def _profile_request(req, phases):
