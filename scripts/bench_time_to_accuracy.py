@@ -213,6 +213,7 @@ def fit_runs(args, log):
 
     from elastictrainer.data import synthetic
     from elastictrainer.fit.callback import ElasticCallback
+    from elastictrainer.profiler import reuse
 
     seed = args.seeds[0]
     workdir = os.path.join(args.logdir, FIT_CONFIG)
@@ -259,7 +260,9 @@ def fit_runs(args, log):
         if rho is not None:
             rho, share = rho
             tag = f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}"
-            # a profile folder of its own: each elastic run pays for its first profiling
+            # a profile folder of its own and no table kept from the run before: each elastic
+            # run pays for its first profiling, as the command-line configurations' runs do
+            reuse.forget()
             callbacks.append(ElasticCallback(
                 rho=rho, rho_share=share, logdir=os.path.join(workdir, f"{tag}_seed{seed}"),
                 profiles=os.path.join(workdir, f"profiles_{tag}"), log=None))

@@ -23,10 +23,15 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
 from elastictrainer.errors import UserError
 from elastictrainer.machine import peak_rss_mb, release_memory
-from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
+from elastictrainer.profiler import attribution, calibration, report, reuse, table as tables
+from elastictrainer.profiler import trace
 from elastictrainer.profiler.phases import Phases, phases_text
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.method.time_model import selection_sums, uniform_scale
+
+# Warm-up and profiled steps of a run's first profiling (load_or_profile; profiler.py's own
+# settings are ProfileConfig's)
+FIRST_WARMUP, FIRST_ITERATIONS = 2, 5
 
 
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
@@ -219,7 +224,8 @@ def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
 
 def load_or_profile(path, model, model_name, input_size, batch_size, num_classes, seed=0,
                     progress=True, log=print, optimizer="sgd", in_child=True, trace_dir=None):
-    """The table at `path` for `model`, profiling first when there is none.
+    """The table at `path` for `model`; when there is none, the table this process profiled
+    for the same model and shapes (profiler/reuse.py, written at `path`), else profiling first.
 
     With `in_child` (the default) the profiling runs in a separate Python process
     (profile_in_child) that rebuilds the model from `model_name`: its graphs, trace and
@@ -231,27 +237,44 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
     """
     table = None
     if not os.path.exists(path):
-        log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
-        if in_child:
-            table = profile_in_child(path, model_name, input_size, batch_size, num_classes,
-                                     seed=seed, progress=progress, optimizer=optimizer,
-                                     names=[flavors.tensor_name(v) for v in model.trainable_weights],
-                                     shapes=[list(v.shape) for v in model.trainable_weights],
-                                     trace_dir=trace_dir)
-        else:
-            table = profile_model(model, model_name, input_size, batch_size, num_classes,
-                                  progress=progress, seed=seed, optimizer=optimizer,
-                                  trace_dir=trace_dir)
+        table_key = reuse.key(model, input_size=int(input_size), batch_size=int(batch_size),
+                              num_classes=int(num_classes), optimizer=optimizer,
+                              profiled=["load_or_profile", FIRST_WARMUP, FIRST_ITERATIONS])
+        table = reuse.get(table_key, model, model_name)
+        if table is not None:
+            log(f"no timing table at {path}: reusing the one profiled in this process for the "
+                f"same model and shapes")
             tables.save_table(table, path)
-            release_memory()
-        log(phases_text(table.get("profiling_phases_s"),
-                               "in a child process" if in_child else "in this process"))
-        log(report.summarize(table))
+        else:
+            log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
+            table = _profile_first(path, model, model_name, input_size, batch_size,
+                                   num_classes, seed, progress, optimizer, in_child, trace_dir)
+            log(phases_text(table.get("profiling_phases_s"),
+                            "in a child process" if in_child else "in this process"))
+            log(report.summarize(table))
+            reuse.put(table_key, table)
     loaded = tables.load_table(path, model=model, input_size=input_size,
                                batch_size=batch_size, optimizer=optimizer)
     if table is not None:  # a child's phases around profile_model's are not in the file
         loaded["profiling_phases_s"] = table["profiling_phases_s"]
     return loaded
+
+
+def _profile_first(path, model, model_name, input_size, batch_size, num_classes, seed,
+                   progress, optimizer, in_child, trace_dir):
+    if in_child:
+        return profile_in_child(path, model_name, input_size, batch_size, num_classes,
+                                seed=seed, progress=progress, optimizer=optimizer,
+                                names=[flavors.tensor_name(v) for v in model.trainable_weights],
+                                shapes=[list(v.shape) for v in model.trainable_weights],
+                                trace_dir=trace_dir)
+    table = profile_model(model, model_name, input_size, batch_size, num_classes,
+                          num_iterations=FIRST_ITERATIONS, warmup=FIRST_WARMUP,
+                          progress=progress, seed=seed, optimizer=optimizer,
+                          trace_dir=trace_dir)
+    tables.save_table(table, path)
+    release_memory()
+    return table
 
 
 def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
@@ -365,7 +388,8 @@ def _profile_request(req, phases):
                             f"tensors ({len(shapes)}) than the model being trained "
                             f"({len(req['shapes'])})")
     table = profile_model(model, req["model_name"], req["input_size"], req["batch_size"],
-                          req["num_classes"], seed=req["seed"], progress=req["progress"],
+                          req["num_classes"], num_iterations=FIRST_ITERATIONS,
+                          warmup=FIRST_WARMUP, seed=req["seed"], progress=req["progress"],
                           optimizer=req["optimizer"], trace_dir=req.get("trace_dir"))
     if req.get("names") is not None:
         for t, name in zip(table["tensors"], req["names"]):
