@@ -145,8 +145,10 @@ def _profile_seconds(cfg, args, log):
     if os.path.exists(path):
         os.replace(path, path + ".before_bench")  # profiled again, and timed
     t0 = time.perf_counter()
+    # where a run of these settings profiles first (--profile_in), on the model it has built
     load_or_profile(path, model, cfg.model_name, size, cfg.batch_size, classes, seed=cfg.seed,
-                    progress=False, log=lambda m: None, optimizer=cfg.optimizer, in_child=True)
+                    progress=False, log=lambda m: None, optimizer=cfg.optimizer,
+                    in_child=cfg.profile_in == "child")
     seconds = time.perf_counter() - t0
     os.makedirs(cfg.logdir, exist_ok=True)
     with open(record, "w") as f:
