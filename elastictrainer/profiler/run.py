@@ -8,10 +8,12 @@ partial selections.
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import datetime
+import json
 import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -21,10 +23,10 @@ import tensorflow as tf
 from elastictrainer import flavors
 from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
-from elastictrainer.errors import UserError
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.machine import peak_rss_mb, release_memory
 from elastictrainer.profiler import attribution, calibration, report, reuse, table as tables
-from elastictrainer.profiler import trace
+from elastictrainer.profiler import child, trace
 from elastictrainer.profiler.phases import Phases, phases_text
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.method.time_model import selection_sums, uniform_scale
@@ -228,7 +230,7 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
     for the same model and shapes (profiler/reuse.py, written at `path`), else profiling first.
 
     With `in_child` (the default) the profiling runs in a separate Python process
-    (profile_in_child) that rebuilds the model from `model_name`: its graphs, trace and
+    (child.profile_in_child) that rebuilds the model from `model_name`: its graphs, trace and
     allocator high-water mark die with it, so profiling first does not raise the training
     process's peak memory.  `in_child=False` profiles `model` itself in this process (for a
     model that cannot be rebuilt from its name) and then releases what it can (release_memory).
@@ -263,7 +265,7 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
 def _profile_first(path, model, model_name, input_size, batch_size, num_classes, seed,
                    progress, optimizer, in_child, trace_dir):
     if in_child:
-        return profile_in_child(path, model_name, input_size, batch_size, num_classes,
+        return child.profile_in_child(path, model_name, input_size, batch_size, num_classes,
                                 seed=seed, progress=progress, optimizer=optimizer,
                                 names=[flavors.tensor_name(v) for v in model.trainable_weights],
                                 shapes=[list(v.shape) for v in model.trainable_weights],
@@ -277,74 +279,8 @@ def _profile_first(path, model, model_name, input_size, batch_size, num_classes,
     return table
 
 
-def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
-                     progress=True, optimizer="sgd", names=None, shapes=None, trace_dir=None):
-    """Profile in a fresh Python process that builds `model_name` (weights "none": timings do
-    not depend on their values), write the table at `path` and return it.
-
-    The child's progress bar goes to this process's stderr; its failure comes back as one
-    UserError line.  `names`/`shapes`: the caller's model's trainable tensors; the child checks
-    its rebuilt model has the same shapes and writes the caller's names into the table (Keras
-    numbers unnamed layers per process, so the names may differ)."""
-    import json
-    import subprocess
-    import sys
-
-    request = {"path": os.path.abspath(path), "model_name": model_name,
-               "input_size": int(input_size), "batch_size": int(batch_size),
-               "num_classes": int(num_classes), "seed": int(seed), "progress": bool(progress),
-               "optimizer": optimizer, "names": names, "shapes": shapes,
-               "trace_dir": trace_dir and os.path.abspath(trace_dir)}
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    # the child imports this very package, not another installed copy
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    with tempfile.TemporaryDirectory(prefix="et_profile_") as tmp:
-        request_file = os.path.join(tmp, "request.json")
-        status_file = os.path.join(tmp, "status.json")
-        with open(request_file, "w") as f:
-            json.dump(dict(request, status=status_file), f)
-        # wall-clock time (time.time) is the one clock both processes read alike
-        spawned = time.time()
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD_CODE, request_file], env=env)
-        try:
-            code = proc.wait()
-        except BaseException:  # Ctrl-C reached the child too; do not leave it behind
-            proc.terminate()
-            proc.wait()
-            raise
-        ended = time.time()
-        status = {}
-        if os.path.exists(status_file):
-            with open(status_file) as f:
-                status = json.load(f)
-    if code == 0 and status.get("ok"):
-        table = tables.load_table(path, input_size=input_size, batch_size=batch_size,
-                                  optimizer=optimizer)
-        # the child's own phases around profile_model's, for the caller's log (not the file)
-        table["profiling_phases_s"] = dict(
-            {"child_start": status["started"] - spawned}, **status["phases"],
-            child_exit=ended - status["finished"])
-        return table
-    if status.get("error"):
-        raise UserError(f"profiling {model_name} failed: {status['error']}")
-    if code < 0:
-        raise UserError(f"the profiling process of {model_name} was killed by signal {-code}"
-                        f"{' (out of memory?)' if -code == 9 else ''}; profile with profiler.py "
-                        f"and pass --timing_table")
-    raise UserError(f"the profiling process of {model_name} exited with code {code}")
-
-
-_CHILD_CODE = "from elastictrainer.profiler.run import _child_main; _child_main()"
-
-
-def _child_main():
-    """Entry point of profile_in_child's process: argv[1] is the request file."""
-    import json
-    import sys
-
-    from elastictrainer.errors import one_line
-
+def child_main():
+    """Entry point of child.profile_in_child's process: argv[1] is the request file."""
     started = time.time()  # after the interpreter's start and this module's imports
     with open(sys.argv[1]) as f:
         req = json.load(f)

@@ -12,7 +12,7 @@ from elastictrainer.flavors import optimizers
 from elastictrainer.method import importance
 from elastictrainer.method import schemes
 from elastictrainer.errors import UserError
-from elastictrainer.profiler import run as prun
+from elastictrainer.profiler import child as pchild, run as prun
 from elastictrainer.method.roles import tensor_roles
 from elastictrainer.train.compiled import CompiledSteps, graph_bytes
 
@@ -74,7 +74,7 @@ def test_a_run_profiles_in_its_own_process_unless_it_asks_for_a_child():
 def test_an_error_in_the_profiling_process_is_one_user_error_line(tmp_path):
     missing = str(tmp_path / "nowhere.keras")
     with pytest.raises(UserError) as e:
-        prun.profile_in_child(str(tmp_path / "t.json"), missing, 16, 4, 10, progress=False)
+        pchild.profile_in_child(str(tmp_path / "t.json"), missing, 16, 4, 10, progress=False)
     message = str(e.value)
     assert "\n" not in message and "model file not found" in message and missing in message
     assert not os.path.exists(tmp_path / "t.json")
