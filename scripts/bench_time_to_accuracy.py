@@ -144,8 +144,10 @@ def _profile_seconds(cfg, args, log):
     if os.path.exists(path):
         os.replace(path, path + ".before_bench")  # profiled again, and timed
     t0 = time.perf_counter()
+    # where a run of these settings profiles first (--profile_in), on the model it has built
     load_or_profile(path, model, cfg.model_name, size, cfg.batch_size, classes, seed=cfg.seed,
-                    progress=False, log=lambda m: None, optimizer=cfg.optimizer, in_child=True)
+                    progress=False, log=lambda m: None, optimizer=cfg.optimizer,
+                    in_child=cfg.profile_in == "child")
     seconds = time.perf_counter() - t0
     os.makedirs(cfg.logdir, exist_ok=True)
     with open(record, "w") as f:
@@ -212,6 +214,7 @@ def fit_runs(args, log):
 
     from elastictrainer.data import synthetic
     from elastictrainer.fit.callback import ElasticCallback
+    from elastictrainer.profiler import reuse
 
     seed = args.seeds[0]
     workdir = os.path.join(args.logdir, FIT_CONFIG)
@@ -258,7 +261,9 @@ def fit_runs(args, log):
         if rho is not None:
             rho, share = rho
             tag = f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}"
-            # a profile folder of its own: each elastic run pays for its first profiling
+            # a profile folder of its own and no table kept from the run before: each elastic
+            # run pays for its first profiling, as the command-line configurations' runs do
+            reuse.forget()
             callbacks.append(ElasticCallback(
                 rho=rho, rho_share=share, logdir=os.path.join(workdir, f"{tag}_seed{seed}"),
                 profiles=os.path.join(workdir, f"profiles_{tag}"), log=None))

@@ -13,7 +13,7 @@ from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow fir
 import pytest
 
 from elastictrainer.data import tfds_data
-from elastictrainer.profiler import run as prun
+from elastictrainer.profiler import reuse, run as prun
 from helpers import (  # noqa: F401  (re-exported)
     ROOT, batch, load_script, snapshot, tiny_attention, tiny_cnn, tiny_mlp, tiny_model,
     write_image_folder,
@@ -30,6 +30,12 @@ def cnn_table():
 def attn_table():
     model = tiny_attention()
     return model, prun.profile_model(model, "tiny_attn", 16, 4, 5, num_iterations=3, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def no_table_kept_from_another_test():
+    """Each test profiles as if it were the process's first run (profiler/reuse.py)."""
+    reuse.forget()
 
 
 @pytest.fixture

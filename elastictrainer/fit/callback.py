@@ -220,11 +220,23 @@ class ElasticCallback(_keras3.callbacks.Callback):
             lambda v: tf.concat(self.strategy.experimental_local_results(v), 0), data)
 
     def _profile(self, path, data, input_size, batch_size, num_classes):
-        from elastictrainer.profiler import report
+        from elastictrainer.profiler import report, reuse
+        from elastictrainer.profiler.phases import phases_text
         from elastictrainer.profiler.run import profile_model
 
         model, flavor = self.model, self.flavor
         x, y, _ = flavor.keras.utils.unpack_x_y_sample_weight(data)
+        # the batch's structure, the compiled loss and the optimizer make the step profiled
+        table_key = reuse.key(
+            model, batch=[[list(map(int, t.shape)), str(t.dtype)] for t in tf.nest.flatten((x, y))],
+            num_classes=num_classes, optimizer=reuse.describe(model.optimizer),
+            loss=reuse.describe(getattr(model, "loss", None)), profiled="fit")
+        table = reuse.get(table_key, model, model.name)
+        if table is not None:
+            self.log(f"no timing table at {path}: reusing the one profiled in this process for "
+                     f"the same model and batch")
+            tables.save_table(table, path)
+            return
         self.log(f"no timing table at {path}: profiling {model.name} on this batch first")
         states = [(v, v.numpy()) for v in flavor.random_state_variables(model)]
         table = profile_model(model, model.name, input_size, batch_size, num_classes,
@@ -234,6 +246,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
             v.assign(value)
         model.reset_metrics()  # nor count in its first epoch's metrics
         tables.save_table(table, path)
+        reuse.put(table_key, table)
+        self.log(phases_text(table["profiling_phases_s"], "in this process"))
         self.log(report.summarize(table))
 
     # ------------------------------------------------------------------ epochs

@@ -23,9 +23,9 @@ SchemeKey = namedtuple("SchemeKey", "train_type rho variant", defaults=((),))
 # config.json settings that do not change what a run computes (or are told apart otherwise:
 # model and dataset by panel, train_type and rho by the scheme); every other setting tells runs
 # apart.
-NOT_A_VARIANT = {"seed", "run_name", "logdir", "progress", "timing_table", "data_dir",
-                 "save_model", "save_txt", "energy", "model_name", "dataset_name", "train_type",
-                 "rho"}
+NOT_A_VARIANT = {"seed", "run_name", "logdir", "progress", "timing_table", "profile_in",
+                 "data_dir", "save_model", "save_txt", "energy", "model_name", "dataset_name",
+                 "train_type", "rho"}
 Style = namedtuple("Style", "label color rank")
 
 # summary["status"] -> legend flag; "finished" has none.

@@ -5,7 +5,10 @@
     attribution.py  op times -> per-tensor t_dw / t_dy (and FLOPs estimates for missed tensors)
     calibration.py  timed reference selections -> separate t_dw / t_dy scales
     table.py        the timing table: path, format, validation, summary (no TensorFlow)
-    run.py          the driver: profile a model and write its table
+    run.py          the driver: profile a model and write its table, or find one to reuse
+    child.py        profiling in a child process that builds the model again (its parent side)
+    reuse.py        tables kept in this process for the next run of the same model and shapes
+    phases.py       where profiling's seconds go, and the line a run logs about it
 
 Importing this package imports none of them.
 """

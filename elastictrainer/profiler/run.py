@@ -8,10 +8,12 @@ partial selections.
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import datetime
+import json
 import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -21,11 +23,17 @@ import tensorflow as tf
 from elastictrainer import flavors
 from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
-from elastictrainer.errors import UserError
+from elastictrainer.errors import UserError, one_line
 from elastictrainer.machine import peak_rss_mb, release_memory
-from elastictrainer.profiler import attribution, calibration, report, table as tables, trace
+from elastictrainer.profiler import attribution, calibration, report, reuse, table as tables
+from elastictrainer.profiler import child, trace
+from elastictrainer.profiler.phases import Phases, phases_text
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.method.time_model import selection_sums, uniform_scale
+
+# Warm-up and profiled steps of a run's first profiling (load_or_profile; profiler.py's own
+# settings are ProfileConfig's)
+FIRST_WARMUP, FIRST_ITERATIONS = 2, 5
 
 
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
@@ -50,6 +58,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     if num_iterations < 1:
         raise UserError("--num_iterations must be at least 1")
     wall0 = clock()
+    phases = Phases(clock)
     variables = list(model.trainable_weights)
     if not variables:
         raise UserError("the model has no trainable weights to profile")
@@ -86,13 +95,17 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     n_refs = len(calibration.reference_selections(np.arange(len(variables)))) if calibrate else 0
     bar = tqdm(total=warmup + 3 * num_iterations + (n_refs + num_iterations if n_refs else 0),
                desc="profiling", disable=not progress, unit="step")
-    for _ in range(warmup):
+    phases.mark("setup")
+    for k in range(warmup):
         step(x, y)[0].numpy()
         forward(x, y)[0].numpy()
         train_steps.first_output(gradients(x, y)).numpy()
         bar.update(1)
+        # the first round traces and compiles the three steps; the rest is warm-up proper
+        phases.mark("trace_compile" if k == 0 else "warmup")
     graph = step.get_concrete_function(x, y).graph
     info = GraphInfo(graph, capture["loss"], capture["grads"], variables, opt.variables)
+    phases.mark("dataflow")
 
     fp, full, grads = [], [], []
     for _ in range(num_iterations):
@@ -107,6 +120,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         train_steps.first_output(gradients(x, y)).numpy()
         grads.append(clock() - t0)
         bar.update(1)
+    phases.mark("timed_steps")
 
     own_dir = trace_dir is None
     trace_dir = trace_dir or tempfile.mkdtemp(prefix="et_trace_")
@@ -117,17 +131,22 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
             bar.update(1)
     finally:
         tf.profiler.experimental.stop()
+    phases.mark("traced_steps")
     xplane = trace.find_xplane(trace_dir)
     op_times, kernel_type = trace.read_op_times(xplane)
     if own_dir:
         shutil.rmtree(trace_dir, ignore_errors=True)
+    phases.mark("parse_trace")
     att = attribution.attribute(info, op_times, kernel_type, num_iterations)
+    phases.mark("attribution")
     references, compile_ms = {}, None
     if n_refs:
         references, compile_ms = calibration.time_reference_selections(
             model, opt, loss_fn, variables, step, info.rank, x, y, num_iterations, bar, clock)
+        phases.mark("calibration")
     bar.close()
     model.set_weights(saved)
+    phases.mark("restore")
 
     t_dw, estimated = att["t_dw"], [not c for c in att["covered"]]
     if any(estimated):
@@ -177,6 +196,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
                  "devices": [d.name for d in tf.config.list_logical_devices()]},
         "trace": None if own_dir else xplane,
         "profiling_wall_s": clock() - wall0,
+        "profiling_phases_s": phases.seconds,
         "peak_rss_mb": peak_rss_mb(),
         "profiled_pid": os.getpid(),
     }
@@ -206,103 +226,73 @@ def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
 
 def load_or_profile(path, model, model_name, input_size, batch_size, num_classes, seed=0,
                     progress=True, log=print, optimizer="sgd", in_child=True, trace_dir=None):
-    """The table at `path` for `model`, profiling first when there is none.
+    """The table at `path` for `model`; when there is none, the table this process profiled
+    for the same model and shapes (profiler/reuse.py, written at `path`), else profiling first.
 
     With `in_child` (the default) the profiling runs in a separate Python process
-    (profile_in_child) that rebuilds the model from `model_name`: its graphs, trace and
+    (child.profile_in_child) that rebuilds the model from `model_name`: its graphs, trace and
     allocator high-water mark die with it, so profiling first does not raise the training
     process's peak memory.  `in_child=False` profiles `model` itself in this process (for a
     model that cannot be rebuilt from its name) and then releases what it can (release_memory).
     trace_dir: where the profiling keeps its trace (a run's directory: TensorBoard's Profile tab
     then lists it under the run); None: not kept.
     """
+    table = None
     if not os.path.exists(path):
-        log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
-        if in_child:
-            table = profile_in_child(path, model_name, input_size, batch_size, num_classes,
-                                     seed=seed, progress=progress, optimizer=optimizer,
-                                     names=[flavors.tensor_name(v) for v in model.trainable_weights],
-                                     shapes=[list(v.shape) for v in model.trainable_weights],
-                                     trace_dir=trace_dir)
-        else:
-            table = profile_model(model, model_name, input_size, batch_size, num_classes,
-                                  progress=progress, seed=seed, optimizer=optimizer,
-                                  trace_dir=trace_dir)
+        table_key = reuse.key(model, input_size=int(input_size), batch_size=int(batch_size),
+                              num_classes=int(num_classes), optimizer=optimizer,
+                              profiled=["load_or_profile", FIRST_WARMUP, FIRST_ITERATIONS])
+        table = reuse.get(table_key, model, model_name)
+        if table is not None:
+            log(f"no timing table at {path}: reusing the one profiled in this process for the "
+                f"same model and shapes")
             tables.save_table(table, path)
-            release_memory()
-        log(report.summarize(table))
-    return tables.load_table(path, model=model, input_size=input_size, batch_size=batch_size,
-                             optimizer=optimizer)
+        else:
+            log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
+            table = _profile_first(path, model, model_name, input_size, batch_size,
+                                   num_classes, seed, progress, optimizer, in_child, trace_dir)
+            log(phases_text(table.get("profiling_phases_s"),
+                            "in a child process" if in_child else "in this process"))
+            log(report.summarize(table))
+            reuse.put(table_key, table)
+    loaded = tables.load_table(path, model=model, input_size=input_size,
+                               batch_size=batch_size, optimizer=optimizer)
+    if table is not None:  # a child's phases around profile_model's are not in the file
+        loaded["profiling_phases_s"] = table["profiling_phases_s"]
+    return loaded
 
 
-def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
-                     progress=True, optimizer="sgd", names=None, shapes=None, trace_dir=None):
-    """Profile in a fresh Python process that builds `model_name` (weights "none": timings do
-    not depend on their values), write the table at `path` and return it.
-
-    The child's progress bar goes to this process's stderr; its failure comes back as one
-    UserError line.  `names`/`shapes`: the caller's model's trainable tensors; the child checks
-    its rebuilt model has the same shapes and writes the caller's names into the table (Keras
-    numbers unnamed layers per process, so the names may differ)."""
-    import json
-    import subprocess
-    import sys
-
-    request = {"path": os.path.abspath(path), "model_name": model_name,
-               "input_size": int(input_size), "batch_size": int(batch_size),
-               "num_classes": int(num_classes), "seed": int(seed), "progress": bool(progress),
-               "optimizer": optimizer, "names": names, "shapes": shapes,
-               "trace_dir": trace_dir and os.path.abspath(trace_dir)}
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    # the child imports this very package, not another installed copy
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    with tempfile.TemporaryDirectory(prefix="et_profile_") as tmp:
-        request_file = os.path.join(tmp, "request.json")
-        status_file = os.path.join(tmp, "status.json")
-        with open(request_file, "w") as f:
-            json.dump(dict(request, status=status_file), f)
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD_CODE, request_file], env=env)
-        try:
-            code = proc.wait()
-        except BaseException:  # Ctrl-C reached the child too; do not leave it behind
-            proc.terminate()
-            proc.wait()
-            raise
-        status = {}
-        if os.path.exists(status_file):
-            with open(status_file) as f:
-                status = json.load(f)
-    if code == 0 and status.get("ok"):
-        return tables.load_table(path, input_size=input_size, batch_size=batch_size,
-                                 optimizer=optimizer)
-    if status.get("error"):
-        raise UserError(f"profiling {model_name} failed: {status['error']}")
-    if code < 0:
-        raise UserError(f"the profiling process of {model_name} was killed by signal {-code}"
-                        f"{' (out of memory?)' if -code == 9 else ''}; profile with profiler.py "
-                        f"and pass --timing_table")
-    raise UserError(f"the profiling process of {model_name} exited with code {code}")
+def _profile_first(path, model, model_name, input_size, batch_size, num_classes, seed,
+                   progress, optimizer, in_child, trace_dir):
+    if in_child:
+        return child.profile_in_child(path, model_name, input_size, batch_size, num_classes,
+                                seed=seed, progress=progress, optimizer=optimizer,
+                                names=[flavors.tensor_name(v) for v in model.trainable_weights],
+                                shapes=[list(v.shape) for v in model.trainable_weights],
+                                trace_dir=trace_dir)
+    table = profile_model(model, model_name, input_size, batch_size, num_classes,
+                          num_iterations=FIRST_ITERATIONS, warmup=FIRST_WARMUP,
+                          progress=progress, seed=seed, optimizer=optimizer,
+                          trace_dir=trace_dir)
+    tables.save_table(table, path)
+    release_memory()
+    return table
 
 
-_CHILD_CODE = "from elastictrainer.profiler.run import _child_main; _child_main()"
-
-
-def _child_main():
-    """Entry point of profile_in_child's process: argv[1] is the request file."""
-    import json
-    import sys
-
-    from elastictrainer.errors import one_line
-
+def child_main():
+    """Entry point of child.profile_in_child's process: argv[1] is the request file."""
+    started = time.time()  # after the interpreter's start and this module's imports
     with open(sys.argv[1]) as f:
         req = json.load(f)
     status = {"ok": False}
     code = 1
     try:
-        table = _profile_request(req)
+        phases = Phases()
+        table = _profile_request(req, phases)
         tables.save_table(table, req["path"])
-        status, code = {"ok": True, "peak_rss_mb": table["peak_rss_mb"]}, 0
+        phases.mark("write_table")
+        status, code = {"ok": True, "peak_rss_mb": table["peak_rss_mb"], "started": started,
+                        "phases": phases.seconds}, 0
     except UserError as e:
         status["error"] = one_line(e)
         code = 2
@@ -311,15 +301,21 @@ def _child_main():
         code = 130
     except Exception as e:  # noqa: BLE001  (reported to the parent as one line)
         status["error"] = f"{type(e).__name__}: {one_line(e)}"
+    status["finished"] = time.time()
     with open(req["status"], "w") as f:
         json.dump(status, f)
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The table and the status are written and closed: skip the interpreter's and TensorFlow's
+    # teardown (about 1 s on 2 cores), which the parent would otherwise wait for.
+    os._exit(code)
 
 
-def _profile_request(req):
+def _profile_request(req, phases):
     from elastictrainer.models.build import build_sized
 
     model, _, _ = build_sized(req["model_name"], req["input_size"], req["num_classes"], "none")
+    phases.mark("build_model")
     variables = model.trainable_weights
     if req.get("shapes") is not None:
         shapes = [list(v.shape) for v in variables]
@@ -328,11 +324,14 @@ def _profile_request(req):
                             f"tensors ({len(shapes)}) than the model being trained "
                             f"({len(req['shapes'])})")
     table = profile_model(model, req["model_name"], req["input_size"], req["batch_size"],
-                          req["num_classes"], seed=req["seed"], progress=req["progress"],
+                          req["num_classes"], num_iterations=FIRST_ITERATIONS,
+                          warmup=FIRST_WARMUP, seed=req["seed"], progress=req["progress"],
                           optimizer=req["optimizer"], trace_dir=req.get("trace_dir"))
     if req.get("names") is not None:
         for t, name in zip(table["tensors"], req["names"]):
             t["name"] = name
+    phases.mark("profile")
+    phases.split("profile", table["profiling_phases_s"])
     return table
 
 

@@ -196,6 +196,8 @@ _SCALARS = {
     "host": (lambda v: v is None or isinstance(v, dict), "a JSON object"),
     "trace": (lambda v: v is None or isinstance(v, str), "a string"),
     "profiling_wall_s": (lambda v: v is None or _is_number(v), "a number"),
+    "profiling_phases_s": (lambda v: v is None or (isinstance(v, dict) and all(
+        map(_is_number, v.values()))), "a JSON object of seconds"),
     "peak_rss_mb": (lambda v: v is None or _is_number(v), "a number"),
     "compile_ms": (lambda v: v is None or (_finite(v) and v >= 0), "a number >= 0"),
     "profiled_pid": (lambda v: v is None or _is_int(v), "an integer"),
@@ -232,6 +234,7 @@ class TimingTable(_Record):
     host: dict | None              # platform, processor, tensorflow, devices
     trace: str | None              # the kept .xplane.pb, None when it was deleted
     profiling_wall_s: float | None
+    profiling_phases_s: dict | None    # where those seconds went (profiler/phases.py)
     peak_rss_mb: float | None      # the profiling process's peak memory
     profiled_pid: int | None       # the process that profiled (a child of training's, or not)
     extra: dict = field(default_factory=dict)
@@ -304,7 +307,7 @@ _TABLE_DEFAULTS = {
     "profiled_pid": None,
     # ... and provenance a hand-written table need not give
     "t_fp_ops_ms": None, "t_bp_ops_ms": None, "num_iterations": None, "created": None,
-    "host": None, "trace": None, "profiling_wall_s": None,
+    "host": None, "trace": None, "profiling_wall_s": None, "profiling_phases_s": None,
 }
 _TENSOR_DEFAULTS = {"shape": None, "estimated": False}  # a hand-written table's tensors
 _CALIBRATION_DEFAULTS = {"fixed_ms": 0.0}  # a calibration that fitted no fixed cost (by hand)

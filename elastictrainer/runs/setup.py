@@ -145,10 +145,9 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
                         f"distributed run does not take; use elastic_training (SGD or Adam)")
     time_model = table = table_path = None
     if scheme.elastic and dist.is_chief:
-        # a model object cannot be rebuilt from its name in a child process
         time_model, table, table_path = _load_time_model(
-            cfg, model, num_classes, log, in_child=not given_model, cache=cache,
-            trace_dir=out)
+            cfg, model, num_classes, log, in_child=profiles_in_child(cfg, given_model, dist.on),
+            cache=cache, trace_dir=out)
     restore_random_state(model, rng_state, cfg.seed)
     resume = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
@@ -169,6 +168,15 @@ def _why_uncached(cfg, scheme, dist):
     if scheme.trains_everything:
         return f"{cfg.train_type} trains every tensor, so no prefix is frozen"
     return None
+
+
+def profiles_in_child(cfg, given_model, distributed):
+    """Whether a run that has no timing table profiles in a child process (--profile_in)."""
+    if given_model:  # a model object cannot be rebuilt from its name in a child process
+        return False
+    # a strategy's model is profiled in a child, on one device: its variables live under
+    # the strategy's scope, which the profiler's steps do not enter
+    return cfg.profile_in == "child" or distributed
 
 
 def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None):

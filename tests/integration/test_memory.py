@@ -1,4 +1,4 @@
-"""Peak memory: profiling first happens in another process, a traced step's graph is measured
+"""Peak memory: profiling first can happen in another process, a traced step's graph is measured
 for the compiled-step cache's byte bound (unit/test_memory.py), and the importance probe frees
 as it goes."""
 import os
@@ -12,7 +12,7 @@ from elastictrainer.flavors import optimizers
 from elastictrainer.method import importance
 from elastictrainer.method import schemes
 from elastictrainer.errors import UserError
-from elastictrainer.profiler import run as prun
+from elastictrainer.profiler import child as pchild, run as prun
 from elastictrainer.method.roles import tensor_roles
 from elastictrainer.train.compiled import CompiledSteps, graph_bytes
 
@@ -51,12 +51,30 @@ def test_profiling_first_runs_in_another_process(tmp_path, monkeypatch):
     assert table["profiled_pid"] != os.getpid()
     assert [t["name"] for t in table["tensors"]] == [v.name for v in model.trainable_weights]
     assert table["peak_rss_mb"] > 0
+    # where the child's time went, its start and model build included, comes back with it
+    phases = table["profiling_phases_s"]
+    assert {"child_start", "build_model", "trace_compile", "traced_steps", "write_table",
+            "child_exit"} <= set(phases) and all(s >= 0 for s in phases.values())
+    assert any(m.startswith("profiled in a child process in ") for m in logged)
+
+
+def test_a_run_profiles_in_its_own_process_unless_it_asks_for_a_child():
+    import dataclasses
+
+    from elastictrainer import Config
+    from elastictrainer.runs.setup import profiles_in_child
+
+    here, child = Config(), dataclasses.replace(Config(), profile_in="child")
+    assert not profiles_in_child(here, given_model=False, distributed=False)
+    assert profiles_in_child(child, given_model=False, distributed=False)
+    assert profiles_in_child(here, given_model=False, distributed=True)  # a strategy's model
+    assert not profiles_in_child(child, given_model=True, distributed=False)  # not rebuildable
 
 
 def test_an_error_in_the_profiling_process_is_one_user_error_line(tmp_path):
     missing = str(tmp_path / "nowhere.keras")
     with pytest.raises(UserError) as e:
-        prun.profile_in_child(str(tmp_path / "t.json"), missing, 16, 4, 10, progress=False)
+        pchild.profile_in_child(str(tmp_path / "t.json"), missing, 16, 4, 10, progress=False)
     message = str(e.value)
     assert "\n" not in message and "model file not found" in message and missing in message
     assert not os.path.exists(tmp_path / "t.json")

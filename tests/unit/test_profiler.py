@@ -5,6 +5,7 @@ import pytest
 
 from elastictrainer.method import time_model
 from elastictrainer.profiler import calibration, trace
+from elastictrainer.profiler.phases import Phases, phases_text
 from helpers import run_profiler_cli as _run
 
 
@@ -169,3 +170,21 @@ def test_calibration_clips_to_non_negative_scales_and_falls_back_to_uniform():
     a, b = calibration.fit_calibration(t_dw3, np.ones(3), np.arange(3), t_fp, 10.0,
                                        {"x": (np.array([1, 0, 1], bool), 0.5)})
     assert a == (10.0 - t_fp) / t_dw3.sum() and b == 0.0
+
+
+# ------------------------------------------------------------------------------ phases
+def test_phases_book_the_time_between_marks_and_add_up_repeats():
+    readings = iter([0.0, 1.0, 1.5, 4.0, 4.25, 10.0])
+    ph = Phases(clock=lambda: next(readings))
+    for name in ("build", "warmup", "steps", "warmup", "profile"):
+        ph.mark(name)
+    assert ph.seconds == {"build": 1.0, "warmup": 0.75, "steps": 2.5, "profile": 5.75}
+    ph.split("profile", {"trace": 3.0, "parse": 2.0})  # a nested ledger's phases
+    assert ph.seconds == {"build": 1.0, "warmup": 0.75, "steps": 2.5, "trace": 3.0,
+                          "parse": 2.0, "profile_other": 0.75}
+
+
+def test_phases_text_gives_the_total_and_the_largest_first():
+    line = phases_text({"child_start": 2.5, "trace_compile": 4.0, "setup": 0.01}, "in a child")
+    assert line == "profiled in a child in 6.5 s: trace compile 4.0 s, child start 2.5 s"
+    assert phases_text(None, "in this process") == "profiled in this process"
