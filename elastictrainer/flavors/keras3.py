@@ -1,7 +1,7 @@
 """Keras 3 (`import keras` on TensorFlow >= 2.16, TensorFlow backend): its optimizers' update
 without the distribution machinery, per-tensor Adam bias correction, the closed-form fresh step,
-and what the rest of the package needs to know about its models.  Private Keras 3 API through
-compat.py.
+and what the rest of the package needs to know about its models (their functional graph
+included, which the prefix cache flattens).  Private Keras 3 API through compat.py.
 
 A Keras 3 optimizer is built once for every trainable variable and then applies gradients to
 any subset of them (it refuses a variable it was not built with: "Unknown variable").  Its own

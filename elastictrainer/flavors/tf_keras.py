@@ -1,7 +1,7 @@
 """tf-keras (Keras 2 API, `import tf_keras as keras`): its optimizers' update without the
 distribution machinery, per-tensor Adam bias correction, the closed-form fresh step, and what
-the rest of the package needs to know about its models.  Private tf-keras API through
-compat.py."""
+the rest of the package needs to know about its models (their functional graph included,
+which the prefix cache flattens).  Private tf-keras API through compat.py."""
 import tensorflow as tf
 import tf_keras as keras
 
