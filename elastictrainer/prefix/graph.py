@@ -54,7 +54,9 @@ _RANDOM_OP = re.compile(r"Random|^Rng|^Stateful(?!PartitionedCall$)|TruncatedNor
 
 @dataclasses.dataclass
 class Call:
-    """One layer call of the flat graph."""
+    """One layer call of the flat graph (`layer`: a Keras 3 graph may also call an operation
+    that is no layer, such as `keras.ops.add` or `x * y` on its tensors, which has no
+    weights)."""
     layer: Any
     args: Any                 # (call_args, call_kwargs), KerasTensors as in the model
     inputs: List[int]         # value ids it reads
@@ -164,7 +166,7 @@ class FlatGraph:
         if not cuts:
             return cuts
         random_calls = self._random_calls(cuts[-1])
-        weighted = [i for i, c in enumerate(self.calls) if c.layer.weights]
+        weighted = [i for i, c in enumerate(self.calls) if _weights(c.layer)]
         first_weighted = weighted[0] if weighted else len(self.calls)
 
         def random_in(cut, augmentation):
@@ -200,7 +202,7 @@ class FlatGraph:
         output-most cut whose suffix holds it and whose prefix does not, -1 for none."""
         where = {}
         for i, c in enumerate(self.calls):
-            for w in c.layer.trainable_weights:
+            for w in _weights(c.layer, trainable=True):
                 where.setdefault(id(w), set()).add(i)
         out = []
         for v in variables:
@@ -288,6 +290,11 @@ def is_batch_dependent(layer, flavor):
             and not batchnorm.in_inference(layer))
 
 
+def _weights(layer, trainable=False):
+    """A call's layer's (trainable) weights; none for a Keras 3 operation that is no layer."""
+    return list(getattr(layer, "trainable_weights" if trainable else "weights", None) or [])
+
+
 def call_cost(call):
     """A call's forward cost, estimated: two per multiply-add of each kernel (weights of two
     or more dimensions) at every output position, plus ELEMENT_COST per output element."""
@@ -300,5 +307,5 @@ def call_cost(call):
         elements += int(np.prod(shape)) if shape else 1
         channels = shape[-1] if shape else 1
     positions = elements / max(channels, 1)
-    macs = sum(int(np.prod(w.shape)) for w in call.layer.weights if len(w.shape) >= 2)
+    macs = sum(int(np.prod(w.shape)) for w in _weights(call.layer) if len(w.shape) >= 2)
     return 2.0 * macs * positions + ELEMENT_COST * elements

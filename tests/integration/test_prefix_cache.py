@@ -611,3 +611,31 @@ def test_a_keras3_model_trains_from_the_cache(tmp_path):
     assert [b["cut"] for b in pc["builds"]] == ["conv2d"]
     assert sum(m.startswith("prefix cache:") for m in lines) == 1
     assert not any("uncached" in m for m in lines)
+
+
+def test_a_keras3_residual_graph_with_ops_and_a_nested_sequential_is_cut_at_block_outputs():
+    """A Keras 3 graph may call operations that are no layers (`keras.ops.add`, `x * y` on its
+    tensors; no weights) and nest a keras.Sequential: the cuts are the block outputs, and the
+    sub-models at each cut compute the model's output."""
+    keras3.utils.set_random_seed(0)
+    stem = keras3.Sequential([keras3.Input((SIZE, SIZE, 3)),
+                              keras3.layers.Conv2D(8, 3, padding="same", name="stem")],
+                             name="stem_seq")
+    image = keras3.Input((SIZE, SIZE, 3))
+    x = stem(image)
+    h = keras3.layers.Conv2D(8, 3, padding="same", name="branch")(x)
+    x = keras3.ops.add(x, h * 0.5)  # a residual block's output, made by operations
+    x = keras3.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = keras3.Model(image, keras3.layers.Dense(CLASSES, name="head")(x))
+    graph = FlatGraph(model)
+    names = [c.name for c in graph.cuts]
+    assert names[0] == "stem" and names[-1] == "pool" and "branch" not in names
+    assert len(names) == 3  # stem, the add, pool: not the branch or its scaling
+    assert all(c.forward_share > 0 for c in graph.cuts)
+    x = tf.random.uniform((3, SIZE, SIZE, 3))
+    for cut in graph.cuts:
+        prefix, suffix = graph.prefix_model(cut), graph.suffix_model(cut)
+        np.testing.assert_allclose(suffix(prefix(x)), model(x), rtol=1e-5, atol=1e-5)
+    assert [graph.cuts[k].name if k >= 0 else None
+            for k in graph.tensor_cuts(model.trainable_weights)] == [
+        None, None, "stem", "stem", "pool", "pool"]  # the branch reads the stem's output
