@@ -5,8 +5,9 @@ backend).  A model, an optimizer or a saved file says which it is; the user neve
 Each flavor module provides the same functions: make_optimizer, check_optimizer,
 prepare_optimizer, the update's parts (begin_update, prepare_gradients, update_variable,
 finish_update: optimizers.apply_updates puts them together), tensor_steps, fresh_step_supported,
-fresh_step (the optimizer's side); a model's layers, names, random state and loading; model.fit's
-step parts; is_model, is_optimizer (detection).  Importing this package imports neither Keras.
+fresh_step (the optimizer's side); a model's layers, names, random state and loading; its
+functional graph (is_functional, graph_calls, call_mode, graph_input, functional_model:
+prefix/graph.py); model.fit's step parts; is_model, is_optimizer (detection).  Importing this package imports neither Keras.
 """
 import importlib
 

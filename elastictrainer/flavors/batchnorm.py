@@ -42,16 +42,21 @@ def batch_norm_layers(model):
     from elastictrainer import flavors
 
     flavor = flavors.for_model(model)
-    layers = flavor.keras.layers
-    types = (layers.BatchNormalization,) + tuple(
-        t for t in [getattr(getattr(layers, "experimental", None), "SyncBatchNormalization",
-                            None)] if t is not None)
+    types = batch_norm_types(flavor)
     found, seen = [], set()
     for layer in flavor.layers(model):
         if isinstance(layer, types) and id(layer) not in seen:
             seen.add(id(layer))
             found.append(layer)
     return found
+
+
+def batch_norm_types(flavor):
+    """The BatchNorm layer classes of a flavor's Keras (its SyncBatchNormalization too)."""
+    layers = flavor.keras.layers
+    return (layers.BatchNormalization,) + tuple(
+        t for t in [getattr(getattr(layers, "experimental", None), "SyncBatchNormalization",
+                            None)] if t is not None)
 
 
 def apply(model, mode):

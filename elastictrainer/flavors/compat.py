@@ -47,6 +47,10 @@ Keras 3 layers (flavors/keras3.py)
         this Keras does (3.3 does not: its replicas' gradients are then averaged).  No public
         accessor for either.
     keras_history and layer_input_tensors (below) read Keras 3's tensors and nodes as well.
+    keras3_node_call (`KerasTensor._keras_history`, `Operation._inbound_nodes`, a node's
+        `arguments`): the layer call that made a tensor of a Keras 3 functional model, with
+        its arguments, input and output tensors (prefix/graph.py flattens the model into
+        these calls).  Keras 3 has no public accessor for a model's nodes.
 
 tf.function
     concrete_functions (`_list_all_concrete_functions`): the graphs a tf.function has traced
@@ -70,6 +74,9 @@ Profiler (profiler/trace.py)
 tf-keras layers and the functional graph
     keras_history (`KerasTensor._keras_history`): the layer (and its call) that made a
         functional model's tensor (roles.py, models/base.py).  No public accessor.
+    tf_keras_node_call (`KerasTensor._keras_history`, the node's `call_args`, `call_kwargs`,
+        `keras_inputs`): the layer call that made a tensor of a tf-keras functional model, as
+        prefix/graph.py flattens the model.  No public accessor.
     layer_input_tensors (`Layer._inbound_nodes[i].input_tensors`): the tensors a layer's
         i-th call took (models/base.py).  Public `Layer.get_input_at(i)` returns the same
         tensors, one input unwrapped from its list; it could replace this one.
@@ -249,6 +256,18 @@ def keras3_flatten_layers(model):
     return list(model._flatten_layers(include_self=True, recursive=True))
 
 
+
+def keras3_node_call(tensor):
+    """(layer, node, call_args, call_kwargs, input_tensors, output_tensors, is_input) of the
+    call that made a Keras 3 functional model's KerasTensor: its `_keras_history` names the
+    operation and the index of its call (`_inbound_nodes`), whose node keeps the arguments it
+    was called with (`arguments`: SymbolicArguments) and the KerasTensors it made."""
+    operation, index = tensor._keras_history[:2]
+    node = operation._inbound_nodes[index]
+    arguments = node.arguments
+    return (operation, node, arguments.args, dict(arguments.kwargs),
+            list(arguments.keras_tensors), list(node.outputs), node.is_input)
+
 _MODULES = {}
 
 
@@ -311,6 +330,18 @@ def keras_history(tensor):
     None for a tensor no Keras layer made (tf-keras names the layer `layer`, Keras 3
     `operation`: index it)."""
     return getattr(tensor, "_keras_history", None)
+
+
+def tf_keras_node_call(tensor):
+    """(layer, node, call_args, call_kwargs, input_tensors, output_tensors, is_input) of the
+    call that made a tf-keras functional model's KerasTensor (keras_history, then the layer's
+    node of that call and what it records of the call)."""
+    import tensorflow as tf
+
+    layer, index = tensor._keras_history[:2]
+    node = layer.inbound_nodes[index]
+    return (layer, node, node.call_args, dict(node.call_kwargs), list(node.keras_inputs),
+            tf.nest.flatten(node.outputs), node.is_input)
 
 
 def layer_input_tensors(layer, node_index):

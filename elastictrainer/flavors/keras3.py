@@ -1,7 +1,7 @@
 """Keras 3 (`import keras` on TensorFlow >= 2.16, TensorFlow backend): its optimizers' update
 without the distribution machinery, per-tensor Adam bias correction, the closed-form fresh step,
-and what the rest of the package needs to know about its models.  Private Keras 3 API through
-compat.py.
+and what the rest of the package needs to know about its models (their functional graph
+included, which the prefix cache flattens).  Private Keras 3 API through compat.py.
 
 A Keras 3 optimizer is built once for every trainable variable and then applies gradients to
 any subset of them (it refuses a variable it was not built with: "Unknown variable").  Its own
@@ -251,7 +251,22 @@ def steps_per_execution(model):
 
 
 
+# ---------------------------------------------------------------------------- functional graph
+def graph_calls(model):
+    """shared.graph_calls of a functional model of this Keras."""
+    return shared.graph_calls(model, compat.keras3_node_call)
+
+
+def call_mode(call_kwargs, enclosing):
+    """The training mode a layer call of a functional graph runs in, given the call's own
+    arguments and the mode of the call enclosing it (None: the step's): Keras 3's functional
+    call hands the mode it was called in to every call of its graph over what the graph
+    passes, so a backbone called with training=False runs in the step's mode when the step
+    says training=True (as every step here does; checked by the tests on Keras 3.3 and 3.15)."""
+    return enclosing
+
+
 # the same in both Kerases (shared.py), bound to this one
 made_by, finish_update = shared.made_by, shared.finish_update
 (norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
- make_optimizer) = shared.bound(keras)
+ make_optimizer, graph_input, is_functional) = shared.bound(keras)

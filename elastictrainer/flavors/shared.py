@@ -90,9 +90,45 @@ def first_step(grads, variables, coefficients, use_weight_decay):
     return out
 
 
+def graph_input(keras, shape, dtype, name):
+    """A new symbolic input of a functional model (per-example `shape`)."""
+    return keras.Input(shape=tuple(shape), dtype=dtype, name=name)
+
+
+def is_functional(keras, obj):
+    """Whether `obj` is a functional model of `keras` (a graph of layer calls between
+    symbolic inputs and outputs); a subclassed model has no outputs to walk back from."""
+    return isinstance(obj, keras.Model) and bool(getattr(obj, "outputs", None))
+
+
+def graph_calls(model, node_call):
+    """(layer, call_args, call_kwargs, input_tensors, output_tensors) of every layer call of a
+    functional model's own graph (a nested model's call is one of them), inputs first, input
+    layers left out: a depth-first search back from its outputs, `node_call(tensor)` giving
+    the call that made a tensor (compat's tf_keras_node_call, keras3_node_call)."""
+    order, seen = [], set()
+    inputs = {id(t) for t in model.inputs}
+
+    def visit(tensor):
+        if id(tensor) in inputs:
+            return
+        layer, node, args, kwargs, ins, outs, is_input = node_call(tensor)
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for t in ins:
+            visit(t)
+        if not is_input:
+            order.append((layer, args, kwargs, ins, outs))
+
+    for t in model.outputs:
+        visit(t)
+    return order
+
+
 def bound(keras):
-    """norm_layer_types, dense_type, functional_model, set_random_seed, load_model and
-    make_optimizer, bound to `keras`."""
+    """norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
+    make_optimizer, graph_input and is_functional, bound to `keras`."""
     return tuple(functools.partial(f, keras) for f in (
         norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
-        make_optimizer))
+        make_optimizer, graph_input, is_functional))

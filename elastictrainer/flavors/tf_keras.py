@@ -1,7 +1,7 @@
 """tf-keras (Keras 2 API, `import tf_keras as keras`): its optimizers' update without the
 distribution machinery, per-tensor Adam bias correction, the closed-form fresh step, and what
-the rest of the package needs to know about its models.  Private tf-keras API through
-compat.py."""
+the rest of the package needs to know about its models (their functional graph included,
+which the prefix cache flattens).  Private tf-keras API through compat.py."""
 import tensorflow as tf
 import tf_keras as keras
 
@@ -269,7 +269,22 @@ def steps_per_execution(model):
 
 
 
+# ---------------------------------------------------------------------------- functional graph
+def graph_calls(model):
+    """shared.graph_calls of a functional model of this Keras."""
+    return shared.graph_calls(model, compat.tf_keras_node_call)
+
+
+def call_mode(call_kwargs, enclosing):
+    """The training mode a layer call of a functional graph runs in, given the call's own
+    arguments and the mode of the call enclosing it (None: the step's): tf-keras keeps a
+    `training` the graph passes (a backbone called with training=False stays in inference
+    mode inside a training step)."""
+    mode = call_kwargs.get("training")
+    return enclosing if mode is None else bool(mode)
+
+
 # the same in both Kerases (shared.py), bound to this one
 made_by, finish_update = shared.made_by, shared.finish_update
 (norm_layer_types, dense_type, functional_model, set_random_seed, load_model,
- make_optimizer) = shared.bound(keras)
+ make_optimizer, graph_input, is_functional) = shared.bound(keras)

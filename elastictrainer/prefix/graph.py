@@ -1,12 +1,17 @@
-"""A tf-keras functional model as one flat graph of layer calls, its cut points, and the
-sub-models on either side of a cut (the frozen prefix and the trained suffix; cache.py).
+"""A functional model, tf-keras or Keras 3, as one flat graph of layer calls, its cut points,
+and the sub-models on either side of a cut (the frozen prefix and the trained suffix; cache.py).
 
-Nested functional models (the built-in models' backbones) are flattened: each of their layer
-calls becomes a call of the flat graph, with the training mode the nesting gives it (a backbone
-called with training=False runs its BatchNorm layers in inference mode, whatever the step's
-mode; so does every BatchNorm layer under --bn_mode inference).  A subclassed model or layer
-stays one opaque call.  Sub-models call the same layer objects again (public functional API),
-so they share every weight with the model.
+Nested functional models (the built-in models' backbones, a Keras 3 backbone called inside an
+outer model) are flattened: each of their layer calls becomes a call of the flat graph, with
+the training mode the nesting gives it in the model's Keras (the flavor's call_mode): in
+tf-keras a backbone called with training=False runs its BatchNorm layers in inference mode,
+whatever the step's mode; Keras 3 hands a model's mode to every call of its graph, so there the
+step's training=True wins over the backbone's training=False.  Every BatchNorm layer under
+--bn_mode inference runs in inference mode either way.  A subclassed model or layer stays one
+opaque call.  The model's calls, with their arguments and tensors, come from its flavor module
+(graph_calls; the private attributes they read are compat.py's); this module is the same for
+both Kerases.  Sub-models call the same layer objects again on new inputs (public functional
+API), so they share every weight with the model.
 
 A cut is a tensor every path from the input to the output goes through: the calls after it
 (the suffix) need nothing from before it but the cut itself.  For a ResNet these are the block
@@ -30,18 +35,15 @@ from typing import Any, List, Optional
 
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
 
 from elastictrainer import flavors
-from elastictrainer.flavors import batchnorm, compat
+from elastictrainer.flavors import batchnorm
 
 # Relative cost of one output element of any layer (normalisation, activation, resampling,
 # adds), against one multiply-add of a kernel counted as two: a memory-bound element costs
 # about what a few multiply-adds do on a CPU.  Only for the forward shares of the suffixes,
 # which the time model scales to the profiled forward pass; the closed loop measures the steps.
 ELEMENT_COST = 8.0
-# Layers whose output depends on the batch they run in when they run in training mode.
-_BATCH_DEPENDENT = (keras.layers.BatchNormalization,)
 # Op types that draw random numbers (is_random_op), by the words TensorFlow's names for them
 # share: RandomUniform, StatelessRandomUniformV2, RandomShuffle, RngReadAndSkip,
 # StatefulUniformFullInt, StatelessTruncatedNormalV2, Multinomial, SampleDistortedBoundingBox,
@@ -52,7 +54,9 @@ _RANDOM_OP = re.compile(r"Random|^Rng|^Stateful(?!PartitionedCall$)|TruncatedNor
 
 @dataclasses.dataclass
 class Call:
-    """One layer call of the flat graph."""
+    """One layer call of the flat graph (`layer`: a Keras 3 graph may also call an operation
+    that is no layer, such as `keras.ops.add` or `x * y` on its tensors, which has no
+    weights)."""
     layer: Any
     args: Any                 # (call_args, call_kwargs), KerasTensors as in the model
     inputs: List[int]         # value ids it reads
@@ -84,14 +88,17 @@ class FlatGraph:
     """The model's layer calls in topological order (`calls`), its input and output values,
     its cuts from the input up (`cuts`), and the random op types of each layer call in the
     output-most cut's prefix (`random_ops`, by layer name).  UserError-free: `why_not` says
-    why a model has no cut (not a tf-keras functional model, several inputs or outputs)."""
+    why a model has no cut (not a functional model of either Keras, several inputs or
+    outputs)."""
 
     def __init__(self, model):
         self.model = model
         self.calls, self.why_not, self.cuts, self.random_ops = [], None, [], {}
         self._canon, self._kt = {}, {}
-        if not (isinstance(model, keras.Model) and getattr(model, "outputs", None)):
-            self.why_not = "it is not a tf-keras functional model"
+        self.flavor = flavors.for_model(model) if flavors.is_model(model) else None
+        if self.flavor is None or not self.flavor.is_functional(model):
+            self.why_not = ("it is not a functional model (a subclassed model is one opaque "
+                            "call)")
             return
         if len(model.inputs) != 1 or len(model.outputs) != 1:
             self.why_not = "it has more than one input or output"
@@ -108,23 +115,19 @@ class FlatGraph:
         return self._canon.get(k, k)
 
     def _walk(self, model, training):
-        for layer, node in _topological_nodes(model):
-            args = (node.call_args, node.call_kwargs)
-            mode = node.call_kwargs.get("training", training)
-            mode = training if mode is None else bool(mode)
-            inner = isinstance(layer, keras.Model) and getattr(layer, "outputs", None)
-            if inner:
-                for t, a in zip(layer.inputs, node.keras_inputs):
+        for layer, call_args, call_kwargs, inputs, outputs in self.flavor.graph_calls(model):
+            mode = self.flavor.call_mode(call_kwargs, training)
+            if self.flavor.is_functional(layer):
+                for t, a in zip(layer.inputs, inputs):
                     self._canon[id(t)] = self._key(a)
                 self._walk(layer, mode)
-                for t, o in zip(tf.nest.flatten(node.outputs), layer.outputs):
+                for t, o in zip(outputs, layer.outputs):
                     self._canon[id(t)] = self._key(o)
                 continue
             self.calls.append(Call(
-                layer=layer, args=args, training=mode,
-                inputs=[self._key(t) for t in node.keras_inputs],
-                outputs=[self._key(t) for t in tf.nest.flatten(node.outputs)],
-                tensors=tf.nest.flatten(node.outputs)))
+                layer=layer, args=(call_args, call_kwargs), training=mode,
+                inputs=[self._key(t) for t in inputs],
+                outputs=[self._key(t) for t in outputs], tensors=list(outputs)))
 
     # ------------------------------------------------------------------ cuts
     def _find_cuts(self):
@@ -158,11 +161,12 @@ class FlatGraph:
                 forward_share=sum(costs[j] for j in suffix) / total,
                 batch_prefix=tuple(self.calls[j].layer.name for j in prefix
                                    if self.calls[j].training is not False
-                                   and is_batch_dependent(self.calls[j].layer))))
+                                   and is_batch_dependent(self.calls[j].layer,
+                                                          self.flavor))))
         if not cuts:
             return cuts
         random_calls = self._random_calls(cuts[-1])
-        weighted = [i for i, c in enumerate(self.calls) if c.layer.weights]
+        weighted = [i for i, c in enumerate(self.calls) if _weights(c.layer)]
         first_weighted = weighted[0] if weighted else len(self.calls)
 
         def random_in(cut, augmentation):
@@ -198,7 +202,7 @@ class FlatGraph:
         output-most cut whose suffix holds it and whose prefix does not, -1 for none."""
         where = {}
         for i, c in enumerate(self.calls):
-            for w in c.layer.trainable_weights:
+            for w in _weights(c.layer, trainable=True):
                 where.setdefault(id(w), set()).add(i)
         out = []
         for v in variables:
@@ -219,7 +223,7 @@ class FlatGraph:
     def suffix_model(self, cut):
         """cut -> output, the model's layers (shared weights)."""
         kt = self._kt[cut.value]
-        start = keras.Input(shape=kt.shape[1:], dtype=kt.dtype, name=f"{cut.name}_cached")
+        start = self.flavor.graph_input(kt.shape[1:], kt.dtype, f"{cut.name}_cached")
         return self._rebuild(cut.value, start, set(cut.suffix), self.output, "suffix")
 
     def _rebuild(self, source, start, keep, target, name):
@@ -235,33 +239,7 @@ class FlatGraph:
             out = tf.nest.flatten(c.layer(*call_args, **call_kwargs))
             for k, t in zip(c.outputs, out):
                 values[k] = t
-        return flavors.for_model(self.model).functional_model(
-            start, values[target], f"{self.model.name}_{name}")
-
-
-def _topological_nodes(model):
-    """(layer, node) of every call of `model`'s own graph, inputs first (input layers left
-    out), by depth-first search back from its outputs."""
-    order, seen = [], set()
-    inputs = {id(t) for t in model.inputs}
-
-    def visit(kt):
-        if id(kt) in inputs:
-            return
-        history = compat.keras_history(kt)
-        layer, index = history[0], history[1]
-        node = layer.inbound_nodes[index]
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        for t in node.keras_inputs:
-            visit(t)
-        if not node.is_input:
-            order.append((layer, node))
-
-    for t in model.outputs:
-        visit(t)
-    return order
+        return self.flavor.functional_model(start, values[target], f"{self.model.name}_{name}")
 
 
 def is_random_op(op_type):
@@ -304,12 +282,17 @@ def random_ops_by_scope(graph_def):
     return out
 
 
-def is_batch_dependent(layer):
-    """Whether `layer`'s output for one example depends on the rest of its batch in training
-    mode (BatchNorm's batch statistics; a layer not trainable, or one --bn_mode inference put
-    in inference mode, runs on its moving statistics)."""
-    return (isinstance(layer, _BATCH_DEPENDENT) and layer.trainable
+def is_batch_dependent(layer, flavor):
+    """Whether `layer` (of `flavor`'s Keras) gives one example an output that depends on the
+    rest of its batch in training mode (BatchNorm's batch statistics; a layer not trainable,
+    or one --bn_mode inference put in inference mode, runs on its moving statistics)."""
+    return (isinstance(layer, batchnorm.batch_norm_types(flavor)) and layer.trainable
             and not batchnorm.in_inference(layer))
+
+
+def _weights(layer, trainable=False):
+    """A call's layer's (trainable) weights; none for a Keras 3 operation that is no layer."""
+    return list(getattr(layer, "trainable_weights" if trainable else "weights", None) or [])
 
 
 def call_cost(call):
@@ -324,5 +307,5 @@ def call_cost(call):
         elements += int(np.prod(shape)) if shape else 1
         channels = shape[-1] if shape else 1
     positions = elements / max(channels, 1)
-    macs = sum(int(np.prod(w.shape)) for w in call.layer.weights if len(w.shape) >= 2)
+    macs = sum(int(np.prod(w.shape)) for w in _weights(call.layer) if len(w.shape) >= 2)
     return 2.0 * macs * positions + ELEMENT_COST * elements

@@ -1,7 +1,8 @@
-"""Which cuts of a model the prefix cache may use (plan): the prefix must be deterministic per
-example (no BatchNorm computing batch statistics, no random op before the cut but random input
-augmentation, which is kept as a few views of each image: views_at), hold enough of the forward
-pass, and fit the memory budget or the disk; under --cache_frozen_prefix auto the run must also
+"""Which cuts of a model (a functional one, tf-keras or Keras 3: graph.py) the prefix cache may
+use (plan): the prefix must be deterministic per example (no BatchNorm computing batch
+statistics, no random op before the cut but random input augmentation, which is kept as a few
+views of each image: views_at), hold enough of the forward pass, and fit the memory budget or
+the disk; under --cache_frozen_prefix auto the run must also
 outlast the passes that fill the cache.  When none does, one line says why, and no_cut_note
 gives it again for a refusal that follows from it."""
 import os

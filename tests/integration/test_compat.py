@@ -205,6 +205,27 @@ def test_layer_input_tensors_are_what_the_layer_was_called_with():
     assert compat.keras_history(inputs[0]).layer is model.layers[-2]
 
 
+@pytest.mark.parametrize("flavor", ["tf_keras", "keras3"])
+def test_node_call_gives_the_layer_arguments_and_tensors_of_a_call(flavor):
+    """tf_keras_node_call / keras3_node_call: the call that made a functional model's tensor,
+    with the arguments the graph passed (a nested model's training=False) and its tensors."""
+    k = keras if flavor == "tf_keras" else importlib.import_module("keras")
+    node_call = getattr(compat, f"{flavor}_node_call")
+    inner = k.Input((3,))
+    backbone = k.Model(inner, k.layers.Dense(4, name="dense")(inner), name="backbone")
+    image = k.Input((3,))
+    features = backbone(image, training=False)
+    model = k.Model(image, k.layers.Dense(2, name="head")(features))
+    layer, node, args, kwargs, inputs, outputs, is_input = node_call(model.outputs[0])
+    assert layer is model.get_layer("head") and not is_input
+    assert inputs == [features] and args[0] is features and outputs == [model.outputs[0]]
+    layer, node, args, kwargs, inputs, outputs, is_input = node_call(features)
+    assert layer is backbone and kwargs.get("training") is False and inputs == [image]
+    assert node_call(image)[-1]  # the model's input: an input layer's call
+    assert node_call(inner)[0] is not node_call(image)[0]  # each input its own layer
+
+
+
 def test_own_trainable_weights_leave_out_the_sublayers():
     model = tiny_model()
     head = model.get_layer("head")

@@ -1,6 +1,7 @@
 """--cache_frozen_prefix (prefix/cache.py, prefix/graph.py): the cut points of a model and the
 random ops in their prefixes, cached and uncached runs that agree step by step, stores that
-go stale, and the ways a cache turns itself off or is never on."""
+go stale, and the ways a cache turns itself off or is never on; tf-keras models first, then
+Keras 3 ones (the nesting's training mode as Keras 3 gives it)."""
 import errno
 import json
 import os
@@ -9,12 +10,14 @@ import signal
 import numpy as np
 import pytest
 import tensorflow as tf
+import keras as keras3
 import tf_keras as keras
 
 from elastictrainer import config, runlog
 from elastictrainer.runs import loop
 from elastictrainer.prefix import plan as prefix_plan, store as prefix_store
 from elastictrainer.errors import UserError
+from elastictrainer.flavors import batchnorm
 from elastictrainer.method.roles import tensor_roles
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.prefix.graph import FlatGraph
@@ -425,16 +428,6 @@ def nested_table(tmp_path_factory):
     return path, TimeModel(table).rho_floor
 
 
-def test_a_keras3_model_trains_uncached_with_one_warning(tmp_path):
-    from helpers import keras3_cnn
-
-    lines = []
-    summary = loop.run(cfg(tmp_path, "k3", cache_frozen_prefix=True, num_epochs=1),
-                       log=lines.append, model=keras3_cnn(num_classes=CLASSES), data=data())
-    assert summary["status"] == "finished" and summary["prefix_cache"] is None
-    assert sum("not a tf-keras functional model; training uncached" in m for m in lines) == 1
-
-
 def test_auto_caches_what_pays_and_says_in_one_line_why_not_otherwise(tmp_path):
     def run(name, **kw):
         lines = []
@@ -471,3 +464,178 @@ def test_auto_leaves_a_distributed_run_uncached_and_says_why():
     assert why.startswith("--strategy mirrored trains on several replicas")
     assert _why_uncached(config.Config(), scheme, SimpleNamespace(on=False)) is None
     assert _why_uncached(config.Config(cache_frozen_prefix=False), scheme, dist) is None
+
+
+# -- Keras 3 (`import keras`) functional models, through flavors/keras3.py ---------------
+
+
+def nested_keras3_model(augment=False, backbone_training=False, dropout=True, seed=0):
+    """Input -> [RandomFlip] -> Rescaling -> a nested conv-BN-ReLU backbone (a keras3.Model called
+    with training=False, or with no training argument) -> pool -> [dropout] -> dense.  Seeded."""
+    keras3.utils.set_random_seed(seed)
+    image = keras3.Input((SIZE, SIZE, 3))
+    x = keras3.layers.RandomFlip("horizontal", name="flip")(image) if augment else image
+    x = keras3.layers.Rescaling(1 / 255.0, name="scale")(x)
+    inner = keras3.Input((SIZE, SIZE, 3))
+    h = inner
+    for i, width in enumerate((8, 12)):
+        h = keras3.layers.Conv2D(width, 3, strides=2, padding="same", use_bias=False,
+                                name=f"conv{i}")(h)
+        h = keras3.layers.BatchNormalization(name=f"bn{i}")(h)
+        h = keras3.layers.ReLU(name=f"relu{i}")(h)
+    backbone = keras3.Model(inner, h, name="backbone")
+    x = backbone(x) if backbone_training is None else backbone(x, training=backbone_training)
+    x = keras3.layers.GlobalAveragePooling2D(name="pool")(x)
+    if dropout:
+        x = keras3.layers.Dropout(0.2, name="dropout")(x)
+    return keras3.Model(image, keras3.layers.Dense(CLASSES, name="head")(x), name="nested_k3")
+
+
+KERAS3_CUTS = ["scale", "conv0", "bn0", "relu0", "conv1", "bn1", "relu1", "pool", "dropout"]
+
+
+@pytest.mark.parametrize("backbone_training", [False, None])
+def test_cut_points_of_a_nested_keras3_model_and_the_sub_models_share_its_weights(
+        backbone_training):
+    model = nested_keras3_model(backbone_training=backbone_training)
+    graph = FlatGraph(model)
+    assert graph.why_not is None
+    names = [c.name for c in graph.cuts]
+    assert names == KERAS3_CUTS  # the backbone is flattened: its layers' outputs are cut points
+    relu0 = graph.cuts[names.index("relu0")]
+    assert relu0.shape == (8, 8, 8) and relu0.bytes_per_example == 8 * 8 * 8 * 4
+    assert 0 < relu0.forward_share < graph.cuts[names.index("scale")].forward_share < 1
+    assert graph.cuts[names.index("dropout")].random_prefix == ("dropout",)
+    assert list(graph.random_ops) == ["dropout"]
+    # conv0, bn0 gamma, beta, conv1, bn1 gamma, beta, head kernel, bias
+    tensor_cuts = graph.tensor_cuts(model.trainable_weights)
+    assert [names[k] for k in tensor_cuts] == ["scale", "conv0", "conv0", "relu0", "conv1",
+                                               "conv1", "dropout", "dropout"]
+    prefix, suffix = graph.prefix_model(relu0), graph.suffix_model(relu0)
+    assert [id(w) for w in prefix.trainable_weights] == [id(w) for w in
+                                                         model.trainable_weights[:3]]
+    assert [id(w) for w in suffix.trainable_weights] == [id(w) for w in
+                                                         model.trainable_weights[3:]]
+    x = tf.random.uniform((3, SIZE, SIZE, 3), 0, 255)
+    np.testing.assert_array_equal(suffix(prefix(x, training=False), training=False),
+                                  model(x, training=False))
+
+
+def test_a_nested_backbones_batchnorm_runs_in_the_steps_mode_as_keras3_runs_it():
+    """Keras 3 hands the mode a model is called in to every call of its graph, over a nested
+    backbone's training=False: the graph must say the backbone's BatchNorm computes batch
+    statistics in a training step (so no cut above bn0 qualifies), as Keras does, and
+    --bn_mode inference must lift that."""
+    model = nested_keras3_model(backbone_training=False)
+    bn0 = model.get_layer("backbone").get_layer("bn0")
+    before = bn0.moving_mean.numpy().copy()
+    model(tf.random.uniform((4, SIZE, SIZE, 3), 0, 255), training=True)
+    assert not np.allclose(bn0.moving_mean.numpy(), before)  # Keras ran it in training mode
+    graph = FlatGraph(model)
+    assert [c.name for c in graph.cuts if not c.batch_prefix] == ["scale", "conv0"]
+    assert graph.cuts[KERAS3_CUTS.index("relu1")].batch_prefix == ("bn0", "bn1")
+    with batchnorm.mode(model, batchnorm.INFERENCE):
+        assert all(not c.batch_prefix for c in FlatGraph(model).cuts)
+
+
+def test_random_ops_of_keras3_layers_are_found_in_the_traced_prefix():
+    """Keras 3's RandomFlip and a Lambda calling tf.random.uniform before the first weights
+    are augmentation below every cut; Keras 3's Dropout after them holds back the cuts above
+    it only."""
+    keras3.utils.set_random_seed(0)
+    image = keras3.Input((SIZE, SIZE, 3))
+    x = keras3.layers.RandomFlip("horizontal", name="flip")(image)
+    x = keras3.layers.Lambda(lambda t: t + tf.random.uniform(tf.shape(t)), name="noise")(x)
+    x = keras3.layers.Conv2D(8, 3, name="conv0")(x)
+    x = keras3.layers.Dropout(0.5, name="drop")(x)
+    x = keras3.layers.GlobalAveragePooling2D(name="pool")(x)
+    graph = FlatGraph(keras3.Model(image, keras3.layers.Dense(CLASSES, name="head")(x)))
+    assert sorted(graph.random_ops) == ["drop", "flip", "noise"]
+    assert "RandomUniform" in graph.random_ops["noise"]
+    assert {c.name: (c.augmentation, c.random_prefix) for c in graph.cuts} == {
+        "flip": (("flip",), ()), "noise": (("flip", "noise"), ()),
+        "conv0": (("flip", "noise"), ()), "drop": (("flip", "noise"), ("drop",)),
+        "pool": (("flip", "noise"), ("drop",))}
+    # a plain Keras 3 model draws nothing
+    assert FlatGraph(nested_keras3_model(dropout=False)).random_ops == {}
+
+
+@pytest.mark.parametrize("bn_mode", ["inference", "model"])
+def test_a_cached_keras3_run_trains_as_the_uncached_one_step_by_step(tmp_path, monkeypatch,
+                                                                     bn_mode):
+    """The head trains (a fixed selection) under a frozen nested backbone called with
+    training=False: with --bn_mode inference the prefix is cached at the pool; in the model's
+    mode Keras 3 runs the backbone's BatchNorm on batch statistics, so only below bn0."""
+    def run(cached):
+        c = cfg(tmp_path, f"r{int(cached)}", cache_frozen_prefix=cached, bn_mode=bn_mode,
+                cache_dtype="float32")
+        return loop.run(c, log=lambda m: None, model=nested_keras3_model(), data=data())
+
+    plain, _ = losses_of(monkeypatch, lambda: run(False))
+    cached, summary = losses_of(monkeypatch, lambda: run(True))
+    steps = 3 * EXAMPLES // BATCH
+    assert len(plain) == len(cached) == steps
+    np.testing.assert_allclose(cached, plain, rtol=2e-5, atol=1e-6)
+    pc = summary["prefix_cache"]
+    build, = pc["builds"]
+    assert build["cut"] == ("pool" if bn_mode == "inference" else "conv0")
+    assert build["rows"] == EXAMPLES and build["where"] == "memory"
+    assert pc["fill_steps"] == steps // 3 and pc["served_steps"] == 2 * steps // 3
+    assert pc["off"] is None
+
+
+def test_keras3_random_augmentation_is_kept_as_views(tmp_path):
+    lines = []
+    summary = loop.run(cfg(tmp_path, "views", cache_frozen_prefix=True, bn_mode="inference",
+                           cache_views=2),
+                       log=lines.append, model=nested_keras3_model(augment=True), data=data())
+    pc = summary["prefix_cache"]
+    build, = pc["builds"]
+    assert build["cut"] == "pool" and pc["served_steps"] > 0
+    said = [m for m in lines if m.startswith("prefix cache:")]
+    assert len(said) == 1 and "random augmentation (flip (" in said[0]
+    assert "kept as 2 views of each image" in said[0]
+
+
+def test_a_keras3_model_trains_from_the_cache(tmp_path):
+    """helpers.keras3_cnn (BatchNorm in the step's mode at the top level): cached below its
+    first BatchNorm, the second epoch served from the cache, one line saying so."""
+    from helpers import keras3_cnn
+
+    lines = []
+    summary = loop.run(cfg(tmp_path, "k3", cache_frozen_prefix=True, num_epochs=2),
+                       log=lines.append, model=keras3_cnn(num_classes=CLASSES), data=data())
+    pc = summary["prefix_cache"]
+    assert summary["status"] == "finished" and pc["off"] is None
+    assert pc["served_steps"] == EXAMPLES // BATCH and pc["fill_steps"] == EXAMPLES // BATCH
+    assert [b["cut"] for b in pc["builds"]] == ["conv2d"]
+    assert sum(m.startswith("prefix cache:") for m in lines) == 1
+    assert not any("uncached" in m for m in lines)
+
+
+def test_a_keras3_residual_graph_with_ops_and_a_nested_sequential_is_cut_at_block_outputs():
+    """A Keras 3 graph may call operations that are no layers (`keras.ops.add`, `x * y` on its
+    tensors; no weights) and nest a keras.Sequential: the cuts are the block outputs, and the
+    sub-models at each cut compute the model's output."""
+    keras3.utils.set_random_seed(0)
+    stem = keras3.Sequential([keras3.Input((SIZE, SIZE, 3)),
+                              keras3.layers.Conv2D(8, 3, padding="same", name="stem")],
+                             name="stem_seq")
+    image = keras3.Input((SIZE, SIZE, 3))
+    x = stem(image)
+    h = keras3.layers.Conv2D(8, 3, padding="same", name="branch")(x)
+    x = keras3.ops.add(x, h * 0.5)  # a residual block's output, made by operations
+    x = keras3.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = keras3.Model(image, keras3.layers.Dense(CLASSES, name="head")(x))
+    graph = FlatGraph(model)
+    names = [c.name for c in graph.cuts]
+    assert names[0] == "stem" and names[-1] == "pool" and "branch" not in names
+    assert len(names) == 3  # stem, the add, pool: not the branch or its scaling
+    assert all(c.forward_share > 0 for c in graph.cuts)
+    x = tf.random.uniform((3, SIZE, SIZE, 3))
+    for cut in graph.cuts:
+        prefix, suffix = graph.prefix_model(cut), graph.suffix_model(cut)
+        np.testing.assert_allclose(suffix(prefix(x)), model(x), rtol=1e-5, atol=1e-5)
+    assert [graph.cuts[k].name if k >= 0 else None
+            for k in graph.tensor_cuts(model.trainable_weights)] == [
+        None, None, "stem", "stem", "pool", "pool"]  # the branch reads the stem's output
