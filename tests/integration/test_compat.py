@@ -386,6 +386,8 @@ OWN_PRIVATE_ATTRIBUTES = {
     "_names": "profiler.table.TimingTable's own classmethod",
     "_get_help_string": "the hook argparse's HelpFormatter subclasses override "
                         "(config.DefaultsHelpFormatter); Python's argparse, not TensorFlow",
+    "_exit": "os._exit, Python's documented exit without teardown (the profiling child ends "
+             "so once its table is written); not TensorFlow",
 }
 # Module paths that are not TensorFlow's, Keras' or TensorBoard's public API.
 PRIVATE_MODULE_PREFIXES = ("tensorflow.python", "tensorflow.tsl", "tensorflow.core",
