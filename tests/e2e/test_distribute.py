@@ -60,7 +60,8 @@ def _cmd(tmp, name, train_type, *extra):
             str(STEPS), "--interval", "1", "--rho", "0.7", "--rho_feedback", "false",
             "--economy", "false", "--train_type", train_type, "--timing_table",
             str(tmp / "table.json"), "--logdir", str(tmp / "logs"), "--run_name", name,
-            "--quiet"] + list(extra)
+            # a strategy's runs are uncached: the one-device runs they match are too
+            "--cache_frozen_prefix", "false", "--quiet"] + list(extra)
 
 
 def _summary(tmp, name):
