@@ -166,8 +166,8 @@ def readme_command1(figures=FIGURES):
         _table(["scheme", "rho", "best test accuracy", f"mean of the last {d['last_epochs']} "
                 "epochs", "time / full training's", "measured step ratio"], rows), "",
         f"{_ran('bench_fixed_selection.py', d['machine'], d['date'])}, seed 0: `{d['command']} "
-        f"--rho {rho:g} --seed 0`.  Seeds {min(seeds)}-{max(seeds)}: ElasticTrainer "
-        f"{_mean(under):.1f} points under full training's best ({points(min(under))} to "
+        f"--rho {rho:g} --seed 0`.  Seeds {min(seeds)}-{max(seeds)}: ElasticTrainer's best "
+        f"{points(_mean(under))} full training's ({points(min(under))} to "
         f"{points(max(under))}) in {_mean(times):.2f} of its time."])
 
 
