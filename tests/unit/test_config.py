@@ -63,12 +63,35 @@ def test_bn_mode_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
         Config(bn_mode="train").validate()  # elastictrainer.run(Config(...)) checks it so
 
 
+def test_the_cache_settings_parse_and_bad_ones_are_one_line_user_errors():
+    from elastictrainer.errors import UserError
+
+    def parsed(*argv):
+        return cli.config_from_args(cli.train_parser().parse_args(list(argv)))
+
+    assert Config().cache_frozen_prefix == "auto" and parsed().cache_frozen_prefix == "auto"
+    assert parsed("--cache_frozen_prefix", "true").cache_frozen_prefix is True
+    assert parsed("--cache_frozen_prefix", "False").cache_frozen_prefix is False
+    cfg = parsed("--cache_views", "3", "--cache_dtype", "float16")
+    assert (cfg.cache_views, cfg.cache_dtype) == (3, "float16")
+    for bad, message in ((dict(cache_views=-1), "--cache_views must be a whole number"),
+                         (dict(cache_frozen_prefix="yes"), "must be auto, true or false"),
+                         (dict(cache_frozen_prefix=True, strategy="mirrored"),
+                          "trains on one device")):
+        with pytest.raises(UserError, match=message):
+            Config(**bad).validate()
+    # auto under a strategy is no error: the run says in one line that it trains uncached
+    Config(strategy="mirrored").validate()
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--rho", "half"], "--rho"),
     (["--optimizer", "lamb"], "--optimizer"),
     (["--resume", "maybe"], "--resume"),
     (["--quiet", "yes"], "unrecognized"),
     (["--bn_mode", "training"], "--bn_mode"),
+    (["--cache_frozen_prefix", "sometimes"], "--cache_frozen_prefix"),
+    (["--cache_dtype", "int8"], "--cache_dtype"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:
