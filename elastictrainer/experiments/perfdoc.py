@@ -211,22 +211,19 @@ def readme_bench_runtime(figures=FIGURES):
                      f"{100 * r['overhead_share']:.1f}%", f"{selected} of {r['num_tensors']}",
                      f"{r['best_accuracy_full']:.1f}% / {r['best_accuracy_elastic']:.1f}%"])
         profiles.setdefault(c["profile"]["path"], (s, c["profile"]))
-    prof_rows = [[_cell_name(s), str(p["tensors"]), f"{100 * p['coverage']:.1f}%",
-                  f"{p['t_fp_ms'] / p['t_full_ms']:.2f}", f"{p['compile_ms'] / 1000:.1f} s",
-                  f"{p['profiling_wall_s']:.0f} s"] for s, p in profiles.values()]
     first = cells[0]["settings"]
     common = {k: v for k, v in first.items()
               if all(c["settings"].get(k) == v for c in cells)}
     flags = " ".join(f"--{k} {str(common[k]).lower() if isinstance(common[k], bool) else common[k]}"
                      for k in ("optimizer", "learning_rate", "rho", "economy") if k in common)
     dates = sorted({c["date"][:10] for c in cells})
+    profiling = ", ".join(f"{_cell_name(s).split(',')[0]} {p['profiling_wall_s']:.0f} s"
+                          for s, p in profiles.values())
     return "\n".join([
         _table(["model", "steps", "full step", "wall clock / full's (estimate)", "step ratio",
                 "overhead", "tensors", "best accuracy, full / elastic"], rows), "",
         f"{_ran('bench_runtime.py', cells[0]['machine'], ' to '.join(dates))}: `{flags}`.  "
-        "The profiler's timing tables those cells used:", "",
-        _table(["model", "tensors", "op time attributed", "forward / full step",
-                "compiling a selection", "profiling"], prof_rows)])
+        f"Profiling took {profiling} (docs/performance.md has the timing tables)."])
 
 
 def readme_bench_prefix_cache(figures=FIGURES):
@@ -316,6 +313,34 @@ def readme_memory(figures=FIGURES):
             f"peaks (*`python scripts/bench_memory.py`: {group['settings']}*).")
 
 
+def readme_bench_time_to_accuracy(figures=FIGURES):
+    """README command 1's time to within 1 point of full training's best, per scheme: the
+    median seconds (profiling included) and the speedup over full training's."""
+    d = _load("bench_time_to_accuracy", figures)
+    c = d["configs"]["command1"]
+
+    def level(v):
+        if v["time_s"] is None:
+            return "never"
+        return f"{v['time_s']:.0f} s ({v['speedup']:.2f}x)"
+
+    rows = [[name.replace("_", " "), f"{v['best_accuracy']:.1f}%", level(v["p95"]),
+             level(v["pt1"]), f"{v['wall_clock_s']:.0f} s"] if "best_accuracy" in v else
+            [name, "refused: below the forward floor", "", "", ""]
+            for name, v in c["schemes"].items()]
+    seeds = d["args"]["seeds"]
+    return "\n".join([
+        _table([f"README command 1, {'seed' if len(seeds) == 1 else 'median of seeds'} "
+                f"{','.join(map(str, seeds))}", "best accuracy",
+                "to 95% of full's best (speedup)", "to within 1 point of it (speedup)",
+                "whole run"], rows), "",
+        f"{_ran('bench_time_to_accuracy.py', d['machine'], d['date'])}: `--configs command1 "
+        f"--seeds {','.join(map(str, seeds))} --rhos "
+        f"{','.join(f'{r:g}' for r in d['args']['rhos'])} --shares "
+        f"{','.join(f'{x:g}' for x in d['args']['shares'])}`, the default cache; an elastic "
+        "run's time includes its first profiling."])
+
+
 README_BLOCKS = {
     "bench_fixed_selection": readme_command1,
     "bench_distributed": readme_bench_distributed,
@@ -323,6 +348,7 @@ README_BLOCKS = {
     "bench_prefix_cache": readme_bench_prefix_cache,
     "bench_keras": readme_bench_keras,
     "memory": readme_memory,
+    "bench_time_to_accuracy": readme_bench_time_to_accuracy,
 }
 
 

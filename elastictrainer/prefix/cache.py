@@ -207,6 +207,9 @@ class PrefixCache:
                           "mb": b / 2**20, "forward_share": c.forward_share}
                          for c, w, v, b in zip(self.cuts, self.where, self.views, self.nbytes)],
                 "builds": [dataclasses.asdict(b) for b in self.builds],
+                # the most the stores held at once (one store at a time): the run's memory or
+                # disk beyond an uncached run's
+                "peak_mb": max((b.bytes for b in self.builds), default=0) / 2**20,
                 "served_steps": self.served_steps, "fill_steps": self.fill_steps,
                 "fill_s": self.fill_s, "uncached_steps": self.uncached_steps,
                 "served_share": (self.served_steps / total_steps if total_steps else None),

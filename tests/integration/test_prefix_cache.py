@@ -350,6 +350,7 @@ def test_random_augmentation_is_cached_as_the_views_asked_for(tmp_path):
                        data=data())
     pc = summary["prefix_cache"]
     assert pc["policy"] == "3 augmented views per image"
+    assert pc["peak_mb"] == max(b["bytes"] for b in pc["builds"]) / 2**20 > 0
     assert (pc["fill_steps"], pc["served_steps"]) == (15, 5)
     assert [c["views"] for c in pc["cuts"]] == [3] * len(pc["cuts"])
 
