@@ -324,9 +324,14 @@ def readme_bench_time_to_accuracy(figures=FIGURES):
             return "never"
         return f"{v['time_s']:.0f} s ({v['speedup']:.2f}x)"
 
-    rows = [[name.replace("_", " "), f"{v['best_accuracy']:.1f}%", level(v["p95"]),
+    from elastictrainer.method.schemes import SCHEMES
+
+    def label(name):
+        return SCHEMES[name].label if name in SCHEMES else name
+
+    rows = [[label(name), f"{v['best_accuracy']:.1f}%", level(v["p95"]),
              level(v["pt1"]), f"{v['wall_clock_s']:.0f} s"] if "best_accuracy" in v else
-            [name, "refused: below the forward floor", "", "", ""]
+            [label(name), "refused: below the forward floor", "", "", ""]
             for name, v in c["schemes"].items()]
     seeds = d["args"]["seeds"]
     return "\n".join([
