@@ -179,6 +179,16 @@ def read_summary(run_directory):
         return json.load(f)
 
 
+def finished_summary(run_directory):
+    """The run's summary when it finished, else None (no summary yet, an unreadable one, or a
+    run that stopped or failed): what benchmarks and sweeps read instead of running again."""
+    try:
+        summary = read_summary(run_directory)
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("status") == "finished" else None
+
+
 def read_config(run_directory):
     with open(os.path.join(run_directory, CONFIG_FILE)) as f:
         return json.load(f)

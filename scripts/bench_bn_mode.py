@@ -25,6 +25,7 @@ import datetime
 import os
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
+from elastictrainer import runlog
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import perfdoc
 from elastictrainer.machine import machine_info, machine_text
@@ -124,16 +125,6 @@ def pretrained_resnet(args, log):
     return fresh
 
 
-def _finished(out):
-    from elastictrainer import runlog
-
-    try:
-        summary = runlog.read_summary(out)
-    except (OSError, ValueError):
-        return None
-    return summary if summary.get("status") == "finished" else None
-
-
 def config_runs(name, seed, rhos, args, log, model_for=None):
     """{(scheme, bn_mode): result} of one seed of a configuration."""
     import elastictrainer
@@ -155,7 +146,7 @@ def config_runs(name, seed, rhos, args, log, model_for=None):
                     base.logdir, f"table_{mode}_b{base.batch_size}.json"))
             cfg = dataclasses.replace(base, train_type=train_type, bn_mode=mode,
                                       run_name=f"{slug}_seed{seed}", **extra)
-            summary = _finished(os.path.join(cfg.logdir, cfg.run_name))
+            summary = runlog.finished_summary(os.path.join(cfg.logdir, cfg.run_name))
             said = []
             if summary is None:
                 log(f"--- {name} seed {seed}: {label}, --bn_mode {mode}")

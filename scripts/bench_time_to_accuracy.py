@@ -34,6 +34,7 @@ import os
 import time
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
+from elastictrainer import runlog
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import perfdoc, time_to_accuracy as tta
 from elastictrainer.machine import machine_info, machine_text
@@ -78,16 +79,6 @@ def build_parser():
     return p
 
 
-def _finished(out):
-    from elastictrainer import runlog
-
-    try:
-        summary = runlog.read_summary(out)
-    except (OSError, ValueError):
-        return None
-    return summary if summary.get("status") == "finished" else None
-
-
 def cli_runs(name, seed, args, log):
     """{scheme: curve} of one seed of a command-line configuration."""
     import elastictrainer
@@ -112,7 +103,7 @@ def cli_runs(name, seed, args, log):
         cfg = dataclasses.replace(base, train_type=train_type, run_name=f"{slug}_seed{seed}",
                                   **extra)
         out = os.path.join(cfg.logdir, cfg.run_name)
-        summary = _finished(out)
+        summary = runlog.finished_summary(out)
         if summary is None:
             log(f"--- {name} seed {seed}: {label}")
             try:

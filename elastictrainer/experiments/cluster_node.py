@@ -104,7 +104,7 @@ def execute(task):
         work = tempfile.mkdtemp(prefix="elastictrainer-")
     try:
         write_files(task.inputs, work)
-        if task.keep and _finished(os.path.join(work, task.output)):
+        if task.keep and runlog.finished_summary(os.path.join(work, task.output)) is not None:
             # it finished here, but its files never reached the driver (a sweep stopped just
             # then): they are sent now, and the run is not run again
             return _result(work, task, "finished before on this node; not run again\n", t0)
@@ -137,13 +137,6 @@ def execute(task):
 def remove_kept(keep):
     """Runs on the node that kept a run's working folder, once the driver holds the run."""
     shutil.rmtree(os.path.join(cache_root(), keep), ignore_errors=True)
-
-
-def _finished(run_dir):
-    try:
-        return runlog.read_summary(run_dir).get("status") == "finished"
-    except (OSError, ValueError):
-        return False
 
 
 def _result(work, task, output, t0):
