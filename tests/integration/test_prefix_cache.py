@@ -604,12 +604,15 @@ def test_a_keras3_model_trains_from_the_cache(tmp_path):
     from helpers import keras3_cnn
 
     lines = []
+    model = keras3_cnn(num_classes=CLASSES)
+    # its first conv's name depends on how many Keras 3 layers the process made before
+    first_conv = next(layer.name for layer in model.layers if "conv" in layer.name)
     summary = loop.run(cfg(tmp_path, "k3", cache_frozen_prefix=True, num_epochs=2),
-                       log=lines.append, model=keras3_cnn(num_classes=CLASSES), data=data())
+                       log=lines.append, model=model, data=data())
     pc = summary["prefix_cache"]
     assert summary["status"] == "finished" and pc["off"] is None
     assert pc["served_steps"] == EXAMPLES // BATCH and pc["fill_steps"] == EXAMPLES // BATCH
-    assert [b["cut"] for b in pc["builds"]] == ["conv2d"]
+    assert [b["cut"] for b in pc["builds"]] == [first_conv]
     assert sum(m.startswith("prefix cache:") for m in lines) == 1
     assert not any("uncached" in m for m in lines)
 
