@@ -62,7 +62,10 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
     cache = PrefixCache(graph, fits, tensor_cut, capacity, budget, run_dir,
                         views=[views[id(c)] for c in fits], dtype=cfg.cache_dtype,
                         seed=cfg.seed, log=log)
-    cache.time_lookups(cfg.batch_size, model.inputs[0].shape[1:])
+    if cfg.rho_feedback:
+        # timed on this host, so with the closed loop off (selections a function of the
+        # settings, seed and table alone, runs repeating bit for bit) they stay 0
+        cache.time_lookups(cfg.batch_size, model.inputs[0].shape[1:])
     memory = sum(w == "memory" for w in cache.where)
     augmented = fits[-1].augmentation
     log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
