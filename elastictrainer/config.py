@@ -279,15 +279,13 @@ class Config:
         "the profiler's table; profiled first if absent (the table only: run the profiler for "
         "its chart and trace)",
         shown_default="profiles/<model>_i<input>_b<batch>_c<classes>[_<optimizer>].json"))
-    profile_in: str = field(default="auto", metadata=flag(
+    profile_in: str = field(default="process", metadata=flag(
         "where a run without its timing table profiles first: process (this one, on the model "
         "it has built; README command 1's peak memory rose 14 MB, 2%) or child (a fresh "
         "process that builds the model again, so that the profiling's graphs and trace never "
-        "raise the training process's peak; about 3 s more on 2 cores). auto: process, but "
-        "child on TensorFlow 2.16, where profiling in the run changed its later random draws "
-        "(a resumed run then ended unlike the uninterrupted one). A model passed as an "
+        "raise the training process's peak; about 3 s more on 2 cores). A model passed as an "
         "object profiles in this process, a tf.distribute run's in a child",
-        choices=("auto", "process", "child")))
+        choices=("process", "child")))
     steps_per_epoch: Optional[int] = field(default=None, metadata=flag(
         "cap on training steps per epoch, for quick trials", shown_default="the whole set"))
     num_train: Optional[int] = field(default=None, metadata=flag(

@@ -123,7 +123,6 @@ def _profile_seconds(cfg, args, log):
     from elastictrainer.models.build import build_sized
     from elastictrainer.profiler import table as tables
     from elastictrainer.profiler.run import load_or_profile
-    from elastictrainer.runs.setup import profiles_in_child
 
     record = os.path.join(cfg.logdir, "profile_seconds.json")
     if os.path.exists(record):
@@ -139,7 +138,7 @@ def _profile_seconds(cfg, args, log):
     # where a run of these settings profiles first (--profile_in), on the model it has built
     load_or_profile(path, model, cfg.model_name, size, cfg.batch_size, classes, seed=cfg.seed,
                     progress=False, log=lambda m: None, optimizer=cfg.optimizer,
-                    in_child=profiles_in_child(cfg, given_model=False, distributed=False))
+                    in_child=cfg.profile_in == "child")
     seconds = time.perf_counter() - t0
     os.makedirs(cfg.logdir, exist_ok=True)
     with open(record, "w") as f:

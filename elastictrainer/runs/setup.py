@@ -176,11 +176,6 @@ def profiles_in_child(cfg, given_model, distributed):
         return False
     # a strategy's model is profiled in a child, on one device: its variables live under
     # the strategy's scope, which the profiler's steps do not enter
-    if cfg.profile_in == "auto":
-        # TensorFlow 2.16: a run that profiled in its own process drew other random numbers
-        # afterwards than one that read its table (tests/e2e/test_resume.py), which the
-        # generators' restore below does not undo; 2.17 on do not
-        return distributed or tuple(int(v) for v in tf.__version__.split(".")[:2]) < (2, 17)
     return cfg.profile_in == "child" or distributed
 
 
