@@ -395,8 +395,9 @@ def same_as(name, **changes):
 # Config's fields, with Config's defaults): the run directory it writes when given none.
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
-FIT_CONFIG_FIELDS = ("rho", "rho_share", "interval", "train_type", "probe_batches", "rho_feedback", "economy",
-                     "dp_resolution", "timing_table", "bn_mode")
+FIT_CONFIG_FIELDS = ("rho", "rho_share", "interval", "train_type", "probe_batches", "rho_feedback",
+                     "economy", "dp_resolution", "timing_table", "bn_mode", "cache_frozen_prefix",
+                     "cache_budget_mb", "cache_views", "cache_dtype", "seed")
 
 
 @dataclass(frozen=True)

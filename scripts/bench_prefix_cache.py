@@ -269,12 +269,11 @@ def resnet50(args, workdir):
     model, _, _ = build_sized("resnet50", size, classes, "none")
     path = default_table_path("resnet50", size, batch, classes)
     table = load_or_profile(path, model, "resnet50", size, batch, classes)
-    trainer = CompiledSteps(model, optimizers.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
-                      SCHEMES["elastic_training"], tensor_roles(model))
-    trainer.steps.maxsize = 16
     cfg = config.Config(cache_frozen_prefix=True, cache_fixed_views=True)
-    cache = prefix_plan.plan(model, trainer.variables, cfg, batches * batch, workdir)
-    trainer.prefix_cache = cache
+    cache = prefix_plan.plan(model, list(model.trainable_weights), cfg, batches * batch, workdir)
+    trainer = CompiledSteps(model, optimizers.make_optimizer("sgd", 1e-4, 5e-4, 10**6),
+                            SCHEMES["elastic_training"], tensor_roles(model), prefix_cache=cache)
+    trainer.steps.maxsize = 16
     plain_tm, cached_tm = TimeModel(table), TimeModel(table, cache=cache.for_time_model())
     n = len(trainer.variables)
     names = [v.name for v in trainer.variables]
@@ -297,8 +296,9 @@ def resnet50(args, workdir):
         steps[(label, "uncached")] = train_steps.make_train_step(
             model, trainer.optimizer, trainer.loss_fn, [trainer.variables[k] for k in sel])
         steps[(label, "cached")] = cache.step(  # the uncached step where it has no cut
-            sel, trainer.variables, trainer.optimizer, trainer.loss_fn, None,
-            lambda label=label: steps[(label, "uncached")])
+            sel, lambda label=label: steps[(label, "uncached")],
+            lambda suffix, cut, sel=sel: train_steps.make_train_step(
+                suffix, trainer.optimizer, trainer.loss_fn, [trainer.variables[k] for k in sel]))
 
     warm = set()
 

@@ -273,3 +273,18 @@ def scripted_table(model, path, input_size, batch_size, optimizer, t_fp_ms=30.0,
         "peak_rss_mb": None, "profiled_pid": None}
     ptable.save_table(table, str(path))
     return str(path)
+
+
+def flat_cnn(keras_module, num_classes=5, size=16, seed=0, name="flat"):
+    """Rescaling -> conv0 -> conv1 -> pool -> dense in `keras_module` (Keras 3 or tf-keras): no
+    BatchNorm, no random layer, so its forward pass is a function of its weights alone, and
+    its cut points (prefix/graph.py) lie above conv0.  Seeded."""
+    keras_module.utils.set_random_seed(seed)
+    layers = keras_module.layers
+    inputs = keras_module.Input((size, size, 3))
+    h = layers.Rescaling(1 / 255.0, name="scale")(inputs)
+    for i, filters in enumerate((8, 16)):
+        h = layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu",
+                          name=f"conv{i}")(h)
+    h = layers.GlobalAveragePooling2D(name="pool")(h)
+    return keras_module.Model(inputs, layers.Dense(num_classes, name="head")(h), name=name)

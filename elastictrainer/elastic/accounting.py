@@ -7,10 +7,11 @@ nothing), plus compiling each selection's step C, plus solving and out-of-step i
 probes P.  Full training of the same steps would take L + S/r (each measurement window's steps
 over the ratio r measured in it) + G x full_over_grads (their batches trained at a full step's
 cost).  `wall_ratio` is T over that; the re-selection overhead is C + P + G: what the elastic
-run spends beyond training its selections.  Selection steps that store images in the
-prefix cache (--cache_frozen_prefix) train their batches at more than a cached step's cost:
-they are booked apart from the windows the closed loop measures, and full training would have
-spent a full step on each.
+run spends beyond training its selections.  A selection step that stores images in the
+prefix cache (--cache_frozen_prefix) runs their prefix, stores the rows, then runs the cached
+step a served batch runs: the storing is booked apart (fill seconds, F, in T and not in S; full
+training has no such work), the rest as one of the selection's steps, which the closed loop
+measures like any other.
 
 Functions of the runtime's state (state.ElasticState), which they read and book into; the
 runtime (runtime.py) calls them.
@@ -30,13 +31,11 @@ def overhead_s(s):
 
 
 def book_fill(s, seconds):
-    """A selection step that filled the prefix cache: it trains its batch, dearer than the
-    cached steps the selection was priced for, so it is booked apart from the closed loop's
-    measurements."""
+    """The storing part of a selection step that filled the prefix cache: its prefix on the
+    images it stored, and their rows written (the step's rest is booked as a selection step)."""
     s.fill_steps += 1
     s.fill_s += seconds
     rec = s.records[-1]
-    rec["steps"] += 1
     rec["fill_steps"] = rec.get("fill_steps", 0) + 1  # records of older checkpoints lack it
 
 
@@ -174,17 +173,14 @@ def measured_so_far(s):
     return weighted_ratio(s.records)
 
 
-def close_run(s, train_time_s, full_step_s):
+def close_run(s, train_time_s):
     """Close the books at the run's end: (measured ratio, estimated ratio, overhead, its parts,
-    wall_ratio) (module doc); full_step_s: a full step in seconds, what full training spent on
-    each step that filled the prefix cache."""
+    wall_ratio) (module doc)."""
     s.probing = 0  # a run may end inside a re-selection: its probes are booked already
     close_record(s)
-    fill_full_s = s.fill_steps * full_step_s if s.fill_steps else 0.0
     spent = overhead_s(s)
     return (weighted_ratio(s.records), weighted_ratio(s.records, "predicted_ratio"), spent,
-            dict(s.overhead_parts),
-            wall_ratio(train_time_s, s.step_s + s.fill_s, spent, s.full_s + fill_full_s))
+            dict(s.overhead_parts), wall_ratio(train_time_s, s.step_s + s.fill_s, spent, s.full_s))
 
 
 def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_time_s,
@@ -212,14 +208,10 @@ def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_ti
 
 
 def weighted_ratio(records, key="measured_ratio"):
-    """The selections' ratios (`key`) weighted by their steps, steps that filled the prefix
-    cache left out (the ratio is their cached steps'); None when none has one."""
-    def steps(r):
-        return r["steps"] - r.get("fill_steps", 0)
-
-    done = [r for r in records if r[key] is not None and steps(r)]
-    weight = sum(steps(r) for r in done)
-    return sum(r[key] * steps(r) for r in done) / weight if weight else None
+    """The selections' ratios (`key`) weighted by their steps; None when none has one."""
+    done = [r for r in records if r[key] is not None and r["steps"]]
+    weight = sum(r["steps"] for r in done)
+    return sum(r[key] * r["steps"] for r in done) / weight if weight else None
 
 
 def wall_ratio(train_time_s, step_s, overhead_s, full_s):

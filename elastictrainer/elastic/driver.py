@@ -94,12 +94,13 @@ class ElasticDriver:
         # a step with its prefix cached says whether it filled the cache and compiled
         step = self._step if kind == "selection" else None
         filled = bool(getattr(step, "filled", False))
+        fill_s = getattr(step, "fill_s", 0.0) if filled else 0.0
         compiled = getattr(step, "compiled", self._compiled) or self._compiled
         if self._cache_on and self._cache.off:  # a cache that failed: price without it
             self._cache_on = False
             self.rt.cache_off()
         changed = self.rt.step_done(global_step, kind, seconds, compiled=compiled,
-                                    terms=terms, filled=filled)
+                                    terms=terms, filled=filled, fill_s=fill_s)
         self.flush_events()
         return changed
 

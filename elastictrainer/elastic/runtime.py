@@ -179,14 +179,17 @@ class ElasticRuntime:
         accounting.book_overhead(self._s, "importance", seconds)
         self._select(global_step, np.asarray(importance, float), importance_ms=seconds * 1e3)
 
-    def step_done(self, global_step, kind, seconds, compiled=False, terms=None, filled=False):
+    def step_done(self, global_step, kind, seconds, compiled=False, terms=None, filled=False,
+                  fill_s=0.0):
         """Book one trained step of `kind` that took `seconds` (`compiled`: its function was
         traced for this call; `filled`: a selection step that stored images in the prefix
-        cache, running its prefix on them first).  Returns True when the selection changed."""
+        cache, running its prefix on them first, which took `fill_s` of its seconds).  Returns
+        True when the selection changed."""
         s = self._s
         if filled and kind == "selection":
-            accounting.book_fill(s, seconds)  # the selection stays
-            return False
+            fill_s = min(max(fill_s, 0.0), seconds)
+            accounting.book_fill(s, fill_s)
+            seconds -= fill_s  # the rest is the cached step the selection was priced for
         if kind in ("probe", "full"):
             accounting.book_full(s, seconds, compiled, kind == "probe", self.ctl.base)
         if kind == "probe":
@@ -366,9 +369,7 @@ class ElasticRuntime:
         """The run's end (EndResult): step ratios measured and estimated, re-selection overhead,
         wall_ratio (accounting.py), the economy's choice, and the closing line's words."""
         s = self._s
-        full_step_s = self._economy.t_full_s(self._progress())
-        measured, estimated, spent, parts, wall = accounting.close_run(s, train_time_s,
-                                                                       full_step_s)
+        measured, estimated, spent, parts, wall = accounting.close_run(s, train_time_s)
         economy = self._economy.record()
         closing = accounting.closing_words(
             self.budget.text, measured, estimated, len(s.corrections), spent, wall, train_time_s,

@@ -89,7 +89,7 @@ class ElasticState:
     overhead_parts: dict = dataclasses.field(
         default_factory=lambda: dict.fromkeys(OVERHEAD_PARTS, 0.0))
     fill_steps: int = 0                 # selection steps that filled the prefix cache
-    fill_s: float = 0.0                 # ... and their seconds (they train their batches)
+    fill_s: float = 0.0                 # ... and the seconds they spent storing images
     step_s: float = 0.0                 # selections' own steps of closed records
     full_s: float = 0.0                 # what full training would spend on them, probes' and
                                         # timed full steps' batches included

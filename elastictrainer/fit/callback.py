@@ -13,7 +13,11 @@ rho, the closed loop on rho, the overhead accounting) through the same hooks
 (elastic.driver.ElasticDriver).  It does so by giving model.fit its own train function for the
 run: each batch goes through the step the runtime asks for (a probe, a timed full step, or the
 selection's compiled step), which is Keras' own train step (the compiled loss and metrics, the
-"loss" log) with gradients taken for the selected tensors only.
+"loss" log) with gradients taken for the selected tensors only.  The frozen prefix's
+activations are cached as on the command line (prefix/, cache_frozen_prefix, auto by default):
+a selection with a cut trains its suffix on stored rows, for the steps_per_epoch x batch size
+examples an epoch draws (a dataset that brings more distinct images turns the cache off, with
+a warning, and the fit goes on uncached).
 
 The run directory (`logdir`) holds what a command-line run writes: config.json, summary.json
 and TensorBoard events under the reference's tags; history and the epoch logs get
@@ -39,6 +43,7 @@ from elastictrainer.config import FIT_LOGDIR, Config
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.elastic.budget import AUTO, parse_rho
+from elastictrainer.fit import steps as fit_steps
 from elastictrainer.fit.steps import FitSteps
 from elastictrainer.runs.recorder import Recorder, new_summary
 from elastictrainer.profiler import table as tables
@@ -58,10 +63,11 @@ class ElasticCallback(_keras3.callbacks.Callback):
     rho: the requested step-time ratio (elastic step / full step), or "auto" (each selection
     the cheapest keeping `rho_share` of the estimated loss drop); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, dp_resolution, bn_mode: as the command line's flags
-    (these and their defaults are Config's fields; bn_mode "inference" holds the model's
-    BatchNorm layers on their moving statistics from the fit's start to its end, and puts them
-    back as the model calls them after);
+    probe_batches, rho_feedback, economy, dp_resolution, bn_mode, cache_frozen_prefix,
+    cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
+    their defaults are Config's fields; bn_mode "inference" holds the model's BatchNorm layers
+    on their moving statistics from the fit's start to its end, and puts them back as the model
+    calls them after; seed: which stored view of an image a cached step trains on);
     timing_table: a table to use instead of profiling (else one is looked up or profiled under
     `profiles`); log: where the runtime's lines go (print; None for silence);
     clock: seconds, for step timing."""
@@ -72,7 +78,10 @@ class ElasticCallback(_keras3.callbacks.Callback):
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
-                 bn_mode=Config.bn_mode, profiles=tables.PROFILE_DIR, log=print, clock=time.perf_counter):
+                 bn_mode=Config.bn_mode, cache_frozen_prefix=Config.cache_frozen_prefix,
+                 cache_budget_mb=Config.cache_budget_mb, cache_views=Config.cache_views,
+                 cache_dtype=Config.cache_dtype, seed=Config.seed, profiles=tables.PROFILE_DIR,
+                 log=print, clock=time.perf_counter):
         super().__init__()
         if not SCHEMES.get_or_fail(train_type).elastic:
             raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
@@ -84,7 +93,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
                           economy=bool(economy), dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
                           run_name=os.path.basename(logdir), timing_table=timing_table,
-                          bn_mode=bn_mode, dataset_name="model.fit")
+                          bn_mode=bn_mode, cache_frozen_prefix=_setting(cache_frozen_prefix),
+                          cache_budget_mb=float(cache_budget_mb), cache_views=cache_views,
+                          cache_dtype=cache_dtype, seed=int(seed), dataset_name="model.fit")
         self.cfg.validate()
         self.out = logdir
         self.profiles = profiles
@@ -129,7 +140,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
             raise UserError("ElasticCallback needs the epoch's length: pass steps_per_epoch to "
                             "model.fit (the dataset's length is unknown)")
         self.steps_per_epoch, self.epochs = int(steps), int(self.params["epochs"])
-        self.driver, self._restore_state = None, None
+        self.driver, self._restore_state, self.cache = None, None, None
         self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
         self._last_batch_end = None
         # before the first batch traces (or profiles) a step with the model
@@ -147,7 +158,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
         with self.writer.as_default():
             step = self.driver.before_step(g)
             t0 = self.clock()
-            outputs = step(data)
+            outputs = step(*fit_steps.parts(data))
             train_steps.first_output(outputs).numpy()
             self.driver.after_step(g, self.clock() - t0, outputs)
         self._global_step += 1
@@ -171,18 +182,24 @@ class ElasticCallback(_keras3.callbacks.Callback):
         if not os.path.exists(path) or not _matches(tables.load_table(path), model):
             self._profile(path, data, input_size, batch_size, num_classes)
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
-        time_model = TimeModel(table)
+        # the run's settings as model.fit resolves them, saved as config.json
+        self.cfg = cfg = dataclasses.replace(
+            cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
+            num_classes=num_classes, optimizer=opt_name,
+            learning_rate=float(tf.convert_to_tensor(optimizer.learning_rate)),
+            num_epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, timing_table=path)
+        self.cache = self._plan_cache()
+        time_model = TimeModel(table, cache=None if self.cache is None
+                               else self.cache.for_time_model())
         if cfg.rho != AUTO and cfg.rho < time_model.rho_floor:
+            from elastictrainer.prefix.plan import no_cut_note
             raise UserError(f"rho {cfg.rho:g} is below this model's forward floor: the forward "
                             f"pass alone is {time_model.rho_floor:.3f} of a full training step "
-                            f"({path})")
+                            f"({path}){no_cut_note(model)}")
         optimizers.prepare_optimizer(optimizer, model.trainable_weights)
-        # model.fit's steps are Keras' own train step on the whole model: no suffix step to
-        # train from stored activations
-        self.log("prefix cache off: model.fit runs every step through the whole model (the "
-                 "frozen-prefix cache is the command line's and elastictrainer.run's)")
         scheme = SCHEMES[cfg.train_type]
-        self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy)
+        self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy,
+                                prefix_cache=self.cache)
         compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
@@ -193,12 +210,6 @@ class ElasticCallback(_keras3.callbacks.Callback):
             economy=cfg.economy, is_compiled=lambda selection: selection in compiled,
             clock=self.clock, log=self.log)
         self.driver = ElasticDriver(self.trainer, scheme, runtime)
-        # the run's settings as model.fit resolves them, saved as config.json
-        self.cfg = cfg = dataclasses.replace(
-            cfg, model_name=model.name, input_size=input_size, batch_size=batch_size,
-            num_classes=num_classes, optimizer=opt_name,
-            learning_rate=float(tf.convert_to_tensor(optimizer.learning_rate)),
-            num_epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, timing_table=path)
         summary = new_summary(
             cfg, elastic=True, tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],
             timing_table=path, steps_per_epoch=self.steps_per_epoch,
@@ -210,6 +221,26 @@ class ElasticCallback(_keras3.callbacks.Callback):
         if self._restore_state is not None:
             self._load(self._restore_state)
         self._save_summary()
+
+    def _plan_cache(self):
+        """The run's prefix.cache.PrefixCache, or None (said in one line, as on the command
+        line): under a strategy, with cache_frozen_prefix false, or without a usable cut."""
+        cfg = self.cfg
+        if self.strategy is not None:
+            if cfg.cache_frozen_prefix is True:
+                raise UserError("cache_frozen_prefix=True trains on one device; it does not "
+                                "combine with the model's tf.distribute strategy")
+            if cfg.cache_frozen_prefix:
+                self.log("prefix cache off (cache_frozen_prefix auto): the model trains under a "
+                         "tf.distribute strategy, and the cache keeps one process's rows keyed "
+                         "by the images of one-device batches (docs/design.md)")
+            return None
+        if not cfg.cache_frozen_prefix:
+            return None
+        from elastictrainer.prefix.plan import plan
+
+        return plan(self.model, list(self.model.trainable_weights), cfg,
+                    self.steps_per_epoch * cfg.batch_size, self.out, self.log, clock=self.clock)
 
     def _local(self, data):
         """This process's part of a batch as plain tensors: the local replicas' shares
@@ -272,6 +303,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
         with self.writer.as_default():
             self.driver.on_epoch_end(epoch + 1, self._global_step)
         self.rec.elastic(rt.records, rt.corrections)
+        self._cache_summary()
         self.rec.epoch(_epoch_record(epoch + 1, self._train_time, logs, rt), self._global_step,
                        train_scalars=True)
         self.rec.flush()
@@ -292,11 +324,18 @@ class ElasticCallback(_keras3.callbacks.Callback):
             result = self.driver.on_train_end(self._train_time, self._global_step)
         rt = self.driver.rt
         self.rec.elastic(rt.records, rt.corrections)
+        self._cache_summary()
+        if self.cache is not None:
+            self.cache.close()
         self.rec.set(step_cache_traces=self.trainer.steps.traces)
         self.rec.finish(stopped=False, train_time_s=self._train_time, step=self._global_step,
                         result=result)
 
     # ------------------------------------------------------------------ state
+    def _cache_summary(self):
+        if self.cache is not None:
+            self.rec.set(prefix_cache=self.cache.summary(self._global_step))
+
     def _save_summary(self):
         rt = self.driver.rt
         self.rec.elastic(rt.records, rt.corrections)
@@ -329,6 +368,11 @@ def _rho(value):
         return parse_rho(value)
     except (TypeError, ValueError):
         raise UserError(f"rho must be a number in (0, 1] or \"auto\", got {value!r}") from None
+
+
+def _setting(value):
+    """cache_frozen_prefix as ElasticCallback takes it: True, False or "auto"."""
+    return value if value in (True, False) else str(value).lower()
 
 
 def _architecture_digest(model):

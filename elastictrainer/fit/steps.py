@@ -1,6 +1,9 @@
 """model.fit's steps for ElasticCallback (callback.py): what the elastic driver runs,
 over fit's batches, for Keras 3 and tf-keras models, on one device or under the model's
-tf.distribute strategy."""
+tf.distribute strategy, and on one device with the frozen prefix's activations cached
+(prefix/cache.py: a selection with a cut trains its suffix on stored rows, with Keras' compiled
+loss and metrics as the whole model's step has them).  A step is called with a batch's parts,
+step(x, y[, sample_weight])."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import tensorflow as tf
@@ -19,10 +22,12 @@ class FitSteps:
     gradient, no update, the loss and metrics updated) with the in-step importance terms.
     Under the model's tf.distribute strategy a step all-reduces the selected tensors' gradients
     only and updates every replica's copy, as the command line's distributed steps do
-    (distributed_steps.DistributedStep)."""
+    (distributed_steps.DistributedStep).  prefix_cache: a prefix.cache.PrefixCache (one
+    device only), whose steps then train the selections that leave a frozen prefix."""
 
-    def __init__(self, model, optimizer, importance, strategy=None):
+    def __init__(self, model, optimizer, importance, strategy=None, prefix_cache=None):
         self.model, self.optimizer = model, optimizer
+        self.prefix_cache = prefix_cache
         self.variables = list(model.trainable_weights)
         self.flavor = flavors.for_model(model)
         self.strategy = strategy
@@ -34,21 +39,31 @@ class FitSteps:
                             f"covered")
         self.in_step = True
         self._reduce_op = self.flavor.losses_scaled_for_replicas()  # outside any trace
-        self.steps = StepCache(lambda sel: self._step([self.variables[k] for k in sel], True),
+        self.steps = StepCache(self._selection_step,
                                size_fn=None if strategy is None else (lambda step: None))
         self._probe = self._terms_fn = None
 
     def step_for(self, selection):
         return self.steps(tuple(selection))
 
-    def _step(self, var_list, train):
-        """data -> (loss, logs) training `var_list`; train false: (loss, logs, gradients)."""
+    def _selection_step(self, selection):
+        var_list = [self.variables[k] for k in selection]
+        if self.prefix_cache is None:
+            return self._step(var_list, True)
+        return self.prefix_cache.step(
+            selection, lambda: self._step(var_list, True),
+            lambda suffix, cut: self._step(var_list, True, call=suffix))
+
+    def _step(self, var_list, train, call=None):
+        """(x, y[, sample_weight]) -> (loss, logs) training `var_list`; train false: (loss,
+        logs, gradients).  call: what maps x to the predictions (the model; a suffix model
+        when x is a cut's stored activations)."""
         model, flavor, optimizer = self.model, self.flavor, self.optimizer
         update = flavors.for_optimizer(optimizer)
 
         def forward_backward(data):
             with tf.GradientTape() as tape:
-                x, y, sample_weight, y_pred, loss = flavor.fit_forward(model, data)
+                x, y, sample_weight, y_pred, loss = flavor.fit_forward(model, data, call)
             grads = tape.gradient(loss, var_list)
             return loss, flavor.fit_metrics(model, x, y, y_pred, sample_weight), grads
 
@@ -56,8 +71,8 @@ class FitSteps:
         # autograph off: the steps have no Python control flow on tensors to convert
         if strategy is None:
             @tf.function(autograph=False)
-            def step(data):
-                loss, logs, grads = forward_backward(data)
+            def step(*data):
+                loss, logs, grads = forward_backward(_packed(data))
                 if not train:
                     return loss, logs, grads
                 optimizers.apply_updates(optimizer, grads, var_list)
@@ -80,7 +95,8 @@ class FitSteps:
             return loss, logs, grads
 
         @tf.function(autograph=False)
-        def distributed(data):
+        def distributed(*data):
+            data = _packed(data)
             if train:
                 update.begin_update(optimizer)
             loss, logs, grads = strategy.run(replica, args=(data,))
@@ -106,12 +122,22 @@ class FitSteps:
 
         return has(self._probe) and (not want_terms or has(self._terms_fn))
 
-    def probe_step(self, data, want_terms):
+    def probe_step(self, *data, want_terms):
         """Every tensor's gradient, no update; (loss, logs, terms)."""
         if self._probe is None:
             self._probe = self._step(self.variables, False)
             self._terms_fn = tf.function(self._terms)
-        loss, logs, grads = self._probe(data)
+        loss, logs, grads = self._probe(*data)
         terms = (self._terms_fn(grads) if want_terms
                  else tf.zeros([len(self.variables)], tf.float64))
         return loss, logs, terms
+
+
+def parts(data):
+    """A fit batch as the steps take it: (x, y[, sample_weight]), or (x,) for x alone."""
+    return tuple(data) if isinstance(data, tuple) else (data,)
+
+
+def _packed(parts):
+    """The batch Keras' unpack_x_y_sample_weight takes, from a step's arguments."""
+    return parts[0] if len(parts) == 1 else tuple(parts)

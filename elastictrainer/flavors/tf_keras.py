@@ -238,11 +238,12 @@ def random_state_variables(model):
 
 
 # ---------------------------------------------------------------------------- model.fit
-def fit_forward(model, data):
+def fit_forward(model, data, call=None):
     """What the model's own train_step computes before its gradients: (x, y, sample_weight,
-    y_pred, loss), the compiled loss (and its "loss" metric) updated."""
+    y_pred, loss), with `call` (default: the model) mapping x to y_pred,
+    the compiled loss (and its "loss" metric) updated."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    y_pred = model(x, training=True)
+    y_pred = (call or model)(x, training=True)
     loss = model.compute_loss(x, y, y_pred, sample_weight)
     return x, y, sample_weight, y_pred, loss
 

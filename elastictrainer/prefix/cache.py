@@ -48,7 +48,6 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer.flavors import compat
-from elastictrainer.train import steps as train_steps
 from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull, row_bytes
 
 
@@ -120,20 +119,20 @@ class PrefixCache:
         return None if k < 0 else k
 
     # ------------------------------------------------------------------ steps
-    def step(self, selection, variables, optimizer, loss_fn, penalty_fn, plain):
+    def step(self, selection, plain, suffix_step):
         """The train step of `selection` (tuple of indices): a CachedStep when it has a cut,
         else the uncached step `plain()` in a TrainsBelowEveryCut (plain() alone once the
-        cache is off)."""
+        cache is off).  `suffix_step(suffix_model, cut)` makes the step that trains the
+        selection on a cut's stored activations; each driver makes its own (the command line's
+        loop: train_steps.make_train_step; model.fit: Keras' compiled loss and metrics), called
+        as the plain one with the activations in place of the images."""
         cut = self.cut_of(selection)
         if self.off:
             return plain()
         if cut is None:
             return TrainsBelowEveryCut(self, plain())
         prefix, suffix = self._sub_models(cut)
-        var_list = [variables[k] for k in selection]
-        return CachedStep(
-            self, cut, plain, prefix,
-            lambda: train_steps.make_train_step(suffix, optimizer, loss_fn, var_list, penalty_fn))
+        return CachedStep(self, cut, plain, prefix, lambda: suffix_step(suffix, cut))
 
     def _sub_models(self, cut):
         if cut not in self._models:
@@ -218,10 +217,13 @@ class PrefixCache:
 
 class CachedStep:
     """A selection's train step with its prefix cached (module doc): call it as the trainer's
-    steps, (x, y) -> (loss, logits).  The examples of the batch not stored yet go through the
+    steps, (x, *rest) -> what the plain step returns (rest: the labels, and in model.fit any
+    sample weights).  The examples of the batch not stored yet go through the
     prefix first (a forward pass in the step's training mode, of those examples only) and are
     stored; then the suffix trains on the batch's stored activations.  `filled` says whether
-    the last call stored any, `compiled` whether it traced a function."""
+    the last call stored any and `fill_s` how long storing took (the run's clock: the rest of
+    the call is the suffix step a served call runs), `compiled` whether it traced a
+    function."""
 
     def __init__(self, cache, cut, plain, prefix, make_cached):
         self.cache, self.cut = cache, cut
@@ -243,11 +245,12 @@ class CachedStep:
         """The compiled functions it holds (for the step cache's size estimate)."""
         return list(self.fns.values())
 
-    def __call__(self, x, y):
+    def __call__(self, x, *rest):
         cache = self.cache
         store = cache.use(self.cut)
         cache.training(self.cut)
         self.filled = self.compiled = False
+        self.fill_s = 0.0
         if store is not None:
             keys = cache.keys(x)
             examples = store.lookup(keys)
@@ -256,11 +259,11 @@ class CachedStep:
                     store.pick(examples, cache.rng))
         if store is None or rows is None:
             cache.uncached_steps += 1
-            return self._fn("plain")(x, y)
+            return self._fn("plain")(x, *rest)
         if not self.filled:
             cache.served_steps += 1
             cache.builds[-1].served_steps += 1
-        return self._fn("cached")(tf.convert_to_tensor(store.read(rows)), y)
+        return self._fn("cached")(tf.convert_to_tensor(store.read(rows)), *rest)
 
     def _fill(self, store, x, keys, examples, need):
         """Store a view of the examples that `need` one (their prefix run on this step's
@@ -285,7 +288,7 @@ class CachedStep:
         except OSError as e:
             cache.turn_off(f"writing {store.path} failed ({e.strerror or e})")
             return None
-        seconds = cache.clock() - t0
+        seconds = self.fill_s = cache.clock() - t0
         cache.fill_steps += 1
         cache.fill_s += seconds
         build.fill_steps += 1
@@ -307,9 +310,9 @@ class TrainsBelowEveryCut:
         """The compiled function it holds (for the step cache's size estimate)."""
         return [self.step]
 
-    def __call__(self, x, y):
+    def __call__(self, *data):
         self.cache.training(None)
-        return self.step(x, y)
+        return self.step(*data)
 
 
 def _traced(fn):

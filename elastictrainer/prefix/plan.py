@@ -7,6 +7,7 @@ outlast the passes that fill the cache.  When none does, one line says why, and 
 gives it again for a refusal that follows from it."""
 import os
 import shutil
+import time
 import weakref
 
 from elastictrainer.prefix.cache import PrefixCache
@@ -18,11 +19,11 @@ from elastictrainer.prefix.store import CACHE_DIR, MAX_AUTO_VIEWS, free_disk_byt
 MIN_PREFIX_SHARE = 0.05
 
 
-def plan(model, variables, cfg, capacity, run_dir, log=print):
+def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_counter):
     """The PrefixCache of a run with --cache_frozen_prefix auto or true, or None when the model
     has no usable cut, none fits, or (auto) the run is too short to train from the cache: said
     in one line with why, which no_cut_note(model) gives again (for a refusal that follows from
-    it)."""
+    it).  clock: the run's, which times the steps' fills."""
     explicit = cfg.cache_frozen_prefix is True
     graph = FlatGraph(model)
     if graph.why_not:
@@ -61,7 +62,7 @@ def plan(model, variables, cfg, capacity, run_dir, log=print):
         tensor_cut.append(best)
     cache = PrefixCache(graph, fits, tensor_cut, capacity, budget, run_dir,
                         views=[views[id(c)] for c in fits], dtype=cfg.cache_dtype,
-                        seed=cfg.seed, log=log)
+                        seed=cfg.seed, log=log, clock=clock)
     if cfg.rho_feedback:
         # timed on this host, so with the closed loop off (selections a function of the
         # settings, seed and table alone, runs repeating bit for bit) they stay 0

@@ -42,7 +42,7 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
         the train set once (or cfg.steps_per_epoch steps).
     clock: seconds, for step timing and the training time (a simulated device in tests).
     """
-    setup = setup_run(cfg, log, model, data)
+    setup = setup_run(cfg, log, model, data, clock=clock)
     try:
         return _train(setup, log, clock)
     finally:  # a model given leaves with its BatchNorm layers as it came (--bn_mode)

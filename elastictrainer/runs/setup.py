@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 import shutil
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -51,9 +52,10 @@ class RunSetup:
     bn_forced: tuple = ()  # the BatchNorm layers --bn_mode inference forced (batchnorm.restore)
 
 
-def setup_run(cfg, log=print, model=None, data=None):
+def setup_run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
     """Validate `cfg`, load data and model, build the compiled steps and the time model; see
-    run().  Returns a RunSetup."""
+    run() (clock: the run's, which also times the prefix cache's fills).  Returns a
+    RunSetup."""
     cfg.validate()
     check_writable_dir(cfg.logdir, "--logdir")  # before minutes of loading and profiling
     dist = distribution.configure(cfg)  # before TensorFlow makes its devices
@@ -78,14 +80,14 @@ def setup_run(cfg, log=print, model=None, data=None):
         ensure_synthetic(cfg.model_name, cfg.input_size, log=log, progress=cfg.progress)
     try:
         with dist.scope():  # model, optimizer and trainer variables mirrored under a strategy
-            return _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist)
+            return _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock)
     except BaseException:
         if model is not None:  # a model given leaves a failed setup as it came (--bn_mode)
             batchnorm.restore(batchnorm.forced_layers(model))
         raise
 
 
-def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
+def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
     given_model = model is not None
     if given_model:
         if not flavors.is_model(model):
@@ -136,7 +138,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist):
         from elastictrainer.prefix.plan import plan as plan_cache
 
         examples = bundle.num_train or steps_per_epoch * cfg.batch_size
-        cache = plan_cache(model, list(model.trainable_weights), cfg, examples, out, log)
+        cache = plan_cache(model, list(model.trainable_weights), cfg, examples, out, log,
+                           clock=clock)
     compiled = CompiledSteps(model, optimizer, scheme, roles, dist=dist,
                              global_batch=cfg.batch_size, prefix_cache=cache)
     if scheme.elastic and dist.on and not compiled.in_step:

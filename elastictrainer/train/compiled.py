@@ -191,8 +191,11 @@ class CompiledSteps:
                                           penalty_fn=self._penalty)
         if self.prefix_cache is None:
             return plain()
-        return self.prefix_cache.step(selection, self.variables, self.optimizer, self.loss_fn,
-                                      self._penalty, plain)
+        def suffix_step(suffix, cut):
+            return train_steps.make_train_step(suffix, self.optimizer, self.loss_fn,
+                                               [self.variables[k] for k in selection],
+                                               penalty_fn=self._penalty)
+        return self.prefix_cache.step(selection, plain, suffix_step)
 
     def probe_traced(self, want_terms=False):
         """Whether a probe step with `want_terms` runs without compiling anything."""

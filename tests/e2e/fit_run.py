@@ -1,6 +1,7 @@
 """A model.fit run with ElasticCallback, on one device or under MirroredStrategy over two logical
 CPUs (which only a fresh process can make): python fit_run.py KERAS MODE OUTDIR [TABLE].
-Prints the history as JSON on its last line (tests/e2e/test_distribute.py)."""
+Prints the history as JSON on its last line, the callback's lines on stderr
+(tests/e2e/test_distribute.py).  The one-device run is uncached, as the mirrored one must be."""
 import json
 import os
 import sys
@@ -36,7 +37,9 @@ def main(flavor, mode, out, table=None):
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(train, epochs=3, validation_data=test, verbose=0, callbacks=[
         ElasticCallback(rho=0.9, interval=1, logdir=out, economy=False, rho_feedback=False,
-                        timing_table=table, profiles=os.path.join(out, "profiles"), log=None)])
+                        timing_table=table, profiles=os.path.join(out, "profiles"),
+                        cache_frozen_prefix="auto" if mode == "mirrored" else False,
+                        log=lambda line: print(line, file=sys.stderr))])
     print(json.dumps({k: [float(v) for v in vs] for k, vs in history.history.items()}))
 
 

@@ -205,7 +205,8 @@ def test_a_malformed_tf_config_is_one_line_exit_2(work):
 @pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
 def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path, flavor):
     """model.fit with ElasticCallback inside MirroredStrategy (two logical CPUs) selects and
-    trains as on one device on the same batches, the same timing table."""
+    trains as on one device (uncached) on the same batches, the same timing table; the
+    prefix cache stays off under the strategy and says so in one line."""
     script = os.path.join(ROOT, "tests", "e2e", "fit_run.py")
 
     def fit(mode, table=None):
@@ -213,6 +214,11 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
         r = subprocess.run([sys.executable, script, flavor, mode, out] + ([table] if table else []),
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
+        said = [line for line in r.stderr.splitlines() if line.startswith("prefix cache off")]
+        assert said == ([] if mode == "one" else [
+            "prefix cache off (cache_frozen_prefix auto): the model trains under a "
+            "tf.distribute strategy, and the cache keeps one process's rows keyed by the "
+            "images of one-device batches (docs/design.md)"])
         return json.loads(r.stdout.strip().splitlines()[-1]), runlog.read_summary(out)
 
     one, one_summary = fit("one")

@@ -92,6 +92,9 @@ class _StepClock:
 
 
 def _scripted_callback(tmp_path, model, name="run", **kw):
+    # uncached: the clock scripts whole steps, and a cache's fills would read it inside them
+    # (the fit's cache: test_fit_prefix_cache.py)
+    kw.setdefault("cache_frozen_prefix", False)
     clock = _StepClock()
     clock.callback = _callback(tmp_path, name, timing_table=_scripted_table(tmp_path, model),
                                clock=clock, **kw)

@@ -122,8 +122,9 @@ def test_cache_flags_are_checked_before_anything_loads():
 
 def drive_cached(rt, model, steps, fill_steps, importance, loop_s=1e-3):
     """The loop with a cached prefix on a scripted device: the selection's first `fill_steps`
-    steps store images and cost an uncached step of it, the later ones what the cached model
-    predicts; probes and timed full steps a full step.  Returns the run's seconds."""
+    steps store images and cost an uncached step of it (the storing: what the prefix adds to
+    the cached step), the later ones what the cached model predicts; probes and timed full
+    steps a full step.  Returns the run's seconds."""
     plain, now = model.without_cache(), 0.0
     filled = 0
     for g in range(steps):
@@ -131,17 +132,18 @@ def drive_cached(rt, model, steps, fill_steps, importance, loop_s=1e-3):
             rt.begin_reselection(g, probes=1)
         kind = rt.step_kind()
         mask = np.zeros(8, bool)
-        fill = False
+        fill, fill_ms = False, 0.0
         if kind == "selection":
             mask[list(rt.selection)] = True
             fill = filled < fill_steps
             filled += fill
             ms = (plain if fill else model).predicted_ratio(mask) * model.t_full
+            fill_ms = ms - model.predicted_ratio(mask) * model.t_full if fill else 0.0
         else:
             ms = model.t_full
         now += ms / 1e3 + loop_s
         rt.step_done(g, kind, ms / 1e3, terms=importance if kind == "probe" else None,
-                     filled=fill)
+                     filled=fill, fill_s=fill_ms / 1e3)
     return now
 
 
@@ -157,14 +159,31 @@ def test_steps_that_fill_the_cache_are_booked_apart_from_the_measured_cached_ste
     mask = np.array(record.mask, bool)
     assert model.cut_of(mask) is not None and record.cut in ("low", "high")
     assert record.fill_steps == 100
-    # the closed loop measured the cached steps only: their ratio, not the fill steps'
+    # the closed loop measured the cached steps, the fill steps' storing left out
     assert record.measured_ratio == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
     assert model.predicted_ratio(mask) < 0.3 < model.without_cache().predicted_ratio(mask)
     result = rt.finish(seconds)
     assert result.measured_ratio == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
-    # the fill steps count in the wall clock, as steps full training would have run in full
+    # the fill steps count whole in the wall clock; full training runs their batches in full
     assert result.wall_ratio == pytest.approx(seconds / (300 * (model.t_full / 1e3 + 1e-3)),
                                               rel=1e-6)
+
+
+def test_a_run_whose_every_selection_step_fills_the_cache_still_measures_its_ratio():
+    """A short run, or one whose probes keep drawing images the store lacks: every selection
+    step stores some images.  The storing is booked apart and the rest measured."""
+    from elastictrainer.elastic import ElasticRuntime
+
+    model = TimeModel(chain_table(), cache=CACHE)
+    rt = ElasticRuntime(model, 0.3, feedback=True, economy=False, steps_per_epoch=100,
+                        total_steps=100, interval=10, log=lambda m: None, clock=lambda: 0.0)
+    seconds = drive_cached(rt, model, 100, 100, np.linspace(0.1, 1.0, 8))
+    record, = rt.records
+    mask = np.array(record.mask, bool)
+    assert record.fill_steps == record.steps > 0
+    assert record.measured_ratio == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
+    result = rt.finish(seconds)
+    assert result.measured_ratio == pytest.approx(model.predicted_ratio(mask), rel=1e-6)
 
 
 def test_a_switch_that_moves_the_cut_is_priced_an_epoch_of_filling():
