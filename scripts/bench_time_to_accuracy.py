@@ -17,8 +17,10 @@ Configurations (--configs):
   smallcnn32      the same model at 32 px, batch 8 (few tensors fit a low rho)
   mobilenetv2_96  MobileNetV2 from --weights synthetic at 96 px, batch 8
   keras3_fit      a pretrained Keras 3 CNN through model.fit: plain fit on all weights, the
-                  last stage and head trained by hand (the rest frozen), ElasticCallback at each
-                  rho and rho auto at each share; warm in one process after a warm-up fit
+                  last stage and head trained by hand (the rest frozen, so their BatchNorm runs
+                  on its moving statistics, as Keras 3 runs a frozen one), ElasticCallback at
+                  each rho and rho auto at each share (with --fit_bn_mode, the default cache);
+                  warm in one process after a warm-up fit
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
 ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache).
@@ -31,6 +33,7 @@ import dataclasses
 import datetime
 import json
 import os
+import shutil
 import time
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
@@ -73,6 +76,10 @@ def build_parser():
     p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
                    help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
     p.add_argument("--epochs", type=int, default=12, help="epochs of every run")
+    p.add_argument("--fit_bn_mode", default="inference", choices=("model", "inference"),
+                   help="keras3_fit's ElasticCallback(bn_mode=...): inference holds BatchNorm on "
+                        "its moving statistics, as the hand-frozen layers run theirs, which lets "
+                        "the cache cut above it")
     p.add_argument("--logdir", default="logs/bench_time_to_accuracy", help="where runs go")
     p.add_argument("--out", default=os.path.join(HERE, "figures", "bench_time_to_accuracy"),
                    help="output path without extension (.json, .md, _<config>.png)")
@@ -147,8 +154,8 @@ def _profile_seconds(cfg, args, log):
     return seconds
 
 
-# The Keras 3 configuration: a small CNN (three stages and a head) pretrained on the
-# synthetic source task, fine-tuned on the target's classes
+# The Keras 3 configuration: a small CNN (random flip and rotation, three stages and a head)
+# pretrained on the synthetic source task, fine-tuned on the target's classes
 FIT_SIZE, FIT_BATCH, FIT_TRAIN, FIT_TEST, FIT_PRETRAIN_EPOCHS = 64, 32, 4800, 1024, 4
 
 
@@ -166,7 +173,10 @@ def _fit_data(size, batch, n, seed, split, source=False):
 
 def _fit_model(keras, classes):
     inputs = keras.Input((FIT_SIZE, FIT_SIZE, 3))
-    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    # the built-in models' augmentation (models/base.py), which the cache keeps as views
+    x = keras.layers.RandomFlip("horizontal")(inputs)
+    x = keras.layers.RandomRotation(0.2)(x)
+    x = keras.layers.Rescaling(1 / 255.0)(x)
     for stage, filters in enumerate((32, 48, 64)):
         for k in range(2):
             x = keras.layers.Conv2D(filters, 3, strides=2 if k == 0 else 1, padding="same",
@@ -252,12 +262,15 @@ def fit_runs(args, log):
         if rho is not None:
             rho, share = rho
             tag = f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}"
-            # a profile folder of its own and no table kept from the run before: each elastic
-            # run pays for its first profiling, as the command-line configurations' runs do
+            # an empty profile folder of its own and no table kept from the run before: each
+            # elastic run pays for its first profiling, as the command-line configurations'
+            # runs do
             reuse.forget()
+            shutil.rmtree(os.path.join(workdir, f"profiles_{tag}"), ignore_errors=True)
             callbacks.append(ElasticCallback(
                 rho=rho, rho_share=share, logdir=os.path.join(workdir, f"{tag}_seed{seed}"),
-                profiles=os.path.join(workdir, f"profiles_{tag}"), log=None))
+                profiles=os.path.join(workdir, f"profiles_{tag}"), bn_mode=args.fit_bn_mode,
+                log=None))
         try:
             model.fit(train, epochs=args.epochs, validation_data=test, verbose=0,
                       callbacks=callbacks)
