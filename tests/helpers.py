@@ -288,3 +288,16 @@ def flat_cnn(keras_module, num_classes=5, size=16, seed=0, name="flat"):
                           name=f"conv{i}")(h)
     h = layers.GlobalAveragePooling2D(name="pool")(h)
     return keras_module.Model(inputs, layers.Dense(num_classes, name="head")(h), name=name)
+
+
+def image_data(examples, size=16, classes=4, batch=8, seed=0, test=16):
+    """(train, test) tf.data datasets of batches: `examples` fixed random images with balanced
+    labels, the train set reshuffled every epoch under the seed (and TensorFlow's global seed
+    set to it), the test set its first `test` images."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 255, (examples, size, size, 3)).astype(np.float32)
+    y = (np.arange(examples) % classes).astype(np.int32)
+    tf.random.set_seed(seed)
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
+        examples, seed=seed, reshuffle_each_iteration=True).batch(batch)
+    return train, tf.data.Dataset.from_tensor_slices((x[:test], y[:test])).batch(test)

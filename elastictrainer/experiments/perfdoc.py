@@ -339,11 +339,13 @@ def readme_bench_time_to_accuracy(figures=FIGURES):
                 f"{','.join(map(str, seeds))}", "best accuracy",
                 "to 95% of full's best (speedup)", "to within 1 point of it (speedup)",
                 "whole run"], rows), "",
-        f"{_ran('bench_time_to_accuracy.py', d['machine'], d['date'])}: `--configs command1 "
-        f"--seeds {','.join(map(str, seeds))} --rhos "
+        f"{_ran('bench_time_to_accuracy.py', d['machine'], d['date'])}: `--configs "
+        f"{','.join(d['args']['configs'])} --seeds {','.join(map(str, seeds))} --rhos "
         f"{','.join(f'{r:g}' for r in d['args']['rhos'])} --shares "
         f"{','.join(f'{x:g}' for x in d['args']['shares'])}`, the default cache; an elastic "
-        "run's time includes its first profiling."])
+        "run's time includes its first profiling"
+        + ("; the other configurations are in docs/performance.md."
+           if len(d["configs"]) > 1 else ".")])
 
 
 README_BLOCKS = {

@@ -47,8 +47,11 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
         return _uncached(model, why, log, explicit)
     passes = max(views[id(c)] for c in fits)
     if not explicit and cfg.num_epochs <= passes:
-        return _uncached(model, f"the run's {cfg.num_epochs} epochs are used up by the {passes} "
-                                f"passes that fill the cache", log, explicit)
+        n = cfg.num_epochs
+        epochs = f"{n} epoch is" if n == 1 else f"{n} epochs are"
+        fills = "pass that fills" if passes == 1 else "passes that fill"
+        return _uncached(model, f"the run's {epochs} used up by the {passes} {fills} the cache",
+                         log, explicit)
     _NO_CACHE.pop(model, None)
     everything = graph.tensor_cuts(variables)
     index = {id(c): i for i, c in enumerate(graph.cuts)}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import image_data
 from elastictrainer import config
 from elastictrainer.errors import UserError
 from elastictrainer.flavors import batchnorm
@@ -133,12 +134,7 @@ def test_the_prefix_graph_cuts_above_batchnorm_in_inference_mode():
 
 
 def data(seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(0, 255, (EXAMPLES, SIZE, SIZE, 3)).astype(np.float32)
-    y = (np.arange(EXAMPLES) % CLASSES).astype(np.int32)
-    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
-        EXAMPLES, seed=seed, reshuffle_each_iteration=True).batch(BATCH)
-    return train, tf.data.Dataset.from_tensor_slices((x[:16], y[:16])).batch(16)
+    return image_data(EXAMPLES, SIZE, CLASSES, BATCH, seed)
 
 
 def cfg(tmp_path, name, **kw):

@@ -6,9 +6,8 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from helpers import flat_cnn, scripted_table
+from helpers import flat_cnn, image_data, scripted_table
 from elastictrainer import config, runlog
 from elastictrainer.fit.callback import MEASURED_RATIO_LOG, ElasticCallback
 from elastictrainer.fit.steps import FitSteps, parts
@@ -33,11 +32,7 @@ def _compiled(flavor, seed=0):
 
 
 def _train(examples=EXAMPLES, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(0, 255, (examples, 16, 16, 3)).astype("float32")
-    y = (np.arange(examples) % CLASSES).astype("int32")
-    return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
-        examples, seed=seed, reshuffle_each_iteration=True).batch(BATCH)
+    return image_data(examples, 16, CLASSES, BATCH, seed)[0]
 
 
 @pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])

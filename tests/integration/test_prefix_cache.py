@@ -13,6 +13,7 @@ import tensorflow as tf
 import keras as keras3
 import tf_keras as keras
 
+from helpers import image_data
 from elastictrainer import config, runlog
 from elastictrainer.runs import loop
 from elastictrainer.prefix import plan as prefix_plan, store as prefix_store
@@ -101,13 +102,7 @@ def fronted_cnn(front, seed=0):
 
 def data(seed=0):
     """(train, test): EXAMPLES fixed images, reshuffled every epoch under the seed."""
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(0, 255, (EXAMPLES, SIZE, SIZE, 3)).astype(np.float32)
-    y = (np.arange(EXAMPLES) % CLASSES).astype(np.int32)
-    tf.random.set_seed(seed)
-    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
-        EXAMPLES, seed=seed, reshuffle_each_iteration=True).batch(BATCH)
-    return train, tf.data.Dataset.from_tensor_slices((x[:16], y[:16])).batch(16)
+    return image_data(EXAMPLES, SIZE, CLASSES, BATCH, seed)
 
 
 def cfg(tmp_path, name, **kw):
