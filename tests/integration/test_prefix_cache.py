@@ -396,10 +396,14 @@ def test_no_room_anywhere_or_changing_images_leave_the_run_uncached(tmp_path, mo
 
 def test_an_elastic_run_below_the_uncached_forward_floor_trains_from_the_cache(
         tmp_path, nested_table):
+    """One selection for the run (its table is profiled here, so which cut it picks varies; a
+    selection per epoch could move the cut each time and fill a new store every epoch): the
+    steps that store the images the probe and timed full steps left out are followed by served
+    ones."""
     path, floor = nested_table
     summary = loop.run(cfg(tmp_path, "elastic", train_type="elastic_training", rho=0.9 * floor,
-                           rho_feedback=False, economy=False, interval=1.0, timing_table=str(path),
-                           cache_frozen_prefix=True, num_epochs=3),
+                           rho_feedback=False, economy=False, interval=10.0,
+                           timing_table=str(path), cache_frozen_prefix=True, num_epochs=3),
                        log=lambda m: None, model=nested_model(), data=data())
     pc = summary["prefix_cache"]
     sels = summary["selections"]
@@ -407,7 +411,7 @@ def test_an_elastic_run_below_the_uncached_forward_floor_trains_from_the_cache(
     assert all(s["predicted_ratio"] <= 0.9 * floor + 1e-9 for s in sels)
     assert {b["cut"] for b in pc["builds"]} == {s["cut"] for s in sels}
     assert sum(s["fill_steps"] for s in sels) == pc["fill_steps"] > 0
-    assert pc["served_steps"] > 0, (pc, [(s["cut"], s["steps"], s["fill_steps"], s["reason"]) for s in sels])
+    assert pc["served_steps"] > 0
     assert json.load(open(tmp_path / "elastic" / runlog.SUMMARY_FILE))["prefix_cache"] == pc
 
 
