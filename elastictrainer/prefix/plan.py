@@ -1,7 +1,9 @@
 """Which cuts of a model (a functional one, tf-keras or Keras 3: graph.py) the prefix cache may
 use (plan): the prefix must be deterministic per example (no BatchNorm computing batch
 statistics, no random op before the cut but random input augmentation, which is kept as a few
-views of each image: views_at), hold enough of the forward pass, and fit the memory budget or
+views of each image: views_at), hold enough of the forward pass and at least one trainable
+tensor (a frozen prefix to save: a cut below the first weights would only replay the input's
+preprocessing), and fit the memory budget or
 the disk; under --cache_frozen_prefix auto the run must also
 outlast the passes that fill the cache.  When none does, one line says why, and no_cut_note
 gives it again for a refusal that follows from it."""
@@ -32,7 +34,10 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     os.makedirs(run_dir, exist_ok=True)
     shutil.rmtree(os.path.join(run_dir, CACHE_DIR), ignore_errors=True)  # a killed run's
     disk = free_disk_bytes(run_dir)
-    usable = [c for c in graph.cuts if _blocker(graph, c) is None]
+    everything = graph.tensor_cuts(variables)
+    # cuts at or below this index hold no trainable tensor in their prefix (tensor_cuts)
+    weightless = min(everything, default=-1)
+    usable = [c for j, c in enumerate(graph.cuts) if _blocker(graph, c, j <= weightless) is None]
     views = {id(c): views_at(c, cfg, capacity) for c in usable}
 
     def size(c):
@@ -41,7 +46,7 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     fits = [c for c in usable if size(c) <= max(budget, disk)]
     if not fits:
         smallest = min((size(c) for c in usable), default=0) / 2**20
-        why = (_why_no_cut(graph) if not usable else
+        why = (_why_no_cut(graph, weightless) if not usable else
                f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
                f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
         return _uncached(model, why, log, explicit)
@@ -53,7 +58,6 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
         return _uncached(model, f"the run's {epochs} used up by the {passes} {fills} the cache",
                          log, explicit)
     _NO_CACHE.pop(model, None)
-    everything = graph.tensor_cuts(variables)
     index = {id(c): i for i, c in enumerate(graph.cuts)}
     # the output-most cut that fits, at or below each tensor's own
     tensor_cut = []
@@ -109,9 +113,11 @@ def _uncached(model, why, log, explicit=True):
     return None
 
 
-def _blocker(graph, cut):
+def _blocker(graph, cut, weightless=False):
     """What keeps `cut` from being cached whatever the flags, in a few words; None when
-    nothing does."""
+    nothing does.  weightless: no trainable tensor lies below the cut, so no selection leaves
+    a frozen prefix there; caching it would only replay the input's preprocessing (and its
+    augmentation, as views) while the time model priced every selection as cached."""
     if cut.forward_share > 1 - MIN_PREFIX_SHARE:
         return f"less than {MIN_PREFIX_SHARE:.0%} of the forward pass below them"
     if cut.batch_prefix:
@@ -120,17 +126,20 @@ def _blocker(graph, cut):
                 f"frozen one or one in a model called with training=False does)")
     if cut.random_prefix:
         return f"random ops below them ({_named(graph, cut.random_prefix[:1])})"
+    if weightless:
+        return "no trainable tensor below them"
     return None
 
 
-def _why_no_cut(graph):
+def _why_no_cut(graph, weightless=-1):
     """Why none of `graph`'s cuts is usable: each reason with the number of cuts it holds
-    back, from the input up."""
+    back, from the input up (cuts at index `weightless` and below have no trainable tensor
+    below them)."""
     if not graph.cuts:
         return "no cut point: no tensor lies on every path from its input to its output"
     counts = {}
-    for c in graph.cuts:
-        why = _blocker(graph, c)
+    for j, c in enumerate(graph.cuts):
+        why = _blocker(graph, c, j <= weightless)
         counts[why] = counts.get(why, 0) + 1
     return "no usable cut point: " + "; ".join(
         f"{n} of {len(graph.cuts)} have {why}" for why, n in counts.items())

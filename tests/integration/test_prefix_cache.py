@@ -226,6 +226,19 @@ def test_a_step_that_trains_below_a_cut_leaves_no_stale_activations_behind(tmp_p
     assert [b.stale for b in cache.builds] == [True, False, False, False]
 
 
+def test_a_cut_below_the_first_weights_is_never_cached(tmp_path):
+    """flip -> scale -> conv0: the cuts after the flip and the rescaling hold no trainable
+    tensor below them.  Cached, they would replay the augmentation and price a selection of
+    every tensor (conv0 included) as a cached one."""
+    model = nested_model(augment=True)
+    assert [c.name for c in FlatGraph(model).cuts][:3] == ["flip", "scale", "conv0"]
+    cache = prefix_plan.plan(model, model.trainable_weights,
+                             cfg(tmp_path, "weightless", cache_frozen_prefix=True), EXAMPLES,
+                             str(tmp_path / "weightless"), log=lambda m: None)
+    assert [c.name for c in cache.cuts][0] == "conv0"
+    assert cache.cut_of(tuple(range(len(model.trainable_weights)))) is None
+
+
 @pytest.mark.parametrize("front", sorted(FRONTS))
 def test_random_ops_are_found_in_the_traced_prefix_whatever_layer_draws_them(front):
     make, op = FRONTS[front]
