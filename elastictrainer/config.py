@@ -55,8 +55,9 @@ def _parse_rho(text):
             from None
 
 
-def _parse_auto_bool(text):
-    """argparse type of auto/true/false settings: "auto", True or False."""
+def parse_auto_bool(text):
+    """argparse type of auto/true/false settings (and their reading in ElasticCallback):
+    "auto", True or False."""
     if str(text).strip().lower() == AUTO:
         return AUTO
     return str2bool(text)
@@ -239,7 +240,7 @@ class Config:
         "when the model has a usable cut point, its activations fit --cache_budget_mb or the "
         "disk, and the run is longer than the passes that fill the cache; otherwise train "
         "uncached and say why in one line. true: cache wherever a cut point is usable. false: "
-        "never (the paper's protocol)", parse=_parse_auto_bool, metavar="{auto,true,false}"))
+        "never (the paper's protocol)", parse=parse_auto_bool, metavar="{auto,true,false}"))
     cache_budget_mb: float = field(default=1024.0, metadata=flag(
         "memory the prefix cache may hold; a cut point whose activations for the whole training "
         "set take more is cached in a file under the run directory when the disk has room, "

@@ -26,6 +26,7 @@ restored with the epoch it restarts from (elastic_state.json).
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import argparse
 import dataclasses
 import hashlib
 import os
@@ -39,7 +40,7 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import batchnorm, compat, optimizers
 from elastictrainer.flavors import shared
 from elastictrainer.errors import UserError
-from elastictrainer.config import FIT_LOGDIR, Config
+from elastictrainer.config import FIT_LOGDIR, Config, parse_auto_bool
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.elastic.budget import AUTO, parse_rho
@@ -371,8 +372,13 @@ def _rho(value):
 
 
 def _setting(value):
-    """cache_frozen_prefix as ElasticCallback takes it: True, False or "auto"."""
-    return value if value in (True, False) else str(value).lower()
+    """cache_frozen_prefix as ElasticCallback takes it: the command line's spellings, or a
+    bool; anything else in one line."""
+    try:
+        return parse_auto_bool(value)
+    except argparse.ArgumentTypeError:
+        raise UserError(f"cache_frozen_prefix must be auto, true or false, got {value!r}") \
+            from None
 
 
 def _architecture_digest(model):

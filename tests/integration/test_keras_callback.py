@@ -301,3 +301,10 @@ def test_rho_auto_in_model_fit(tmp_path, flavor):
             runlog.BEST_ACCURACY, runlog.SELECTION_RHO} <= tags
     with pytest.raises(UserError, match="rho must be a number"):
         ElasticCallback(rho="fast")
+    with pytest.raises(UserError, match="cache_frozen_prefix must be auto, true or false"):
+        ElasticCallback(cache_frozen_prefix="sometimes")
+    # the command line's spellings
+    no = ElasticCallback(logdir=str(tmp_path / "no"), cache_frozen_prefix="no")
+    assert no.cfg.cache_frozen_prefix is False
+    assert ElasticCallback(logdir=str(tmp_path / "auto"),
+                           cache_frozen_prefix="AUTO").cfg.cache_frozen_prefix == "auto"
