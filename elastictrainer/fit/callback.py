@@ -50,6 +50,7 @@ from elastictrainer.runs.recorder import Recorder, new_summary
 from elastictrainer.profiler import table as tables
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.method.time_model import TimeModel
+from elastictrainer.prefix.plan import why_not_distributed
 
 STATE_FILE = "elastic_state.json"
 # what the callback adds to Keras' epoch logs (and so to history)
@@ -232,9 +233,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
                 raise UserError("cache_frozen_prefix=True trains on one device; it does not "
                                 "combine with the model's tf.distribute strategy")
             if cfg.cache_frozen_prefix:
-                self.log("prefix cache off (cache_frozen_prefix auto): the model trains under a "
-                         "tf.distribute strategy, and the cache keeps one process's rows keyed "
-                         "by the images of one-device batches (docs/design.md)")
+                self.log("prefix cache off (cache_frozen_prefix auto): "
+                         + why_not_distributed("the model's tf.distribute strategy"))
             return None
         if not cfg.cache_frozen_prefix:
             return None

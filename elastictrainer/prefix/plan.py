@@ -21,6 +21,13 @@ from elastictrainer.prefix.store import CACHE_DIR, MAX_AUTO_VIEWS, free_disk_byt
 MIN_PREFIX_SHARE = 0.05
 
 
+def why_not_distributed(trainer):
+    """Why a run under a tf.distribute strategy (`trainer`, as its driver names it) trains
+    uncached, in the words every driver's one line uses."""
+    return (f"{trainer} trains on several replicas, and the cache keeps one process's rows "
+            f"keyed by the images of one-device batches (docs/design.md)")
+
+
 def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_counter):
     """The PrefixCache of a run with --cache_frozen_prefix auto or true, or None when the model
     has no usable cut, none fits, or (auto) the run is too short to train from the cache: said

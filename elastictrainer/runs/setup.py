@@ -26,6 +26,7 @@ from elastictrainer.profiler.run import load_or_profile
 from elastictrainer.method.roles import check_roles, tensor_roles
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.method.time_model import TimeModel
+from elastictrainer.prefix.plan import why_not_distributed
 from elastictrainer.train.compiled import CompiledSteps
 
 
@@ -166,8 +167,7 @@ def _why_uncached(cfg, scheme, dist):
     if cfg.cache_frozen_prefix != AUTO:
         return None
     if dist.on:
-        return (f"--strategy {cfg.strategy} trains on several replicas, and the cache keeps one "
-                f"process's rows keyed by the images of one-device batches (docs/design.md)")
+        return why_not_distributed(f"--strategy {cfg.strategy}")
     if scheme.trains_everything:
         return f"{cfg.train_type} trains every tensor, so no prefix is frozen"
     return None

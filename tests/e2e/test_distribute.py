@@ -216,8 +216,8 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
         assert r.returncode == 0, r.stderr[-2000:]
         said = [line for line in r.stderr.splitlines() if line.startswith("prefix cache off")]
         assert said == ([] if mode == "one" else [
-            "prefix cache off (cache_frozen_prefix auto): the model trains under a "
-            "tf.distribute strategy, and the cache keeps one process's rows keyed by the "
+            "prefix cache off (cache_frozen_prefix auto): the model's tf.distribute strategy "
+            "trains on several replicas, and the cache keeps one process's rows keyed by the "
             "images of one-device batches (docs/design.md)"])
         return json.loads(r.stdout.strip().splitlines()[-1]), runlog.read_summary(out)
 
