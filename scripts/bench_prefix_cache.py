@@ -21,6 +21,14 @@ timed in the same minutes), the measured step ratio of the cached steps, the cut
 share of steps served from the cache and the time spent filling it, and the load average
 around the run.  Finished runs in --logdir are read, not run again.
 
+fit: a pretrained Keras 3 CNN (experiments/fit_task.py: the built-in models' random flip and
+rotation in front, BatchNorm in every stage) fine-tuned through model.fit for FIT_EPOCHS epochs,
+warm in one process after a warm-up fit: plain fit on all weights, then ElasticCallback at each
+rho with the default cache and without it (cache_frozen_prefix=False), bn_mode inference in
+both (Keras 3 runs a nested BatchNorm in the step's mode, so only inference mode leaves a cut
+above it); the runs of a seed share one timing table, profiled by its first.  Training time is
+the epochs' (profiling and validation excluded), against plain fit's.
+
 flip: for each cut of command 1's pretrained smallcnn, how far a horizontal flip of the
 feature map is from the prefix's output for the flipped image (what feature-space augmentation
 would have to match).
@@ -45,7 +53,7 @@ from elastictrainer.machine import machine_info, machine_text
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
              "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
              "--learning_rate 0.001")
-PARTS = ("command1", "resnet50", "flip")
+PARTS = ("command1", "fit", "resnet50", "flip")
 
 
 def build_parser():
@@ -70,6 +78,76 @@ def build_parser():
 def load():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
+
+
+# ------------------------------------------------------------------ a Keras 3 model in model.fit
+FIT_EPOCHS = 12  # README command 1's
+FIT_REFERENCE, FIT_AGAINST = "model.fit, all weights", "plain fit's"
+
+
+def fit_task_text():
+    from elastictrainer.experiments import fit_task
+
+    return (f"experiments/fit_task.py: {fit_task.SIZE} px, batch {fit_task.BATCH}, "
+            f"{fit_task.TRAIN} images, Adam 1e-3, random flip and rotation in front")
+
+
+def fit(args):
+    """Rows of the model.fit part: per seed, plain fit and ElasticCallback cached and not."""
+    import keras
+
+    from elastictrainer.errors import UserError
+    from elastictrainer.experiments import fit_task
+    from elastictrainer.fit.callback import ElasticCallback
+    from elastictrainer.runlog import read_summary
+
+    rows = []
+    for seed in args.seeds:
+        workdir = os.path.join(args.logdir, "fit", f"s{seed}")
+        task = fit_task.PretrainedTask(keras, os.path.join(args.logdir, "fit"), seed)
+        task.warm_up()
+        variants = [(FIT_REFERENCE, None, None)]
+        variants += [(f"ElasticCallback{cache_label(cache)}", rho, cache)
+                     for rho in args.rhos for cache in ("off", "auto")]
+        plain_s = None
+        for label, rho, cache in variants:
+            model, clock = task.fresh(), fit_task.epoch_clock(keras)
+            callbacks, out = [clock], None
+            if rho is not None:
+                out = os.path.join(workdir, f"rho{rho:g}_{cache}")
+                callbacks.append(ElasticCallback(
+                    rho=rho, logdir=out, profiles=os.path.join(workdir, "profiles"),
+                    bn_mode="inference", log=None, seed=seed,
+                    **{"cache_frozen_prefix": CACHES[cache]["cache_frozen_prefix"]}))
+            before = load()
+            try:
+                model.fit(task.train, epochs=FIT_EPOCHS, validation_data=task.test,
+                          verbose=0, callbacks=callbacks)
+            except UserError as e:  # below the uncached forward floor
+                print(f"{label} rho {rho}: {e}", flush=True)
+                rows.append({"seed": seed, "run": label, "rho": rho, "cache": cache,
+                             "error": str(e)})
+                continue
+            accuracy = [a for _, a in clock.points]
+            spent = clock.points[-1][0]
+            plain_s = spent if rho is None else plain_s
+            summary = read_summary(out) if out else {}
+            pc = summary.get("prefix_cache") or {}
+            rows.append({
+                "seed": seed, "run": label, "rho": rho, "cache": cache,
+                "best": max(accuracy), "last3": sum(accuracy[-3:]) / len(accuracy[-3:]),
+                "train_time_s": spent, "time_ratio": spent / plain_s if plain_s else None,
+                "wall_ratio": summary.get("wall_ratio"),
+                "step_ratio": summary.get("measured_ratio"),
+                "cuts": sorted({b["cut"] for b in pc.get("builds", [])}),
+                "served_share": pc.get("served_share"), "fill_s": pc.get("fill_s"),
+                "cache_mb": max((b["bytes"] / 2**20 for b in pc.get("builds", [])),
+                                default=None),
+                "tensors": (sum(summary["selections"][-1]["mask"])
+                            if summary.get("selections") else len(model.trainable_weights)),
+                "load": [before, load()]})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 # ------------------------------------------------------------------ README command 1
@@ -148,12 +226,12 @@ def command1(args):
     return rows
 
 
-def command1_table(rows):
+def command1_table(rows, against="full training's"):
     def f(v, fmt):
         return "" if v is None else fmt.format(v)
 
-    lines = ["| seed | run | rho | best accuracy | last 3 epochs | training time | / full "
-             "training's | run's estimate | cached step ratio | tensors (last epoch) | cut | "
+    lines = [f"| seed | run | rho | best accuracy | last 3 epochs | training time | / {against} "
+             "| run's estimate | cached step ratio | tensors (last epoch) | cut | "
              "steps served from the cache | filling it | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -171,16 +249,16 @@ def command1_table(rows):
     return "\n".join(lines)
 
 
-def command1_means(rows):
+def command1_means(rows, reference="full training", against="full training's"):
     """One row per run over the seeds: mean best accuracy and its points under the same seed's
-    full training, mean of the last 3 epochs, mean time ratio and cached step ratio."""
+    `reference` run, mean of the last 3 epochs, mean time ratio and cached step ratio."""
     def mean(values):
         values = [v for v in values if v is not None]
         return sum(values) / len(values) if values else None
 
-    full = {r["seed"]: r for r in rows if r["run"] == "full training"}
-    lines = ["| run | rho | seeds | best accuracy | under full training's | last 3 epochs | "
-             "time / full training's | cached step ratio |", "|---|---|---|---|---|---|---|---|"]
+    full = {r["seed"]: r for r in rows if r["run"] == reference}
+    lines = [f"| run | rho | seeds | best accuracy | under {against} | last 3 epochs | "
+             f"time / {against} | cached step ratio |", "|---|---|---|---|---|---|---|---|"]
     for key in dict.fromkeys((r["run"], r["rho"]) for r in rows):
         group = [r for r in rows if (r["run"], r["rho"]) == key and "error" not in r]
         if not group:
@@ -372,6 +450,8 @@ def main(argv=None):
     dates.update({part: when for part in args.parts})
     if "command1" in args.parts:
         results["command1"] = command1(args)
+    if "fit" in args.parts:
+        results["fit"] = fit(args)
     if "flip" in args.parts:
         results["flip"] = flip()
     if "resnet50" in args.parts:
@@ -379,10 +459,18 @@ def main(argv=None):
     text = (f"Machine: {machine_text(machine_info())}; run "
             + ", ".join(f"{part} {dates[part]}" for part in PARTS if part in results) + ".\n\n")
     if "command1" in results:
+        caches = dict.fromkeys(r["cache"] for r in results["command1"])  # the runs' own
         text += (f"README command 1 (`{COMMAND_1} --rho R --seed S`; each run's cache setting "
-                 f"in its name: {cache_flags(args.caches)})\n\n"
+                 f"in its name: {cache_flags(caches)})\n\n"
                  f"Mean over the seeds\n\n{command1_means(results['command1'])}\n\n"
                  f"Each run\n\n{command1_table(results['command1'])}\n\n")
+    if "fit" in results:
+        text += (f"A pretrained Keras 3 CNN in model.fit ({fit_task_text()}), {FIT_EPOCHS} "
+                 f"epochs; ElasticCallback(rho=R, bn_mode=\"inference\"), with the default "
+                 f"cache (auto) and with cache_frozen_prefix=False (off)\n\n"
+                 f"Mean over the seeds\n\n"
+                 f"{command1_means(results['fit'], FIT_REFERENCE, FIT_AGAINST)}"
+                 f"\n\nEach run\n\n{command1_table(results['fit'], FIT_AGAINST)}\n\n")
     if "flip" in results:
         text += (f"A horizontal flip applied at the cut instead of the input: how far "
                  f"flip(prefix(x)) is from prefix(flip(x)) at each cut of README command 1's "

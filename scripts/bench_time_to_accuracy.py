@@ -154,110 +154,30 @@ def _profile_seconds(cfg, args, log):
     return seconds
 
 
-# The Keras 3 configuration: a small CNN (random flip and rotation, three stages and a head)
-# pretrained on the synthetic source task, fine-tuned on the target's classes
-FIT_SIZE, FIT_BATCH, FIT_TRAIN, FIT_TEST, FIT_PRETRAIN_EPOCHS = 64, 32, 4800, 1024, 4
-
-
-def _fit_data(size, batch, n, seed, split, source=False):
-    import tensorflow as tf
-
-    from elastictrainer.data import synthetic
-
-    make = synthetic.synthetic_source_examples if source else synthetic.synthetic_examples
-    ds = make(size, n, seed=seed, split=split).cache()
-    if split == 0:
-        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
-
-
-def _fit_model(keras, classes):
-    inputs = keras.Input((FIT_SIZE, FIT_SIZE, 3))
-    # the built-in models' augmentation (models/base.py), which the cache keeps as views
-    x = keras.layers.RandomFlip("horizontal")(inputs)
-    x = keras.layers.RandomRotation(0.2)(x)
-    x = keras.layers.Rescaling(1 / 255.0)(x)
-    for stage, filters in enumerate((32, 48, 64)):
-        for k in range(2):
-            x = keras.layers.Conv2D(filters, 3, strides=2 if k == 0 else 1, padding="same",
-                                    use_bias=False, name=f"stage{stage}_conv{k}")(x)
-            x = keras.layers.BatchNormalization(name=f"stage{stage}_bn{k}")(x)
-            x = keras.layers.ReLU()(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(classes, name="head")(x), name="tta_cnn")
-
-
-class _EpochClock:
-    """A Keras callback giving each epoch's end (training time, excluding validation, as the
-    command line counts it) and validation accuracy: the run's curve."""
-
-    def __new__(cls, keras):
-        class Clock(keras.callbacks.Callback):
-            def on_train_begin(self, logs=None):
-                self.points, self.spent, self.start = [], 0.0, None
-
-            def on_epoch_begin(self, epoch, logs=None):
-                self.start = time.perf_counter()
-
-            def on_train_batch_end(self, batch, logs=None):
-                self.last = time.perf_counter()
-
-            def on_epoch_end(self, epoch, logs=None):
-                self.spent += self.last - self.start
-                self.points.append((self.spent, 100.0 * float(logs["val_accuracy"])))
-        return Clock()
-
-
+# The Keras 3 configuration: experiments/fit_task.py's pretrained CNN, fine-tuned on the
+# target's classes
 def fit_runs(args, log):
     """{scheme: curve} of the Keras 3 model.fit configuration, in one process after a warm-up
     fit: plain fit on all weights, the last stage and head trained by hand, ElasticCallback."""
     import keras
 
-    from elastictrainer.data import synthetic
+    from elastictrainer.experiments import fit_task
     from elastictrainer.fit.callback import ElasticCallback
     from elastictrainer.profiler import reuse
 
     seed = args.seeds[0]
     workdir = os.path.join(args.logdir, FIT_CONFIG)
-    os.makedirs(workdir, exist_ok=True)
-    classes = synthetic.NUM_CLASSES["synthetic"]
-    keras.utils.set_random_seed(seed)
-    pretrained = os.path.join(workdir, "pretrained.weights.h5")
-    source = _fit_model(keras, synthetic.SOURCE_NUM_CLASSES)
-    if not os.path.exists(pretrained):
-        log("--- keras3_fit: pretraining on the synthetic source task")
-        source.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True), metrics=["accuracy"])
-        source.fit(_fit_data(FIT_SIZE, FIT_BATCH, 7200, seed, 0, source=True),
-                   epochs=FIT_PRETRAIN_EPOCHS, verbose=0)
-        source.save_weights(pretrained)
-    source.load_weights(pretrained)
-    train = _fit_data(FIT_SIZE, FIT_BATCH, FIT_TRAIN, seed, 0)
-    test = _fit_data(FIT_SIZE, FIT_BATCH, FIT_TEST, seed, 1)
-
-    def fresh(frozen_below=None):
-        keras.utils.set_random_seed(seed)
-        model = _fit_model(keras, classes)
-        for layer, src in zip(model.layers[:-1], source.layers[:-1]):
-            layer.set_weights(src.get_weights())
-        if frozen_below is not None:  # by hand: every layer before the last stage frozen
-            for layer in model.layers:
-                if layer.name < frozen_below and layer.name.startswith("stage"):
-                    layer.trainable = False
-        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True), metrics=["accuracy"])
-        return model
-
-    fresh().fit(train.take(20), epochs=1, verbose=0)  # warm-up: TensorFlow's first traces
-    variants = [("plain_fit", None, None), ("hand_frozen", "stage2", None)]
+    task = fit_task.PretrainedTask(keras, workdir, seed, log=log)
+    task.warm_up()
+    variants = [("plain_fit", None, None), ("hand_frozen", fit_task.LAST_STAGE, None)]
     variants += [(f"ElasticCallback rho {rho:g}", None, (rho, 0.9)) for rho in args.rhos]
     variants += [(f"ElasticCallback rho auto, share {share:g}", None, ("auto", share))
                  for share in args.shares]
     curves = {}
     for name, frozen_below, rho in variants:
         log(f"--- keras3_fit: {name}")
-        model = fresh(frozen_below)
-        clock = _EpochClock(keras)
+        model = task.fresh(frozen_below)
+        clock = fit_task.epoch_clock(keras)
         callbacks = [clock]
         if rho is not None:
             rho, share = rho
@@ -272,7 +192,7 @@ def fit_runs(args, log):
                 profiles=os.path.join(workdir, f"profiles_{tag}"), bn_mode=args.fit_bn_mode,
                 log=None))
         try:
-            model.fit(train, epochs=args.epochs, validation_data=test, verbose=0,
+            model.fit(task.train, epochs=args.epochs, validation_data=task.test, verbose=0,
                       callbacks=callbacks)
         except UserError as e:  # a rho below the forward floor, say: the row says so
             log(f"    refused: {e}")

@@ -258,6 +258,9 @@ def readme_bench_prefix_cache(figures=FIGURES):
         notes.append(f"A flip applied at a cut instead of the image is "
                      f"{100 * min(errors):.0f}-{100 * max(errors):.0f}% of the activation "
                      f"away from the flipped image's prefix output")
+    fit = d["results"].get("fit")
+    if fit:
+        notes.append(_fit_note(fit))
     last = next((r for r in d["results"].get("resnet50", {}).get("rows", [])
                  if r["selection"].startswith("last")), None)
     if last:
@@ -269,6 +272,27 @@ def readme_bench_prefix_cache(figures=FIGURES):
         "`--cache_frozen_prefix false` (off, the paper's protocol), `--cache_views K` (viewsK: "
         "K augmented views of each image; views2 is what the default, auto, keeps here) or "
         "`--cache_dtype float16` too (_fp16)." + "".join(f"  {n}." for n in notes)])
+
+
+def _fit_note(rows):
+    """The model.fit part in a sentence: each ElasticCallback row's mean best accuracy against
+    plain fit's and its time, over the seeds."""
+    plain = {r["seed"]: r for r in rows if r["rho"] is None}
+    said = []
+    for key in dict.fromkeys((r["run"], r["rho"]) for r in rows if r["rho"] is not None):
+        done = [r for r in rows if (r["run"], r["rho"]) == key and "error" not in r]
+        how = "cached" if "cache" in key[0] else "uncached"
+        if not done:
+            said.append(f"rho {key[1]:g} {how} is refused (below the forward floor)")
+            continue
+        under = _mean(plain[r["seed"]]["best"] - r["best"] for r in done if r["seed"] in plain)
+        side = "under" if under >= 0 else "over"
+        said.append(f"rho {key[1]:g} {how} ends {abs(under):.1f} {side} in "
+                    f"{_mean(r['time_ratio'] for r in done):.2f} of its time")
+    seeds = sorted(plain)
+    return (f"A pretrained Keras 3 CNN in `model.fit`, seeds {seeds[0]}-{seeds[-1]}: plain fit "
+            f"{_mean(r['best'] for r in plain.values()):.1f}%; ElasticCallback at "
+            + ", ".join(said))
 
 
 def readme_bench_keras(figures=FIGURES):

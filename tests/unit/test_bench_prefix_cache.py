@@ -37,3 +37,26 @@ def test_the_resnet50_table_gives_both_ratios_with_their_predictions():
     assert lines[0].startswith("Forward floor without the cache 0.36 of a full step (700 ms)")
     assert lines[-1] == ("| last stage (conv5 + head) | 42 | conv4_block6_out | 0.43 (0.50) | "
                          "0.19 (0.25) |")
+
+
+def test_the_fit_rows_are_set_against_plain_fit_and_said_in_a_sentence_in_the_readme():
+    from elastictrainer.experiments import perfdoc
+
+    script = load_script("bench_prefix_cache")
+    plain = script.FIT_REFERENCE
+    rows = [row(0, plain, None, 80.0, 1.0), row(1, plain, None, 82.0, 1.0),
+            row(0, "ElasticCallback", 0.5, 78.0, 0.6), row(1, "ElasticCallback", 0.5, 80.0, 0.4),
+            {"seed": 0, "run": "ElasticCallback", "rho": 0.3, "cache": "off", "error": "floor"},
+            row(0, "ElasticCallback + cache (auto)", 0.3, 79.0, 0.3, step_ratio=0.2),
+            row(1, "ElasticCallback + cache (auto)", 0.3, 81.6, 0.3, step_ratio=0.3)]
+    means = script.command1_means(rows, plain, script.FIT_AGAINST).splitlines()
+    assert means[0].startswith("| run | rho | seeds | best accuracy | under plain fit's |")
+    assert means[2] == f"| {plain} |  | 2 | 81.0% | 0.0 | 80.0% | 1.00 |  |"
+    assert means[3] == "| ElasticCallback | 0.5 | 2 | 79.0% | 2.0 | 78.0% | 0.50 |  |"
+    # 1.0 and 0.4 under
+    assert means[5] == ("| ElasticCallback + cache (auto) | 0.3 | 2 | 80.3% | 0.7 | 79.3% | "
+                        "0.30 | 0.25 |")
+    assert perfdoc._fit_note(rows) == (
+        "A pretrained Keras 3 CNN in `model.fit`, seeds 0-1: plain fit 81.0%; ElasticCallback at "
+        "rho 0.5 uncached ends 2.0 under in 0.50 of its time, rho 0.3 uncached is refused "
+        "(below the forward floor), rho 0.3 cached ends 0.7 under in 0.30 of its time")
