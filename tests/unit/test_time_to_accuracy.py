@@ -41,3 +41,21 @@ def test_a_refused_scheme_is_a_row_that_says_why():
     row = tta.table(out).splitlines()[-1]
     assert row.startswith("| low | 1 | refused: --rho 0.3 is below the floor |")
     assert row.count("|") == tta.table(out).splitlines()[0].count("|")
+
+
+def test_a_fit_runs_clock_counts_the_setup_before_its_first_epoch_and_not_validation():
+    """What ElasticCallback does in on_train_begin (its first profiling) is part of the run's
+    time; the validation after each epoch's last batch is not."""
+    import keras
+
+    from elastictrainer.experiments.fit_task import epoch_clock
+
+    now = iter([0.0, 5.0, 7.0, 9.0, 12.0, 20.0, 23.0]).__next__
+    clock = epoch_clock(keras, clock=now)
+    clock.on_train_begin()           # 0: then 5 s of profiling
+    for epoch in range(2):
+        clock.on_epoch_begin(epoch)  # 5, 12
+        clock.on_train_batch_end(0)  # 7, 20
+        clock.on_train_batch_end(1)  # 9, 23
+        clock.on_epoch_end(epoch, {"val_accuracy": 0.5 + epoch / 4})  # validation: 9 -> 12
+    assert clock.points == [(9.0, 50.0), (20.0, 75.0)]
