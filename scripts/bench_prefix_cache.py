@@ -26,8 +26,9 @@ rotation in front, BatchNorm in every stage) fine-tuned through model.fit for FI
 warm in one process after a warm-up fit: plain fit on all weights, then ElasticCallback at each
 rho with the default cache and without it (cache_frozen_prefix=False), bn_mode inference in
 both (Keras 3 runs a nested BatchNorm in the step's mode, so only inference mode leaves a cut
-above it); the runs of a seed share one timing table, profiled by its first.  Training time is
-the epochs' (profiling and validation excluded), against plain fit's.
+above it); each elastic run profiles from an empty folder.  Training time is the epochs' plus
+what comes before the first (an elastic run's first profiling), validation excluded
+(experiments/fit_task.epoch_clock), against plain fit's.
 
 flip: for each cut of command 1's pretrained smallcnn, how far a horizontal flip of the
 feature map is from the prefix's output for the flipped image (what feature-space augmentation
@@ -43,6 +44,7 @@ import dataclasses
 import datetime
 import json
 import os
+import shutil
 import statistics
 import time
 
@@ -99,6 +101,7 @@ def fit(args):
     from elastictrainer.errors import UserError
     from elastictrainer.experiments import fit_task
     from elastictrainer.fit.callback import ElasticCallback
+    from elastictrainer.profiler import reuse
     from elastictrainer.runlog import read_summary
 
     rows = []
@@ -115,8 +118,12 @@ def fit(args):
             callbacks, out = [clock], None
             if rho is not None:
                 out = os.path.join(workdir, f"rho{rho:g}_{cache}")
+                # each elastic run profiles from an empty folder, with no table kept in the
+                # process: every one pays its first profiling, inside its time
+                reuse.forget()
+                shutil.rmtree(out, ignore_errors=True)
                 callbacks.append(ElasticCallback(
-                    rho=rho, logdir=out, profiles=os.path.join(workdir, "profiles"),
+                    rho=rho, logdir=out, profiles=os.path.join(out, "profiles"),
                     bn_mode="inference", log=None, seed=seed,
                     **{"cache_frozen_prefix": CACHES[cache]["cache_frozen_prefix"]}))
             before = load()
@@ -266,6 +273,7 @@ def command1_means(rows, reference="full training", against="full training's"):
                          f"| |")
             continue
         under = mean([full[r["seed"]]["best"] - r["best"] for r in group if r["seed"] in full])
+        under = round(under, 1) + 0.0  # a mean that rounds to 0 is 0.0, not -0.0
         ratio = mean([r["step_ratio"] for r in group])
         lines.append(
             f"| {key[0]} | {'' if key[1] is None else f'{key[1]:g}'} | {len(group)} | "

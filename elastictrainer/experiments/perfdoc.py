@@ -139,6 +139,13 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
+def _points(under):
+    """Points under a reference, as the tables say it: "0.4 under", "1.2 over" (a mean that
+    rounds to 0.0 is "0.0 under", not "0.0 over")."""
+    under = round(under, 1) + 0.0
+    return f"{abs(under):.1f} {'under' if under >= 0 else 'over'}"
+
+
 _TIME_RATIO = "elastic time / full's"  # scripts/bench_fixed_selection.py's keys
 
 
@@ -243,8 +250,7 @@ def readme_bench_prefix_cache(figures=FIGURES):
         under = _mean(full[r["seed"]]["best"] - r["best"] for r in done if r["seed"] in full)
         ratio = _mean(r["step_ratio"] for r in done)
         body.append([key[0], f"{key[1]:g}",
-                     f"{_mean(r['best'] for r in done):.1f}% ({abs(under):.1f} "
-                     f"{'under' if under >= 0 else 'over'})",
+                     f"{_mean(r['best'] for r in done):.1f}% ({_points(under)})",
                      f"{_mean(r['time_ratio'] for r in done):.2f}",
                      "" if ratio is None else f"{ratio:.2f}"])
     table = _table(
@@ -286,8 +292,7 @@ def _fit_note(rows):
             said.append(f"rho {key[1]:g} {how} is refused (below the forward floor)")
             continue
         under = _mean(plain[r["seed"]]["best"] - r["best"] for r in done if r["seed"] in plain)
-        side = "under" if under >= 0 else "over"
-        said.append(f"rho {key[1]:g} {how} ends {abs(under):.1f} {side} in "
+        said.append(f"rho {key[1]:g} {how} ends {_points(under)} in "
                     f"{_mean(r['time_ratio'] for r in done):.2f} of its time")
     seeds = sorted(plain)
     return (f"A pretrained Keras 3 CNN in `model.fit`, seeds {seeds[0]}-{seeds[-1]}: plain fit "

@@ -60,3 +60,13 @@ def test_the_fit_rows_are_set_against_plain_fit_and_said_in_a_sentence_in_the_re
         "A pretrained Keras 3 CNN in `model.fit`, seeds 0-1: plain fit 81.0%; ElasticCallback at "
         "rho 0.5 uncached ends 2.0 under in 0.50 of its time, rho 0.3 uncached is refused "
         "(below the forward floor), rho 0.3 cached ends 0.7 under in 0.30 of its time")
+
+
+def test_a_mean_that_rounds_to_zero_points_is_zero_not_minus_zero():
+    from elastictrainer.experiments import perfdoc
+
+    script = load_script("bench_prefix_cache")
+    rows = [row(0, "full training", None, 80.0, 1.0), row(0, "ElasticTrainer", 0.5, 80.04, 0.5)]
+    assert script.command1_means(rows).splitlines()[3].startswith(
+        "| ElasticTrainer | 0.5 | 1 | 80.0% | 0.0 |")
+    assert perfdoc._points(-0.04) == "0.0 under" and perfdoc._points(-0.06) == "0.1 over"
