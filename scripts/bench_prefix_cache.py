@@ -2,10 +2,11 @@
 without it.
 
 Usage (from the repo root; figures/bench_prefix_cache.{json,md} came from
-`--seeds 0,1 --rhos 0.5 --caches off,views1,views2,views2_fp16 --parts command1,flip` and, a day
-earlier, `--parts resnet50`; a part not run again keeps its last results):
+`--seeds 0,1,2,3,4 --rhos 0.5 --caches off,auto,views1,views2,views2_fp16 --parts
+command1,flip`, `--seeds 0,1,2 --rhos 0.5,0.3 --parts fit` and, a day earlier, `--parts
+resnet50`; a part not run again keeps its last results):
     python scripts/bench_prefix_cache.py [--seeds 0] [--rhos 0.3,0.4,0.5] [--caches off,auto]
-        [--fixed 12] [--parts command1,resnet50,flip] [--logdir logs/bench_prefix_cache]
+        [--fixed 12] [--parts command1,fit,resnet50,flip] [--logdir logs/bench_prefix_cache]
         [--out figures/bench_prefix_cache.json]
 
 command1: README command 1's settings (smallcnn fine-tuned from --weights synthetic on the
