@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
-from elastictrainer.elastic.budget import AUTO, parse_rho
+from elastictrainer.elastic.budget import AUTO, DEFAULT_SHARE, parse_rho
 from elastictrainer.errors import UserError
 from elastictrainer.runlog import rho_text
 from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
@@ -216,10 +216,11 @@ class Config:
         "trains the cheapest selection that keeps --rho_share of the estimated loss drop, and "
         "the closed loop holds the ratio it amounts to (summary.json's selections say it)",
         parse=_parse_rho, metavar="RHO"))
-    rho_share: float = field(default=0.5, metadata=flag(
+    rho_share: float = field(default=DEFAULT_SHARE, metadata=flag(
         "with --rho auto: the share of the estimated loss drop (the positive importance of "
-        "every tensor, eq. 4-6) each selection keeps (0.5: on README command 1 the fastest to "
-        "within 1 point of full training's best of 0.5, 0.7 and 0.9, one seed so far)"))
+        "every tensor, eq. 4-6) each selection keeps (0.7: of 0.5, 0.7 and 0.9 the one that "
+        "came within 1 point of full training's best on every configuration of "
+        "scripts/bench_time_to_accuracy.py; 0.5 is faster where it does)"))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
         "measured ratio misses rho by more than 5%, correct the time model and re-select "

@@ -13,6 +13,11 @@ alone carries the loss drop.  Plain Python.
 import numpy as np
 
 AUTO = "auto"
+# --rho_share's default: the share that came within 1 point of full training's best on every
+# configuration of the time-to-accuracy benchmark that has a yardstick (README command 1 over
+# five seeds, smallcnn at 32 px, a pretrained Keras 3 CNN in model.fit); 0.5 was faster on
+# command 1 but ended 2.9 points under at 32 px (docs/performance.md)
+DEFAULT_SHARE = 0.7
 
 
 def parse_rho(value):
@@ -26,7 +31,7 @@ class Budget:
     """rho: the requested step-time ratio, or AUTO; share: with AUTO, the share of the positive
     importance (the estimated loss drop) each selection keeps."""
 
-    def __init__(self, rho, share=0.5):
+    def __init__(self, rho, share=DEFAULT_SHARE):
         self.auto = parse_rho(rho) == AUTO
         self.share = float(share)
         if self.auto and not 0 < self.share <= 1:

@@ -30,7 +30,7 @@ import numpy as np
 
 from elastictrainer import runlog
 from elastictrainer.elastic import accounting
-from elastictrainer.elastic.budget import Budget
+from elastictrainer.elastic.budget import DEFAULT_SHARE, Budget
 from elastictrainer.elastic.economy import FULL_TRAINING, READOUT_FULL_STEPS, Economy
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
@@ -54,7 +54,8 @@ class ElasticRuntime:
     indices; the full step is every index).  clock: seconds (time.perf_counter); log(message).
     """
 
-    def __init__(self, model, rho, *, share=0.5, feedback=True, steps_per_epoch, total_steps,
+    def __init__(self, model, rho, *, share=DEFAULT_SHARE, feedback=True, steps_per_epoch,
+                 total_steps,
                  interval=1.0, probe_batches=1, dp_resolution=10000, compile_ms=None,
                  economy=True, is_compiled: Callable = lambda selection: False,
                  clock: Callable[[], float] = time.perf_counter, log=print):
