@@ -33,10 +33,11 @@ def draw(curves, out, reference_best=None, title=""):
     longest = max(c[-1][0] for c in curves.values())
     scale, unit = time_unit(longest)
     fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
-    for label, points in curves.items():
-        if points:
-            ax.plot([t / scale for t, _ in points], [a for _, a in points], marker="o", ms=3,
-                    lw=1.4, label=label)
+    # the default cycle has 10 colours: a benchmark's dozen schemes would share them
+    palette = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20")
+    for k, (label, points) in enumerate(curves.items()):
+        ax.plot([t / scale for t, _ in points], [a for _, a in points], marker="o", ms=3,
+                lw=1.4, label=label, color=palette(k % palette.N))
     for k, (_, name, level_of) in enumerate(LEVELS):
         level = level_of(reference_best)
         ax.axhline(level, color="0.5", lw=0.8, ls="--")

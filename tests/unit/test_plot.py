@@ -341,3 +341,17 @@ def ptta_refused():
     from elastictrainer.experiments.time_to_accuracy import Refused
 
     return Refused("--rho 0.3 is below this model's forward floor")
+
+
+def test_a_dozen_schemes_get_a_dozen_colours(tmp_path, monkeypatch):
+    """The benchmark's twelve schemes: no two lines share a colour (the default cycle has
+    ten)."""
+    from elastictrainer.plotting import time_to_accuracy as ptta
+
+    drawn = []
+    monkeypatch.setattr(ptta, "save_figure", lambda fig, out: drawn.append(fig))
+    ptta.draw({f"scheme {k}": [(1.0, 50.0 + k), (2.0, 60.0 + k)] for k in range(12)},
+              str(tmp_path / "dozen"))
+    lines = [line for line in drawn[0].axes[0].get_lines() if line.get_marker() == "o"]
+    assert len(lines) == 12 and len({line.get_color() for line in lines}) == 12
+    ptta.pyplot().close(drawn[0])
