@@ -1,7 +1,7 @@
 """What rho affords, trained without re-selecting: README command 1 with fixed selections.
 
-Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from the default line,
-about 20 min on 2 cores):
+Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from `--first 12`,
+about 13 min on 2 cores):
     python scripts/bench_fixed_selection.py [--seeds 0,1,2,3,4] [--first 13,12]
         [--logdir logs/bench_fixed_selection] [--out figures/bench_fixed_selection.json]
 
