@@ -51,6 +51,7 @@ import time
 
 from elastictrainer.experiments import perfdoc
 from elastictrainer.config import ArgumentParser, comma_list
+from elastictrainer.errors import UserError, run_cli
 from elastictrainer.machine import machine_info, machine_text
 
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
@@ -447,7 +448,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     for part in args.parts:
         if part not in PARTS:
-            raise SystemExit(f"unknown part {part!r}; valid: {', '.join(PARTS)}")
+            raise UserError(f"unknown part {part!r}; valid: {', '.join(PARTS)}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     previous = {}
     if os.path.exists(args.out):  # a part not run again keeps its last results
@@ -499,4 +500,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -227,6 +227,10 @@ def plot(curves_by_config, out):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    valid = list(CONFIGS) + [FIT_CONFIG]
+    unknown = [name for name in args.configs if name not in valid]
+    if unknown:  # before any run: a typo in the last name would cost the hours before it
+        raise UserError(f"unknown configuration {unknown[0]!r}; valid: {', '.join(valid)}")
     log = print
     machine = machine_info()
     results = {"date": datetime.date.today().isoformat(), "machine": machine,
@@ -236,12 +240,9 @@ def main(argv=None):
     for name in args.configs:
         if name == FIT_CONFIG:
             per_seed = [fit_runs(args, log)]
-        elif name in CONFIGS:
+        else:
             seeds = args.seeds if name == "command1" else args.seeds[:1]
             per_seed = [cli_runs(name, seed, args, log) for seed in seeds]
-        else:
-            raise SystemExit(f"error: unknown configuration {name!r}; valid: "
-                             f"{', '.join(list(CONFIGS) + [FIT_CONFIG])}")
         reference = next(iter(per_seed[0]))  # each configuration lists its reference first
         curves = {scheme: [run[scheme] for run in per_seed] for scheme in per_seed[0]}
         summary = tta.summarize(curves, reference=reference)

@@ -70,3 +70,12 @@ def test_a_mean_that_rounds_to_zero_points_is_zero_not_minus_zero():
     assert script.command1_means(rows).splitlines()[3].startswith(
         "| ElasticTrainer | 0.5 | 1 | 80.0% | 0.0 |")
     assert perfdoc._points(-0.04) == "0.0 under" and perfdoc._points(-0.06) == "0.1 over"
+
+
+def test_an_unknown_part_is_one_line():
+    import pytest
+
+    from elastictrainer.errors import UserError
+
+    with pytest.raises(UserError, match="unknown part 'nope'; valid: command1, fit"):
+        load_script("bench_prefix_cache").main(["--parts", "nope"])

@@ -21,3 +21,15 @@ def test_flags_and_the_table_it_writes():
     assert rows[1].startswith("| Full training | 2 | 80.0% |")
     assert rows[2].startswith("| ElasticTrainer rho auto, share 0.9 | 2 | 79.8% | 0.2 | 5.0 s |")
     assert "refused: --rho 0.3 is below the floor" in rows[3]
+
+
+def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
+    import pytest
+
+    from elastictrainer.errors import UserError
+
+    bench = load_script("bench_time_to_accuracy")
+    with pytest.raises(UserError, match="unknown configuration 'nope'; valid: command1"):
+        bench.main(["--configs", "command1,nope", "--logdir", str(tmp_path / "logs"),
+                    "--out", str(tmp_path / "tta")])
+    assert not (tmp_path / "logs").exists() and not list(tmp_path.iterdir())
