@@ -44,7 +44,8 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     everything = graph.tensor_cuts(variables)
     # cuts at or below this index hold no trainable tensor in their prefix (tensor_cuts)
     weightless = min(everything, default=-1)
-    usable = [c for j, c in enumerate(graph.cuts) if _blocker(graph, c, j <= weightless) is None]
+    blockers = [_blocker(graph, c, j <= weightless) for j, c in enumerate(graph.cuts)]
+    usable = [c for c, why in zip(graph.cuts, blockers) if why is None]
     views = {id(c): views_at(c, cfg, capacity) for c in usable}
 
     def size(c):
@@ -53,7 +54,7 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     fits = [c for c in usable if size(c) <= max(budget, disk)]
     if not fits:
         smallest = min((size(c) for c in usable), default=0) / 2**20
-        why = (_why_no_cut(graph, weightless) if not usable else
+        why = (_why_no_cut(graph, blockers) if not usable else
                f"the smallest cut ({smallest:.0f} MB for {capacity} examples) fits neither "
                f"--cache_budget_mb {cfg.cache_budget_mb:g} nor the disk under {run_dir}")
         return _uncached(model, why, log, explicit)
@@ -138,15 +139,13 @@ def _blocker(graph, cut, weightless=False):
     return None
 
 
-def _why_no_cut(graph, weightless=-1):
-    """Why none of `graph`'s cuts is usable: each reason with the number of cuts it holds
-    back, from the input up (cuts at index `weightless` and below have no trainable tensor
-    below them)."""
+def _why_no_cut(graph, blockers):
+    """Why none of `graph`'s cuts is usable: each reason (`blockers`, _blocker's for each
+    cut) with the number of cuts it holds back, from the input up."""
     if not graph.cuts:
         return "no cut point: no tensor lies on every path from its input to its output"
     counts = {}
-    for j, c in enumerate(graph.cuts):
-        why = _blocker(graph, c, j <= weightless)
+    for why in blockers:
         counts[why] = counts.get(why, 0) + 1
     return "no usable cut point: " + "; ".join(
         f"{n} of {len(graph.cuts)} have {why}" for why, n in counts.items())
