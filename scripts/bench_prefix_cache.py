@@ -45,7 +45,6 @@ import dataclasses
 import datetime
 import json
 import os
-import shutil
 import statistics
 import time
 
@@ -100,10 +99,7 @@ def fit(args):
     """Rows of the model.fit part: per seed, plain fit and ElasticCallback cached and not."""
     import keras
 
-    from elastictrainer.errors import UserError
     from elastictrainer.experiments import fit_task
-    from elastictrainer.fit.callback import ElasticCallback
-    from elastictrainer.profiler import reuse
     from elastictrainer.runlog import read_summary
 
     rows = []
@@ -120,14 +116,10 @@ def fit(args):
             callbacks, out = [clock], None
             if rho is not None:
                 out = os.path.join(workdir, f"rho{rho:g}_{cache}")
-                # each elastic run profiles from an empty folder, with no table kept in the
-                # process: every one pays its first profiling, inside its time
-                reuse.forget()
-                shutil.rmtree(out, ignore_errors=True)
-                callbacks.append(ElasticCallback(
-                    rho=rho, logdir=out, profiles=os.path.join(out, "profiles"),
-                    bn_mode="inference", log=None, seed=seed,
-                    **{"cache_frozen_prefix": CACHES[cache]["cache_frozen_prefix"]}))
+                # every elastic run pays its first profiling, inside its time
+                callbacks.append(fit_task.first_run_callback(
+                    out, rho=rho, bn_mode="inference", seed=seed,
+                    cache_frozen_prefix=CACHES[cache]["cache_frozen_prefix"]))
             before = load()
             try:
                 model.fit(task.train, epochs=FIT_EPOCHS, validation_data=task.test,

@@ -33,7 +33,6 @@ import dataclasses
 import datetime
 import json
 import os
-import shutil
 import time
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
@@ -162,8 +161,6 @@ def fit_runs(args, log):
     import keras
 
     from elastictrainer.experiments import fit_task
-    from elastictrainer.fit.callback import ElasticCallback
-    from elastictrainer.profiler import reuse
 
     seed = args.seeds[0]
     workdir = os.path.join(args.logdir, FIT_CONFIG)
@@ -182,15 +179,11 @@ def fit_runs(args, log):
         if rho is not None:
             rho, share = rho
             tag = f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}"
-            # an empty profile folder of its own and no table kept from the run before: each
-            # elastic run pays for its first profiling, as the command-line configurations'
-            # runs do
-            reuse.forget()
-            shutil.rmtree(os.path.join(workdir, f"profiles_{tag}"), ignore_errors=True)
-            callbacks.append(ElasticCallback(
-                rho=rho, rho_share=share, logdir=os.path.join(workdir, f"{tag}_seed{seed}"),
-                profiles=os.path.join(workdir, f"profiles_{tag}"), bn_mode=args.fit_bn_mode,
-                log=None))
+            # each elastic run pays for its first profiling, as the command-line
+            # configurations' runs do
+            callbacks.append(fit_task.first_run_callback(
+                os.path.join(workdir, f"{tag}_seed{seed}"), rho=rho, rho_share=share,
+                bn_mode=args.fit_bn_mode))
         try:
             model.fit(task.train, epochs=args.epochs, validation_data=task.test, verbose=0,
                       callbacks=callbacks)

@@ -7,6 +7,7 @@ epoch clock that turns a fit into a curve of (training seconds, validation accur
 scheme starts from the same pretrained weights (PretrainedTask.fresh), so a plain fit, a
 hand-frozen last stage and ElasticCallback compare like with like."""
 import os
+import shutil
 import time
 
 # Image side, batch, target train/test images, source images and pretraining epochs: the size
@@ -70,6 +71,19 @@ def epoch_clock(keras, clock=time.perf_counter):
             self.spent += self.last - self.start
             self.points.append((self.spent, 100.0 * float(logs["val_accuracy"])))
     return Clock()
+
+
+def first_run_callback(logdir, **settings):
+    """ElasticCallback(**settings) for a run in `logdir` (emptied first) that pays for its
+    first profiling, as a user's first run does: its table goes to logdir/profiles and none
+    is kept in the process from a run before (profiler/reuse.py)."""
+    from elastictrainer.fit.callback import ElasticCallback
+    from elastictrainer.profiler import reuse
+
+    reuse.forget()
+    shutil.rmtree(logdir, ignore_errors=True)
+    return ElasticCallback(logdir=logdir, profiles=os.path.join(logdir, "profiles"), log=None,
+                           **settings)
 
 
 class PretrainedTask:

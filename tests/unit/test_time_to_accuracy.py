@@ -59,3 +59,18 @@ def test_a_fit_runs_clock_counts_the_setup_before_its_first_epoch_and_not_valida
         clock.on_train_batch_end(1)  # 9, 23
         clock.on_epoch_end(epoch, {"val_accuracy": 0.5 + epoch / 4})  # validation: 9 -> 12
     assert clock.points == [(9.0, 50.0), (20.0, 75.0)]
+
+
+def test_a_benchmarks_elastic_fit_starts_from_nothing_profiled(tmp_path):
+    """fit_task.first_run_callback: the run's folder emptied, its table under it, and no table
+    kept in the process from a run before."""
+    from elastictrainer.experiments.fit_task import first_run_callback
+    from elastictrainer.profiler import reuse
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")  # a run before, in the same folder
+    reuse._TABLES["a table"] = {}
+    callback = first_run_callback(str(run), rho=0.3)
+    assert not run.exists() and not reuse._TABLES
+    assert callback.profiles == str(run / "profiles") and callback.cfg.rho == 0.3
