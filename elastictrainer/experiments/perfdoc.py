@@ -233,6 +233,17 @@ def readme_bench_runtime(figures=FIGURES):
         f"Profiling took {profiling} (docs/performance.md has the timing tables)."])
 
 
+def _over_seeds(rows, reference):
+    """Each run of `rows` that has a rho, over its seeds, in order: (run, rho, its finished
+    rows, their mean points under the same seed's `reference` row (seed -> row); None when
+    every seed was refused)."""
+    for run, rho in dict.fromkeys((r["run"], r["rho"]) for r in rows if r["rho"] is not None):
+        done = [r for r in rows if (r["run"], r["rho"]) == (run, rho) and "error" not in r]
+        under = _mean(reference[r["seed"]]["best"] - r["best"] for r in done
+                      if r["seed"] in reference)
+        yield run, rho, done, under
+
+
 def readme_bench_prefix_cache(figures=FIGURES):
     """The frozen prefix cached: command 1's elastic runs per rho and cache setting over the
     seeds against full training, and ResNet50's last stage when the figures have it."""
@@ -241,15 +252,12 @@ def readme_bench_prefix_cache(figures=FIGURES):
     full = {r["seed"]: r for r in rows if r["run"] == "full training"}
     seeds = sorted(full)
     body = []
-    for key in dict.fromkeys((r["run"], r["rho"]) for r in rows if r["rho"] is not None):
-        group = [r for r in rows if (r["run"], r["rho"]) == key]
-        done = [r for r in group if "error" not in r]
+    for run, rho, done, under in _over_seeds(rows, full):
         if not done:
-            body.append([key[0], f"{key[1]:g}", "refused: below the forward floor", "", ""])
+            body.append([run, f"{rho:g}", "refused: below the forward floor", "", ""])
             continue
-        under = _mean(full[r["seed"]]["best"] - r["best"] for r in done if r["seed"] in full)
         ratio = _mean(r["step_ratio"] for r in done)
-        body.append([key[0], f"{key[1]:g}",
+        body.append([run, f"{rho:g}",
                      f"{_mean(r['best'] for r in done):.1f}% ({_points(under)})",
                      f"{_mean(r['time_ratio'] for r in done):.2f}",
                      "" if ratio is None else f"{ratio:.2f}"])
@@ -285,14 +293,12 @@ def _fit_note(rows):
     plain fit's and its time, over the seeds."""
     plain = {r["seed"]: r for r in rows if r["rho"] is None}
     said = []
-    for key in dict.fromkeys((r["run"], r["rho"]) for r in rows if r["rho"] is not None):
-        done = [r for r in rows if (r["run"], r["rho"]) == key and "error" not in r]
-        how = "cached" if "cache" in key[0] else "uncached"
+    for run, rho, done, under in _over_seeds(rows, plain):
+        how = "cached" if "cache" in run else "uncached"
         if not done:
-            said.append(f"rho {key[1]:g} {how} is refused (below the forward floor)")
+            said.append(f"rho {rho:g} {how} is refused (below the forward floor)")
             continue
-        under = _mean(plain[r["seed"]]["best"] - r["best"] for r in done if r["seed"] in plain)
-        said.append(f"rho {key[1]:g} {how} ends {_points(under)} in "
+        said.append(f"rho {rho:g} {how} ends {_points(under)} in "
                     f"{_mean(r['time_ratio'] for r in done):.2f} of its time")
     seeds = sorted(plain)
     return (f"A pretrained Keras 3 CNN in `model.fit`, seeds {seeds[0]}-{seeds[-1]}: plain fit "
