@@ -59,15 +59,16 @@ CONFIGS = {
                             learning_rate=0.001), 134),
 }
 FIT_CONFIG = "keras3_fit"
+CONFIG_NAMES = list(CONFIGS) + [FIT_CONFIG]
 LABELS = {"full_training": "Full training", "traditional_tl_training": "Traditional TL",
           "plain_fit": "model.fit, all weights", "hand_frozen": "model.fit, last stage by hand"}
 
 
 def build_parser():
     p = ArgumentParser(prog="bench_time_to_accuracy.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", default=",".join(list(CONFIGS) + [FIT_CONFIG]),
+    p.add_argument("--configs", default=",".join(CONFIG_NAMES),
                    type=comma_list(str, "names"),
-                   help=f"configurations: {', '.join(list(CONFIGS) + [FIT_CONFIG])}")
+                   help=f"configurations: {', '.join(CONFIG_NAMES)}")
     p.add_argument("--seeds", default="0,1,2,3,4", type=comma_list(int, "integers"),
                    help="seeds of command1 (the other configurations run the first only)")
     p.add_argument("--rhos", default="0.5,0.4,0.3,0.2,0.15", type=comma_list(float),
@@ -220,10 +221,10 @@ def plot(curves_by_config, out):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    valid = list(CONFIGS) + [FIT_CONFIG]
-    unknown = [name for name in args.configs if name not in valid]
+    unknown = [name for name in args.configs if name not in CONFIG_NAMES]
     if unknown:  # before any run: a typo in the last name would cost the hours before it
-        raise UserError(f"unknown configuration {unknown[0]!r}; valid: {', '.join(valid)}")
+        raise UserError(f"unknown configuration {unknown[0]!r}; valid: "
+                        f"{', '.join(CONFIG_NAMES)}")
     log = print
     machine = machine_info()
     results = {"date": datetime.date.today().isoformat(), "machine": machine,

@@ -55,9 +55,8 @@ class ElasticRuntime:
     """
 
     def __init__(self, model, rho, *, share=DEFAULT_SHARE, feedback=True, steps_per_epoch,
-                 total_steps,
-                 interval=1.0, probe_batches=1, dp_resolution=10000, compile_ms=None,
-                 economy=True, is_compiled: Callable = lambda selection: False,
+                 total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
+                 compile_ms=None, economy=True, is_compiled: Callable = lambda selection: False,
                  clock: Callable[[], float] = time.perf_counter, log=print):
         self.budget = Budget(rho, share)
         # rho auto: the target is each selection's own; until the first, the fastest there is
