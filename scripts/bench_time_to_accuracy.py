@@ -27,7 +27,8 @@ ElasticTrainer at each --rhos and with --rho auto at each --shares (the default 
 
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
-Finished runs under --logdir are read, not run again; run nothing else on the machine meanwhile.
+Finished runs under --logdir are read, not run again (a keras3_fit seed from its curves file);
+run nothing else on the machine meanwhile.
 """
 import dataclasses
 import datetime
@@ -70,7 +71,10 @@ def build_parser():
                    type=comma_list(str, "names"),
                    help=f"configurations: {', '.join(CONFIG_NAMES)}")
     p.add_argument("--seeds", default="0,1,2,3,4", type=comma_list(int, "integers"),
-                   help="seeds of command1 (the other configurations run the first only)")
+                   help="seeds of command1")
+    p.add_argument("--other_seeds", default="0", type=comma_list(int, "integers"),
+                   help="seeds of the other configurations (each seed runs the whole grid of "
+                        "schemes again)")
     p.add_argument("--rhos", default="0.5,0.4,0.3,0.2,0.15", type=comma_list(float),
                    help="ElasticTrainer's rho values")
     p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
@@ -156,24 +160,29 @@ def _profile_seconds(cfg, args, log):
 
 # The Keras 3 configuration: experiments/fit_task.py's pretrained CNN, fine-tuned on the
 # target's classes
-def fit_runs(args, log):
-    """{scheme: curve} of the Keras 3 model.fit configuration, in one process after a warm-up
-    fit: plain fit on all weights, the last stage and head trained by hand, ElasticCallback."""
-    import keras
-
+def fit_runs(name, seed, args, log):
+    """{scheme: curve} of one seed of the Keras 3 model.fit configuration, in one process after a
+    warm-up fit: plain fit on all weights, the last stage and head trained by hand,
+    ElasticCallback.  A seed whose every scheme has run is read from its curves file (a fit
+    leaves no run directory to read back), not run again."""
     from elastictrainer.experiments import fit_task
 
-    seed = args.seeds[0]
-    workdir = os.path.join(args.logdir, FIT_CONFIG)
-    task = fit_task.PretrainedTask(keras, workdir, seed, log=log)
-    task.warm_up()
+    workdir = os.path.join(args.logdir, name)
     variants = [("plain_fit", None, None), ("hand_frozen", fit_task.LAST_STAGE, None)]
     variants += [(f"ElasticCallback rho {rho:g}", None, (rho, 0.9)) for rho in args.rhos]
     variants += [(f"ElasticCallback rho auto, share {share:g}", None, ("auto", share))
                  for share in args.shares]
+    record = os.path.join(workdir, f"curves_seed{seed}.json")
+    done = _read_curves(record)
+    if all(scheme in done for scheme, _, _ in variants):
+        return {scheme: done[scheme] for scheme, _, _ in variants}
+    import keras
+
+    task = fit_task.PretrainedTask(keras, workdir, seed, log=log)
+    task.warm_up()
     curves = {}
-    for name, frozen_below, rho in variants:
-        log(f"--- keras3_fit: {name}")
+    for scheme, frozen_below, rho in variants:
+        log(f"--- {name} seed {seed}: {scheme}")
         model = task.fresh(frozen_below)
         clock = fit_task.epoch_clock(keras)
         callbacks = [clock]
@@ -190,16 +199,35 @@ def fit_runs(args, log):
                       callbacks=callbacks)
         except UserError as e:  # a rho below the forward floor, say: the row says so
             log(f"    refused: {e}")
-            curves[name] = tta.Refused(str(e))
+            curves[scheme] = tta.Refused(str(e))
             continue
-        curves[name] = clock.points
+        curves[scheme] = clock.points
+    _write_curves(record, curves)
     return curves
+
+
+def _read_curves(path):
+    """{scheme: curve or Refused} from a curves file, or {} when there is none."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return {name: tta.Refused(c) if isinstance(c, str) else [tuple(p) for p in c]
+            for name, c in data.items()}
+
+
+def _write_curves(path, curves):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(curves, f)
+    os.replace(path + ".tmp", path)
 
 
 def markdown(results, args, machine):
     lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
-             f"--seeds {','.join(map(str, args.seeds))} --rhos "
+             f"--seeds {','.join(map(str, args.seeds))} "
+             f"--other_seeds {','.join(map(str, args.other_seeds))} --rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
              f"{','.join(f'{r:g}' for r in args.shares)} --epochs {args.epochs}` (economy and "
              f"every other setting at its default).", ""]
@@ -232,11 +260,9 @@ def main(argv=None):
                         for k, v in vars(args).items()}, "configs": {}}
     first_seed_curves = {}
     for name in args.configs:
-        if name == FIT_CONFIG:
-            per_seed = [fit_runs(args, log)]
-        else:
-            seeds = args.seeds if name == "command1" else args.seeds[:1]
-            per_seed = [cli_runs(name, seed, args, log) for seed in seeds]
+        seeds = args.seeds if name == "command1" else args.other_seeds
+        runs = fit_runs if name == FIT_CONFIG else cli_runs
+        per_seed = [runs(name, seed, args, log) for seed in seeds]
         reference = next(iter(per_seed[0]))  # each configuration lists its reference first
         curves = {scheme: [run[scheme] for run in per_seed] for scheme in per_seed[0]}
         summary = tta.summarize(curves, reference=reference)

@@ -33,3 +33,35 @@ def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
         bench.main(["--configs", "command1,nope", "--logdir", str(tmp_path / "logs"),
                     "--out", str(tmp_path / "tta")])
     assert not (tmp_path / "logs").exists() and not list(tmp_path.iterdir())
+
+
+def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monkeypatch):
+    from elastictrainer.experiments import fit_task
+
+    bench = load_script("bench_time_to_accuracy")
+    args = bench.build_parser().parse_args(["--configs", "keras3_fit", "--other_seeds", "0,1",
+                                            "--rhos", "0.3", "--shares", "0.7",
+                                            "--logdir", str(tmp_path)])
+    assert args.other_seeds == (0, 1)
+    curves = {"plain_fit": [(10.0, 70.0), (20.0, 80.0)], "hand_frozen": [(5.0, 75.0)],
+              "ElasticCallback rho 0.3": tta.Refused("--rho 0.3 is below the floor"),
+              "ElasticCallback rho auto, share 0.7": [(4.0, 79.5)]}
+    bench._write_curves(str(tmp_path / "keras3_fit" / "curves_seed1.json"), curves)
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished seed was trained again")
+
+    monkeypatch.setattr(fit_task, "PretrainedTask", no_training)
+    back = bench.fit_runs("keras3_fit", 1, args, log=print)
+    assert back == curves and isinstance(back["ElasticCallback rho 0.3"], tta.Refused)
+    assert list(back) == list(curves)  # the reference (plain fit) first
+    # a seed with a scheme missing from its file runs
+    args = bench.build_parser().parse_args(["--rhos", "0.3,0.2", "--shares", "0.7",
+                                            "--logdir", str(tmp_path)])
+    import pytest
+
+    with pytest.raises(AssertionError, match="trained again"):
+        bench.fit_runs("keras3_fit", 1, args, log=print)
+    text = bench.markdown({"date": "2026-11-26", "configs": {}}, args,
+                          {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
+    assert "--seeds 0,1,2,3,4 --other_seeds 0 --rhos 0.3,0.2" in text
