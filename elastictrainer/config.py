@@ -218,9 +218,9 @@ class Config:
         parse=_parse_rho, metavar="RHO"))
     rho_share: float = field(default=DEFAULT_SHARE, metadata=flag(
         "with --rho auto: the share of the estimated loss drop (the positive importance of "
-        "every tensor, eq. 4-6) each selection keeps (0.7: of 0.5, 0.7 and 0.9 the one that "
-        "came within 1 point of full training's best on every configuration of "
-        "scripts/bench_time_to_accuracy.py that has one; 0.5 is faster where it does)"))
+        "every tensor, eq. 4-6) each selection keeps (0.7: of 0.5, 0.7 and 0.9 the one whose "
+        "runs came within 1 point of full training's best on the most seeds of "
+        "scripts/bench_time_to_accuracy.py's configurations; 0.5 is faster where it does)"))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
         "measured ratio misses rho by more than 5%, correct the time model and re-select "
