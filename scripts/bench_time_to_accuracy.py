@@ -202,7 +202,8 @@ def fit_runs(name, seed, args, log):
             curves[scheme] = tta.Refused(str(e))
             continue
         curves[scheme] = clock.points
-    _write_curves(record, curves)
+    os.makedirs(workdir, exist_ok=True)
+    runlog.write_json(record, curves)
     return curves
 
 
@@ -214,13 +215,6 @@ def _read_curves(path):
         data = json.load(f)
     return {name: tta.Refused(c) if isinstance(c, str) else [tuple(p) for p in c]
             for name, c in data.items()}
-
-
-def _write_curves(path, curves):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(curves, f)
-    os.replace(path + ".tmp", path)
 
 
 def markdown(results, args, machine):

@@ -375,9 +375,8 @@ def readme_bench_time_to_accuracy(figures=FIGURES):
                 "to 95% of full's best (speedup)", "to within 1 point of it (speedup)",
                 "whole run"], rows), "",
         f"{_ran('bench_time_to_accuracy.py', d['machine'], d['date'])}: `--configs "
-        f"{','.join(d['args']['configs'])} --seeds {','.join(map(str, seeds))}"
-        + (f" --other_seeds {','.join(map(str, d['args']['other_seeds']))}"
-           if "other_seeds" in d["args"] else "") + " --rhos "
+        f"{','.join(d['args']['configs'])} --seeds {','.join(map(str, seeds))} --other_seeds "
+        f"{','.join(map(str, d['args']['other_seeds']))} --rhos "
         f"{','.join(f'{r:g}' for r in d['args']['rhos'])} --shares "
         f"{','.join(f'{x:g}' for x in d['args']['shares'])}`, the default cache; an elastic "
         "run's time includes its first profiling"

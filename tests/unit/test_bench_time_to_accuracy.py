@@ -36,6 +36,7 @@ def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
 
 
 def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monkeypatch):
+    from elastictrainer import runlog
     from elastictrainer.experiments import fit_task
 
     bench = load_script("bench_time_to_accuracy")
@@ -46,7 +47,8 @@ def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monk
     curves = {"plain_fit": [(10.0, 70.0), (20.0, 80.0)], "hand_frozen": [(5.0, 75.0)],
               "ElasticCallback rho 0.3": tta.Refused("--rho 0.3 is below the floor"),
               "ElasticCallback rho auto, share 0.7": [(4.0, 79.5)]}
-    bench._write_curves(str(tmp_path / "keras3_fit" / "curves_seed1.json"), curves)
+    (tmp_path / "keras3_fit").mkdir()
+    runlog.write_json(str(tmp_path / "keras3_fit" / "curves_seed1.json"), curves)
 
     def no_training(*a, **k):
         raise AssertionError("a finished seed was trained again")
