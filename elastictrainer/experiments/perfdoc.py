@@ -379,7 +379,7 @@ def readme_bench_time_to_accuracy(figures=FIGURES):
         f"{','.join(map(str, d['args']['other_seeds']))} --rhos "
         f"{','.join(f'{r:g}' for r in d['args']['rhos'])} --shares "
         f"{','.join(f'{x:g}' for x in d['args']['shares'])}`, the default cache; an elastic "
-        "run's time includes its first profiling"
+        "run's time includes its first profiling, timed after a warm-up as every run is"
         + ("; the other configurations are in docs/performance.md."
            if len(d["configs"]) > 1 else ".")])
 

@@ -67,3 +67,36 @@ def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monk
     text = bench.markdown({"date": "2026-11-26", "configs": {}}, args,
                           {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
     assert "--seeds 0,1,2,3,4 --other_seeds 0 --rhos 0.3,0.2" in text
+
+
+def test_the_first_profiling_is_timed_after_a_warm_up_and_read_back_after(tmp_path,
+                                                                           monkeypatch):
+    import json
+
+    import elastictrainer
+    from elastictrainer.profiler import run as profiler_run
+
+    bench = load_script("bench_time_to_accuracy")
+    monkeypatch.chdir(tmp_path)  # the table's default path is relative
+    cfg = elastictrainer.Config(model_name="smallcnn", weights="none", input_size=16,
+                                batch_size=2, logdir=str(tmp_path / "logs"))
+    args = bench.build_parser().parse_args([])
+    events = []
+    warm_up = bench._warm_up
+
+    def recorded_warm_up(c):
+        warm_up(c, steps=1)  # the real one, on the configuration's model
+        events.append("warm-up")
+
+    monkeypatch.setattr(bench, "_warm_up", recorded_warm_up)
+    monkeypatch.setattr(profiler_run, "load_or_profile",
+                        lambda *a, **k: events.append("profiling"))
+    # a record from before the warm-up rule is measured again
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "profile_seconds.json").write_text('{"seconds": 99.0}')
+    seconds = bench._profile_seconds(cfg, args, log=print)
+    assert events == ["warm-up", "profiling"] and seconds < 99.0
+    kept = json.loads((tmp_path / "logs" / "profile_seconds.json").read_text())
+    assert kept["warm"] is True and kept["seconds"] == seconds
+    assert bench._profile_seconds(cfg, args, log=print) == seconds  # read, not measured
+    assert events == ["warm-up", "profiling"]
