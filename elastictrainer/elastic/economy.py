@@ -100,12 +100,16 @@ class Economy:
     """The economy of one run.  on: --economy; controller: the run's RhoController (its time
     model, the table's base model, rho, feedback); total_steps, steps_per_epoch; every: steps
     between re-selections; probe_batches; compile_ms: the timing table's, or None;
-    is_compiled(selection): whether a selection's step exists already; log(message)."""
+    is_compiled(selection): whether a selection's step exists already; auto: --rho auto (the
+    controller's rho is then the forward floor until the first selection, and each selection's
+    own ratio after it); log(message)."""
 
     def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
-                 compile_ms=None, is_compiled: Callable = lambda selection: False, log=print):
+                 compile_ms=None, is_compiled: Callable = lambda selection: False, auto=False,
+                 log=print):
         self.on = bool(on)
         self.ctl = controller
+        self.auto = bool(auto)
         self.total_steps = int(total_steps)
         self.steps_per_epoch = int(steps_per_epoch)
         self.every = every
@@ -121,6 +125,16 @@ class Economy:
     @property
     def rho(self):
         return self.ctl.rho
+
+    def rho_words(self, started=True):
+        """The rho a saving is priced at, in words: "rho 0.5"; under --rho auto, the forward
+        floor before the first selection (no importance yet, so the most a selection could
+        save: started=False) and the current selection's ratio after it."""
+        if not self.auto:
+            return f"rho {self.rho:g}"
+        if not started:
+            return f"rho auto's best case (the forward floor, {self.rho:.2f})"
+        return f"rho auto's current {self.rho:.2f}"
 
     # ------------------------------------------------------------------ the start
     def settles_at_start(self):
@@ -145,16 +159,16 @@ class Economy:
         saving = self.best_saving_s(0, Progress())
         if saving < PAYOFF * compile_s:
             return (FULL_TRAINING, f"the {self.total_steps} steps would save about "
-                                   f"{saving:.2f} s at rho {self.rho:g}, not {PAYOFF:g}x the "
-                                   f"{compile_s:.2f} s that compiling a selection's step costs "
-                                   f"({self.compile_source()})", None)
-        why = (f"the {self.total_steps} steps save about {saving:.2f} s at rho {self.rho:g}, "
-               f"at least {PAYOFF:g}x the {compile_s:.2f} s that compiling a selection's step "
-               f"costs ({self.compile_source()})")
+                                   f"{saving:.2f} s at {self.rho_words(False)}, not "
+                                   f"{PAYOFF:g}x the {compile_s:.2f} s that compiling a "
+                                   f"selection's step costs ({self.compile_source()})", None)
+        why = (f"the {self.total_steps} steps save about {saving:.2f} s at "
+               f"{self.rho_words(False)}, at least {PAYOFF:g}x the {compile_s:.2f} s that "
+               f"compiling a selection's step costs ({self.compile_source()})")
         short = None
         if compile_s / OVERHEAD_SHARE > saving:
-            short = (f"short run: {self.total_steps} steps save about {saving:.1f} s at rho "
-                     f"{self.rho:g}, and compiling a selection's step costs about "
+            short = (f"short run: {self.total_steps} steps save about {saving:.1f} s at "
+                     f"{self.rho_words(False)}, and compiling a selection's step costs about "
                      f"{compile_s:.1f} s; re-selections, measurements and corrections are held "
                      f"to {OVERHEAD_SHARE:.0%} of training")
         return SELECTIONS, why, short
@@ -312,7 +326,7 @@ class Economy:
                    None)
         if corrected:
             self.log(f"rho feedback: {corrected[0]} tensors measured {corrected[1]:.3f} of a "
-                     f"full step for rho {self.rho:g}; the {self.steps_left(global_step)} steps "
+                     f"full step for {self.rho_words()}; the {self.steps_left(global_step)} steps "
                      f"left do not pay for compiling another selection (overhead budget "
                      f"{OVERHEAD_SHARE:.0%} of training), kept")
 

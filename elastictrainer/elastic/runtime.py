@@ -74,7 +74,7 @@ class ElasticRuntime:
         self._economy = Economy(economy, self.ctl, total_steps=total_steps,
                                 steps_per_epoch=steps_per_epoch, every=self.every,
                                 probe_batches=probe_batches, compile_ms=compile_ms,
-                                is_compiled=is_compiled, log=log)
+                                is_compiled=is_compiled, auto=self.budget.auto, log=log)
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []

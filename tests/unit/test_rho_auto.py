@@ -92,3 +92,22 @@ def test_a_fixed_rho_records_its_rho_and_resume_keeps_auto_target():
     again = make(model, Device(model), rho=AUTO, share=0.5, economy=False)
     again.load_state(auto.state())
     assert again.rho == pytest.approx(auto.records[-1].rho)  # the closed loop's target kept
+
+
+def test_the_economy_says_an_auto_run_is_priced_at_its_best_case_not_at_rho_0():
+    """Before its first selection, rho auto has no ratio of its own: the start is priced at the
+    forward floor (the most a selection could save), and the words say so."""
+    model = TimeModel(table())
+    logs = []
+    rt = make(model, Device(model), rho=AUTO, share=0.7, total=4, steps_per_epoch=2,
+              log=logs.append, compile_ms=5e3)
+    rt.plan()
+    floor = f"{model.rho_floor:.2f}"
+    said = "\n".join(logs)
+    assert f"at rho auto's best case (the forward floor, {floor})" in said
+    assert "training all tensors" in said and "at rho 0" not in said
+    assert rt.finish(0.0).economy["why"].startswith("the 4 steps would save about")
+    fixed = make(model, Device(model), rho=0.6, total=4, steps_per_epoch=2, log=logs.append,
+                 compile_ms=5e3)
+    fixed.plan()
+    assert "s at rho 0.6, not 1.5x" in logs[-1]
