@@ -88,7 +88,8 @@ class ElasticRuntime:
         mask = model.select(np.ones(self.n), 1.0 if auto else self.rho, resolution=self.resolution)
         plan = Plan(total_steps=self.total_steps, forward_floor=model.rho_floor,
                     affordable_tensors=int(mask.sum()), num_tensors=self.n,
-                    near_floor=not auto and self.rho - model.rho_floor < FLOOR_MARGIN)
+                    near_floor=not auto and self.rho - model.rho_floor < FLOOR_MARGIN,
+                    corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):
             self.log(line)

@@ -117,24 +117,29 @@ class ElasticState:
 
 @dataclasses.dataclass
 class Plan:
-    """What the runtime said about the run at its start (also in summary.json "plan")."""
+    """What the runtime said about the run at its start (also in summary.json "plan").
+    corrected: the time model is the one this run's measurements corrected before it was
+    resumed (its floor then differs from the fresh start's, and says why)."""
     total_steps: int
     forward_floor: float
     affordable_tensors: int
     num_tensors: int
     near_floor: bool
+    corrected: bool = False
 
     def lines(self, rho, margin, uncached_floor=None):
         """What the run says of it at the start (rho: the budget as text, budget.Budget.text;
         uncached_floor: the forward floor without the prefix cache, when one is planned)."""
         cached = ("" if uncached_floor is None else
                   f" with the prefix cached, {uncached_floor:.2f} without")
+        corrected = (", under the time model as this run's measurements corrected it"
+                     if self.corrected else "")
         affords = (f"rho {rho}: each re-selection trains the cheapest selection that keeps it"
                    if rho.startswith("auto") else
                    f"rho {rho} affords up to {self.affordable_tensors} of {self.num_tensors} "
                    f"tensors under the time model")
         yield (f"elastic: forward floor {self.forward_floor:.2f} of a full step (training "
-               f"nothing{cached}); {affords}")
+               f"nothing{cached}){corrected}; {affords}")
         if self.near_floor:
             yield (f"warning: rho {rho} is within {margin:g} of the forward floor "
                    f"({self.forward_floor:.2f}): few tensors fit, expect the accuracy of "

@@ -368,6 +368,25 @@ def test_state_round_trips_and_a_resumed_runtime_decides_the_same():
     assert [r.mask for r in rt.records] == [r.mask for r in resumed.records]
 
 
+def test_a_resumed_run_says_its_floor_comes_from_the_corrected_time_model():
+    """A run that corrected its time model and was resumed plans with the corrected model: its
+    floor differs from the fresh start's, and the line says why."""
+    model = TimeModel(table())
+    device = Device(model.corrected(0.6, 0.6))
+    fresh_said, resumed_said = [], []
+    rt = make(model, device, log=fresh_said.append)
+    fresh = rt.plan()
+    drive(rt, device, 120, IMPORTANCE)
+    assert rt.corrections  # the device's backward pass is cheaper than the table's
+    resumed = make(model, Device(model), log=resumed_said.append)
+    resumed.load_state(rt.state())
+    plan = resumed.plan()
+    assert not fresh.corrected and plan.corrected
+    assert plan.forward_floor != pytest.approx(fresh.forward_floor)
+    assert "as this run's measurements corrected it" in resumed_said[0]
+    assert "corrected" not in fresh_said[0]
+
+
 def test_a_newer_state_is_refused():
     with pytest.raises(ValueError, match="newer"):
         ElasticState.from_dict({"version": STATE_VERSION + 1})
