@@ -330,8 +330,9 @@ class Config:
         for name in ("num_train", "num_test"):
             value = getattr(self, name)
             if value is not None and self.dataset_name != "synthetic":
-                raise UserError(f"--{name} sizes the built-in synthetic dataset only; "
-                                f"{self.dataset_name} has its own splits")
+                # said without judging the name: an unknown one is refused when loaded
+                raise UserError(f"--{name} sizes the built-in synthetic dataset only, not "
+                                f"--dataset_name {self.dataset_name}")
         if not self.learning_rate > 0:
             raise UserError(f"--learning_rate must be positive, got {self.learning_rate}")
         if self.weight_decay < 0:

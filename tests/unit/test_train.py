@@ -84,6 +84,8 @@ def test_rho_validation():
     (["--save_txt", "maybe"], "save_txt"),
     (["--dataset_name", "imagenet"], "synthetic"),
     (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "synthetic dataset only"),
+    # an unknown name is not said to have splits of its own
+    (["--dataset_name", "nosuchdata", "--num_train", "100"], "only, not --dataset_name nosuchdata"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, needle):
