@@ -72,6 +72,8 @@ COMPILE_MS_PER_TENSOR = 20.0
 READOUT_FULL_STEPS = 3
 READOUT_SHARE = 0.02
 
+# How a command-line user turns the economy off (another driver names its own: off_words)
+ECONOMY_OFF = "--economy false"
 FULL_TRAINING = "full training"
 SELECTIONS = "selections"
 
@@ -102,12 +104,14 @@ class Economy:
     between re-selections; probe_batches; compile_ms: the timing table's, or None;
     is_compiled(selection): whether a selection's step exists already; auto: --rho auto (the
     controller's rho is then the forward floor until the first selection, and each selection's
-    own ratio after it); log(message)."""
+    own ratio after it); off_words: how the run's user turns the economy off, in its lines
+    ("economy=False" in model.fit); log(message)."""
 
     def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
                  compile_ms=None, is_compiled: Callable = lambda selection: False, auto=False,
-                 log=print):
+                 off_words=ECONOMY_OFF, log=print):
         self.on = bool(on)
+        self.off_words = off_words
         self.ctl = controller
         self.auto = bool(auto)
         self.total_steps = int(total_steps)
@@ -145,7 +149,7 @@ class Economy:
         self._choose(choice, why)
         if choice == FULL_TRAINING:
             self.log(f"elastic: {why}: training all tensors with full training's step, no "
-                     f"re-selection (--economy false to select anyway)")
+                     f"re-selection ({self.off_words} to select anyway)")
         elif short:
             self._note("short", "re-selecting held to its overhead share", short)
         return choice == FULL_TRAINING
@@ -153,8 +157,8 @@ class Economy:
     def _start(self):
         """(choice, why, a warning line or None) at the run's start, saying nothing."""
         if not self.on:
-            return (SELECTIONS, "--economy false: re-selects and corrects as the paper does, "
-                                "whatever the run's length", None)
+            return (SELECTIONS, f"{self.off_words}: re-selects and corrects as the paper "
+                                "does, whatever the run's length", None)
         compile_s = self.start_compile_s()
         saving = self.best_saving_s(0, Progress())
         if saving < PAYOFF * compile_s:
@@ -217,7 +221,7 @@ class Economy:
             self._choose(FULL_TRAINING, why)
             self._note("full", f"every tensor trained from step {global_step}",
                        f"elastic: {why}: training all tensors, as full training would "
-                       f"(--economy false to select anyway)")
+                       f"({self.off_words} to select anyway)")
         return False
 
     def worth_compiling(self, selection, global_step, progress):
@@ -395,7 +399,7 @@ class Economy:
         """The closing line's words on the economy: '' when it held nothing back."""
         if self._choice.get("choice") == FULL_TRAINING:
             return (f"every tensor trained, as in full training: {self._choice['why']} "
-                    f"(--economy false to select anyway)")
+                    f"({self.off_words} to select anyway)")
         held = [v for k, v in self._notes.items() if k not in ("full", "measure")]
         return "economy: " + ", ".join(held) if held else ""
 

@@ -31,7 +31,8 @@ import numpy as np
 from elastictrainer import runlog
 from elastictrainer.elastic import accounting
 from elastictrainer.elastic.budget import DEFAULT_SHARE, Budget
-from elastictrainer.elastic.economy import FULL_TRAINING, READOUT_FULL_STEPS, Economy
+from elastictrainer.elastic.economy import (ECONOMY_OFF, FULL_TRAINING, READOUT_FULL_STEPS,
+                                            Economy)
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
 from elastictrainer.elastic.state import (SHORT_RUN, Correction, ElasticState, EndResult, Plan,
@@ -48,7 +49,8 @@ class ElasticRuntime:
     model: the run's TimeModel (eq. 3); rho, feedback: --rho (a ratio, or "auto" with `share`:
     budget.py), --rho_feedback; steps_per_epoch,
     total_steps, interval: where re-selections fall; probe_batches: probe steps per
-    re-selection; dp_resolution: the DP's; economy: --economy (economy.py); compile_ms: a
+    re-selection; dp_resolution: the DP's; economy: --economy (economy.py), and
+    economy_off_words how the run's user turns it off, in its lines; compile_ms: a
     selection step's compile as the timing table has it, or None; is_compiled(selection):
     whether the driver has that selection's step compiled already (a tuple of tensor
     indices; the full step is every index).  clock: seconds (time.perf_counter); log(message).
@@ -56,7 +58,8 @@ class ElasticRuntime:
 
     def __init__(self, model, rho, *, share=DEFAULT_SHARE, feedback=True, steps_per_epoch,
                  total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
-                 compile_ms=None, economy=True, is_compiled: Callable = lambda selection: False,
+                 compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
+                 is_compiled: Callable = lambda selection: False,
                  clock: Callable[[], float] = time.perf_counter, log=print):
         self.budget = Budget(rho, share)
         # rho auto: the target is each selection's own; until the first, the fastest there is
@@ -74,7 +77,8 @@ class ElasticRuntime:
         self._economy = Economy(economy, self.ctl, total_steps=total_steps,
                                 steps_per_epoch=steps_per_epoch, every=self.every,
                                 probe_batches=probe_batches, compile_ms=compile_ms,
-                                is_compiled=is_compiled, auto=self.budget.auto, log=log)
+                                is_compiled=is_compiled, auto=self.budget.auto,
+                                off_words=economy_off_words, log=log)
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []

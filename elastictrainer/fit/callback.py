@@ -209,8 +209,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
             steps_per_epoch=self.steps_per_epoch,
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
-            economy=cfg.economy, is_compiled=lambda selection: selection in compiled,
-            clock=self.clock, log=self.log)
+            economy=cfg.economy, economy_off_words="economy=False",
+            is_compiled=lambda selection: selection in compiled, clock=self.clock, log=self.log)
         self.driver = ElasticDriver(self.trainer, scheme, runtime)
         summary = new_summary(
             cfg, elastic=True, tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],

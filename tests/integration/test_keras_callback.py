@@ -308,3 +308,19 @@ def test_rho_auto_in_model_fit(tmp_path, flavor):
     assert no.cfg.cache_frozen_prefix is False
     assert ElasticCallback(logdir=str(tmp_path / "auto"),
                            cache_frozen_prefix="AUTO").cfg.cache_frozen_prefix == "auto"
+
+
+def test_its_economy_lines_name_the_callbacks_own_argument(tmp_path):
+    """A fit too short to pay for a selection's compile trains every tensor, and says how to
+    select anyway in model.fit's words (economy=False), not the command line's."""
+    model = _compile(_model("keras3"), "keras3")
+    train, _ = _data()
+    lines = []
+    callback = _callback(tmp_path, rho=0.99, economy=True, cache_frozen_prefix=False,
+                         timing_table=_scripted_table(tmp_path, model))
+    callback.log = lines.append
+    model.fit(train, epochs=1, verbose=0, callbacks=[callback])
+    said = "\n".join(lines)
+    assert "(economy=False to select anyway)" in said and "--economy" not in said
+    summary = runlog.read_summary(str(tmp_path / "logs" / "run"))
+    assert summary["economy"]["choice"] == "full training"

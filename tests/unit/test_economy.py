@@ -63,6 +63,23 @@ def test_a_short_run_without_compile_ms_is_full_training_from_step_0_and_says_so
     assert result.wall_ratio == pytest.approx(1.0, rel=1e-9)
 
 
+def test_its_lines_name_the_switch_as_the_runs_user_spells_it():
+    """The command line's user turns the economy off with --economy false, model.fit's with
+    ElasticCallback(economy=False): each run's lines say its own."""
+    model = TimeModel(fast_table())
+    total = int(0.5 * steps_that_pay(model, 0.6))
+    for words in (economy_mod.ECONOMY_OFF, "economy=False"):
+        said = []
+        rt = make(model, Device(model), total=total, steps_per_epoch=total, interval=1,
+                  economy_off_words=words, log=said.append)
+        rt.plan()
+        assert f"({words} to select anyway)" in said[-1]
+        assert rt.finish(0.0).closing.endswith(f"({words} to select anyway)")
+    off = make(model, Device(model), economy=False, economy_off_words="economy=False")
+    off.plan()
+    assert off.finish(0.0).economy["why"].startswith("economy=False: re-selects")
+
+
 @pytest.mark.parametrize("feedback", [True, False])
 @pytest.mark.parametrize("fraction", [0.5, 4.0])
 def test_the_start_decides_the_same_with_or_without_the_tables_compile(feedback, fraction):
