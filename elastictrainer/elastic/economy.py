@@ -154,6 +154,10 @@ class Economy:
             self._note("short", "re-selecting held to its overhead share", short)
         return choice == FULL_TRAINING
 
+    def start_choice(self):
+        """What the start chooses (FULL_TRAINING or SELECTIONS), saying nothing."""
+        return self._start()[0]
+
     def _start(self):
         """(choice, why, a warning line or None) at the run's start, saying nothing."""
         if not self.on:

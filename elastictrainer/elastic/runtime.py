@@ -88,17 +88,20 @@ class ElasticRuntime:
     def plan(self):
         """The forward floor, how many tensors rho affords, and a warning near the floor; a
         fresh run too short to pay for a selection's compile trains every tensor (economy)."""
-        model, auto = self.ctl.model, self.budget.auto
+        model, auto, s = self.ctl.model, self.budget.auto, self._s
         mask = model.select(np.ones(self.n), 1.0 if auto else self.rho, resolution=self.resolution)
+        fresh = s.selection is None and not s.records
+        # a run that will train every tensor is warned of no floor: its next line says why
+        settles = fresh and self._economy.start_choice() == FULL_TRAINING
         plan = Plan(total_steps=self.total_steps, forward_floor=model.rho_floor,
                     affordable_tensors=int(mask.sum()), num_tensors=self.n,
-                    near_floor=not auto and self.rho - model.rho_floor < FLOOR_MARGIN,
+                    near_floor=(not auto and not settles
+                                and self.rho - model.rho_floor < FLOOR_MARGIN),
                     corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):
             self.log(line)
-        s = self._s
-        if s.selection is None and not s.records and self._economy.settles_at_start():
+        if fresh and self._economy.settles_at_start():
             s.settled = True  # every tensor for the whole run, with no re-selection
             self._open(0, np.ones(self.n, bool), None, SHORT_RUN)
         return plan

@@ -347,6 +347,13 @@ def test_the_plan_gives_the_forward_floor_and_warns_near_it():
     assert plan.near_floor and any(line.startswith("warning") for line in said)
     assert 0 <= plan.affordable_tensors < N
     assert not make(model, Device(model), rho=0.9).plan().near_floor
+    # a run the economy trains in full is not warned of a floor it will not select near
+    said.clear()
+    short = make(model, Device(model), rho=0.5, total=4, steps_per_epoch=2, compile_ms=5e3,
+                 log=said.append)
+    assert not short.plan().near_floor
+    assert not any(line.startswith("warning") for line in said)
+    assert "training all tensors" in said[-1]
 
 
 def test_state_round_trips_and_a_resumed_runtime_decides_the_same():
