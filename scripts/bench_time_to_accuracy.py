@@ -7,10 +7,11 @@
 For each configuration and seed every scheme trains from the same pretrained weights, and each
 run's test accuracy is taken after every epoch against its wall clock (training time, plus the
 profiling an elastic run pays before its first step, counted in every elastic run as if none
-had been profiled before it, and timed after a warm-up as the runs are).  The table gives, per scheme and over seeds (median), the time to
-first reach 95% and 99% of full training's best accuracy and to come within 1 point of it, the
-speedup over full training's time to the same level ("never" where a run does not get there),
-the best accuracy and the whole run's wall clock (experiments/time_to_accuracy.py).
+had been profiled before it, and timed after a warm-up as the runs are).  The table gives, per
+scheme and over seeds (median), the time to first reach 95% and 99% of full training's best
+accuracy and to come within 1 point of it, the speedup over full training's time to the same
+level ("never" where a run does not get there), the best accuracy and the whole run's wall
+clock (experiments/time_to_accuracy.py).
 
 Configurations (--configs):
   command1        README command 1 (smallcnn from --weights synthetic, 64 px, batch 32, Adam)
