@@ -203,3 +203,18 @@ def test_ci_checks_the_layers():
         assert "lint-imports" in f.read()
     with open(os.path.join(ROOT, "requirements.txt")) as f:
         assert "import-linter" in f.read()
+
+
+def test_ci_runs_the_readmes_test_command_with_what_the_requirements_install():
+    """.ci/run's command is the README's second command, word for word, and its two test
+    workers (-n 2) come from pytest-xdist, which both requirements files install."""
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        ci = [line for line in f.read().splitlines() if line.startswith("python3 -m venv")]
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = [line.strip() for line in f.read().splitlines()
+                  if line.strip().startswith("python3 -m venv")]
+    assert len(ci) == 1 and ci[0] in readme
+    assert ci[0].count("pytest -q -n 2 --dist loadscope") == 2
+    for name in ("requirements.txt", "requirements-tf216.txt"):
+        with open(os.path.join(ROOT, name)) as f:
+            assert "pytest-xdist" in f.read(), name
