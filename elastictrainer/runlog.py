@@ -97,6 +97,9 @@ class RunSummary:
     reselection_overhead_s: Optional[float] = None
     reselection_overhead_parts_s: Optional[dict] = None
     wall_ratio: Optional[float] = None
+    # seconds this run spent profiling its timing table (0 when it read one): the method's own
+    # cost, which full training does not pay, so wall_ratio counts it (elastic/accounting.py)
+    profiling_s: Optional[float] = None
     # what the elastic runtime's economy chose (full training or selections) and why, the
     # compile it priced and where from, and what it held back (elastic/economy.py)
     economy: Optional[dict] = None

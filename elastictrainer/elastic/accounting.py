@@ -7,7 +7,11 @@ nothing), plus compiling each selection's step C, plus solving and out-of-step i
 probes P.  Full training of the same steps would take L + S/r (each measurement window's steps
 over the ratio r measured in it) + G x full_over_grads (their batches trained at a full step's
 cost).  `wall_ratio` is T over that; the re-selection overhead is C + P + G: what the elastic
-run spends beyond training its selections.  A selection step that stores images in the
+run spends beyond training its selections.  A run that profiles its timing table first (none
+on disk, none profiled in the process) spends Q more, which full training never does: the
+paper's profiling is offline, but the user waits for it all the same.  Q counts on the elastic
+side, in T (model.fit profiles on its first batch, inside the epoch's clock) or added to it
+(the command line profiles before its loop), and never in L.  A selection step that stores images in the
 prefix cache (--cache_frozen_prefix) runs their prefix, stores the rows, then runs the cached
 step a served batch runs: the storing is booked apart (fill seconds, F, in T and not in S; full
 training has no such work), the rest as one of the selection's steps, which the closed loop
@@ -175,22 +179,27 @@ def measured_so_far(s):
 
 def close_run(s, train_time_s):
     """Close the books at the run's end: (measured ratio, estimated ratio, overhead, its parts,
-    wall_ratio) (module doc)."""
+    wall_ratio) (module doc); train_time_s: the driver's training clock."""
     s.probing = 0  # a run may end inside a re-selection: its probes are booked already
     close_record(s)
     spent = overhead_s(s)
     return (weighted_ratio(s.records), weighted_ratio(s.records, "predicted_ratio"), spent,
-            dict(s.overhead_parts), wall_ratio(train_time_s, s.step_s + s.fill_s, spent, s.full_s))
+            dict(s.overhead_parts),
+            wall_ratio(train_time_s + s.profiling_outside_s, s.step_s + s.fill_s,
+                       spent + s.profiling_s, s.full_s))
 
 
 def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_time_s,
-                  economy_words, full_training=False, unmeasured_why=None):
-    """The closing line's words on an elastic run (rho: the budget as text), one line: the step ratio measured (or why
-    none was, and the time model's instead), the wall clock against full training's, the
-    re-selection overhead and what the economy held back; or, for a run the economy made full
-    training, that (economy_words)."""
+                  economy_words, full_training=False, unmeasured_why=None, profiling_s=0.0):
+    """The closing line's words on an elastic run (rho: the budget as text), one line: the step
+    ratio measured (or why none was, and the time model's instead), the wall clock against full
+    training's (with the run's profiling, if any), the re-selection overhead and what the
+    economy held back; or, for a run the economy made full training, that (economy_words)."""
+    profiled = (f", its {profiling_s:.1f} s of profiling the timing table included"
+                if profiling_s > 0 else "")
     if full_training:
-        return economy_words
+        return economy_words + (f" (wall clock {wall:.2f} of full training's{profiled})"
+                                if profiled and wall is not None else "")
     if measured is not None:
         ratio = (f"step-time ratio asked {rho}, measured {measured:.3f} ({corrections} "
                  f"correction(s))")
@@ -202,7 +211,7 @@ def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_ti
         ratio = (f"step-time ratio asked {rho}, not measured ({why}), {estimated:.3f} by the "
                  f"time model")
     wall_words = (f"wall clock {'n/a' if wall is None else f'{wall:.2f}'} of full training's, "
-                  f"estimated in the run (re-selecting {spent_s:.1f} s, "
+                  f"estimated in the run{profiled} (re-selecting {spent_s:.1f} s, "
                   f"{100 * spent_s / max(train_time_s, 1e-9):.0f}% of training)")
     return "; ".join(part for part in (ratio, wall_words, economy_words) if part)
 
@@ -216,7 +225,8 @@ def weighted_ratio(records, key="measured_ratio"):
 
 def wall_ratio(train_time_s, step_s, overhead_s, full_s):
     """train_time_s / (loop work + full_s), loop work = train_time_s - step_s - overhead_s
-    (the module doc's L); None without a measured full step."""
+    (the module doc's L; overhead_s with the run's profiling, if any); None without a measured
+    full step."""
     if not full_s > 0:
         return None
     loop_s = max(train_time_s - step_s - overhead_s, 0.0)

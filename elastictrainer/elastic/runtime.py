@@ -53,14 +53,19 @@ class ElasticRuntime:
     economy_off_words how the run's user turns it off, in its lines; compile_ms: a
     selection step's compile as the timing table has it, or None; is_compiled(selection):
     whether the driver has that selection's step compiled already (a tuple of tensor
-    indices; the full step is every index).  clock: seconds (time.perf_counter); log(message).
+    indices; the full step is every index); profiling_s: seconds this process spent profiling
+    the timing table for the run (0 when it read one), inside the driver's training clock
+    (profiled_in_clock: model.fit profiles on its first batch) or before it (the command
+    line), counted against the run in wall_ratio (accounting.py).  clock: seconds
+    (time.perf_counter); log(message).
     """
 
     def __init__(self, model, rho, *, share=DEFAULT_SHARE, feedback=True, steps_per_epoch,
                  total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
                  compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
-                 is_compiled: Callable = lambda selection: False,
-                 clock: Callable[[], float] = time.perf_counter, log=print):
+                 is_compiled: Callable = lambda selection: False, profiling_s=0.0,
+                 profiled_in_clock=False, clock: Callable[[], float] = time.perf_counter,
+                 log=print):
         self.budget = Budget(rho, share)
         # rho auto: the target is each selection's own; until the first, the fastest there is
         # (the economy then prices the start at the most a selection could save)
@@ -82,7 +87,14 @@ class ElasticRuntime:
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []
+        self._profiling = (float(profiling_s), 0.0 if profiled_in_clock else float(profiling_s))
         self._s = ElasticState()
+        self._add_profiling()
+
+    def _add_profiling(self):
+        # a resumed run keeps what its earlier processes spent profiling, and adds its own
+        self._s.profiling_s += self._profiling[0]
+        self._s.profiling_outside_s += self._profiling[1]
 
     # ------------------------------------------------------------------ the start
     def plan(self):
@@ -382,10 +394,11 @@ class ElasticRuntime:
         closing = accounting.closing_words(
             self.budget.text, measured, estimated, len(s.corrections), spent, wall, train_time_s,
             self._economy.closing(), full_training=economy["choice"] == FULL_TRAINING,
-            unmeasured_why=self._economy.unmeasured_why())
+            unmeasured_why=self._economy.unmeasured_why(), profiling_s=s.profiling_s)
         return EndResult(measured_ratio=measured, estimated_ratio=estimated,
                          reselection_overhead_s=spent, reselection_overhead_parts_s=parts,
-                         wall_ratio=wall, economy=economy, closing=closing)
+                         wall_ratio=wall, economy=economy, closing=closing,
+                         profiling_s=s.profiling_s)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self):
@@ -397,6 +410,7 @@ class ElasticRuntime:
 
     def load_state(self, data):
         self._s = ElasticState.from_dict(data)
+        self._add_profiling()
         self._s.first_step_s = None  # the first step after resuming compiles again
         self._s.first_window = len(self._s.windows) - 1
         if self._s.controller:

@@ -94,6 +94,8 @@ class ElasticState:
     full_s: float = 0.0                 # what full training would spend on them, probes' and
                                         # timed full steps' batches included
     full_compile_s: Optional[float] = None  # the full step's first-call excess
+    profiling_s: float = 0.0            # profiling the timing table in this run (accounting.py)
+    profiling_outside_s: float = 0.0    # ... the part before the training clock started
     selection_compile_s: Optional[float] = None  # the latest selection step's
     controller: dict = dataclasses.field(default_factory=dict)
     economy: dict = dataclasses.field(default_factory=dict)  # economy.Economy.state()
@@ -151,7 +153,8 @@ class EndResult:
     """What an elastic run ends with (ElasticRuntime.finish).  measured_ratio: the selections'
     step-weighted measured step ratio, None when none was measured; estimated_ratio: the time
     model's, weighted alike, which stands in for it then; the re-selection overhead and its
-    parts; wall_ratio (accounting.py); economy: what the economy chose and why (economy.py);
+    parts; wall_ratio (accounting.py) and profiling_s, the seconds this run spent profiling
+    its timing table, which wall_ratio counts against it; economy: what the economy chose and why (economy.py);
     closing: the closing line's words on all of it, one line."""
     measured_ratio: Optional[float]
     estimated_ratio: Optional[float]
@@ -160,10 +163,12 @@ class EndResult:
     wall_ratio: Optional[float]
     economy: dict
     closing: str
+    profiling_s: float = 0.0
 
     def summary_fields(self):
         """summary.json's fields (runlog.RunSummary) from this result."""
         return {"measured_ratio": self.measured_ratio, "estimated_ratio": self.estimated_ratio,
                 "reselection_overhead_s": self.reselection_overhead_s,
                 "reselection_overhead_parts_s": dict(self.reselection_overhead_parts_s),
-                "wall_ratio": self.wall_ratio, "economy": dict(self.economy)}
+                "wall_ratio": self.wall_ratio, "profiling_s": self.profiling_s,
+                "economy": dict(self.economy)}

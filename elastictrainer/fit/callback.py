@@ -181,8 +181,11 @@ class ElasticCallback(_keras3.callbacks.Callback):
         path = cfg.timing_table or tables.default_table_path(
             f"{model.name}-{_architecture_digest(model)}", input_size, batch_size, num_classes,
             opt_name, folder=self.profiles)
+        profiling_s = 0.0
         if not os.path.exists(path) or not _matches(tables.load_table(path), model):
+            t0 = self.clock()
             self._profile(path, data, input_size, batch_size, num_classes)
+            profiling_s = self.clock() - t0
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         # the run's settings as model.fit resolves them, saved as config.json
         self.cfg = cfg = dataclasses.replace(
@@ -210,7 +213,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, economy_off_words="economy=False",
-            is_compiled=lambda selection: selection in compiled, clock=self.clock, log=self.log)
+            is_compiled=lambda selection: selection in compiled, profiling_s=profiling_s,
+            profiled_in_clock=True, clock=self.clock, log=self.log)
         self.driver = ElasticDriver(self.trainer, scheme, runtime)
         summary = new_summary(
             cfg, elastic=True, tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],

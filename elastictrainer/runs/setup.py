@@ -51,6 +51,7 @@ class RunSetup:
     table_path: Optional[str] = None
     prefix_cache: Any = None  # prefix.cache.PrefixCache (--cache_frozen_prefix)
     bn_forced: tuple = ()  # the BatchNorm layers --bn_mode inference forced (batchnorm.restore)
+    profiling_s: float = 0.0  # seconds spent profiling the timing table first (0: read one)
 
 
 def setup_run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
@@ -148,17 +149,19 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
                         f"{cfg.optimizer} needs importance probes of its own, which a "
                         f"distributed run does not take; use elastic_training (SGD or Adam)")
     time_model = table = table_path = None
+    profiling_s = 0.0
     if scheme.elastic and dist.is_chief:
-        time_model, table, table_path = _load_time_model(
+        time_model, table, table_path, profiling_s = _load_time_model(
             cfg, model, num_classes, log, in_child=profiles_in_child(cfg, given_model, dist.on),
-            cache=cache, trace_dir=out)
+            cache=cache, trace_dir=out, clock=clock)
     restore_random_state(model, rng_state, cfg.seed)
     resume = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
     return RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, compiled=compiled,
                     roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                     out=out, resume=resume, dist=dist, time_model=time_model, table=table,
-                    table_path=table_path, prefix_cache=cache, bn_forced=bn_forced)
+                    table_path=table_path, prefix_cache=cache, bn_forced=bn_forced,
+                    profiling_s=profiling_s)
 
 
 def _why_uncached(cfg, scheme, dist):
@@ -182,12 +185,16 @@ def profiles_in_child(cfg, given_model, distributed):
     return cfg.profile_in == "child" or distributed
 
 
-def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None):
+def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None,
+                     clock=time.perf_counter):
+    """(time model, table, its path, seconds spent profiling it first: 0 when it was read)."""
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
+    profiled, t0 = not os.path.exists(path), clock()
     table = load_or_profile(path, model, cfg.model_name, cfg.input_size, cfg.batch_size,
                             num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
                             optimizer=cfg.optimizer, in_child=in_child, trace_dir=trace_dir)
+    profiling_s = clock() - t0 if profiled else 0.0
     tm = TimeModel(table, cache=cache.for_time_model() if cache is not None else None)
     if not tm.calibrated:
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
@@ -202,7 +209,7 @@ def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, tr
         log(f"prefix cache: rho {cfg.rho:g} is below the forward floor without the cache "
             f"({uncached:.2f}): only cached selections fit it, and the steps that fill the "
             f"cache run at a step ratio above {uncached:.2f}")
-    return tm, table, path
+    return tm, table, path, profiling_s
 
 
 def _resumable(out, cfg, log):

@@ -30,3 +30,5 @@ def test_profiling_first_does_not_change_the_run(tmp_path):
     assert [[e[k] for k in keys] for e in first["epochs"]] == \
         [[e[k] for k in keys] for e in again["epochs"]]
     assert [s["mask"] for s in first["selections"]] == [s["mask"] for s in again["selections"]]
+    # the first run waited for its profiling: it says so, and counts it against itself
+    assert first["profiling_s"] > 0 and again["profiling_s"] == 0.0

@@ -199,9 +199,13 @@ def test_the_profile_is_made_once_per_model_and_batch_shape(tmp_path):
     callback = _callback(tmp_path, rho=1.0)  # above any forward floor the profile may find
     callback.log = said.append
     model.fit(train, epochs=1, verbose=0, callbacks=[callback])
-    assert sum("profiling" in line for line in said) == 1
+    assert sum("profiling k3cnn on this batch first" in line for line in said) == 1
     tables = os.listdir(tmp_path / "profiles")
     assert len(tables) == 1 and tables[0].startswith("k3cnn-")
+    # the run waited for its profiling, which full training would not have: it is counted
+    first = json.loads((tmp_path / "logs" / "run" / "summary.json").read_text())
+    assert first["profiling_s"] > 0
+    assert f"its {first['profiling_s']:.1f} s of profiling the timing table included" in said[-1]
     said.clear()
     again = _compile(_model("keras3"), "keras3")
     callback = _callback(tmp_path, name="again", rho=1.0)
@@ -209,6 +213,8 @@ def test_the_profile_is_made_once_per_model_and_batch_shape(tmp_path):
     again.fit(train, epochs=1, verbose=0, callbacks=[callback])
     assert not any("profiling" in line for line in said)  # the same tensors: cached
     assert os.listdir(tmp_path / "profiles") == tables
+    assert json.loads((tmp_path / "logs" / "again" / "summary.json").read_text())[
+        "profiling_s"] == 0.0
 
 
 def test_its_defaults_are_configs():

@@ -127,6 +127,40 @@ def test_a_reselection_probes_then_measures_the_selection_among_full_steps():
     assert mask[-1] and not mask.all()
 
 
+@pytest.mark.parametrize("in_clock", [False, True])
+def test_the_runs_own_profiling_counts_against_it_in_wall_ratio(in_clock):
+    """A run that profiled its timing table first waited for it, and full training would not
+    have: wall_ratio is (training clock, with the profiling) over full training's time, whether
+    the profiling ran inside the driver's clock (model.fit, on its first batch) or before it
+    (the command line).  A resumed run adds its own profiling to the earlier processes'."""
+    model = TimeModel(table())
+    device = Device(model, compile_s=0.05, loop_s=2e-3)
+    profiling = 3.0
+    if in_clock:
+        device.now += profiling  # the first batch profiles before its step
+    rt = make(model, device, total=400, profiling_s=profiling, profiled_in_clock=in_clock)
+    drive(rt, device, 400, IMPORTANCE)
+    result = rt.finish(device.now)
+    waited = device.now + (0.0 if in_clock else profiling)
+    assert result.wall_ratio == pytest.approx(waited / full_training_seconds(device, 400),
+                                              rel=1e-9)
+    assert result.profiling_s == profiling == result.summary_fields()["profiling_s"]
+    assert "its 3.0 s of profiling the timing table included" in result.closing
+    # without the profiling the same run is faster than full training; with it, the ratio is
+    # higher by exactly the profiling over full training's time
+    plain_device = Device(model, compile_s=0.05, loop_s=2e-3)
+    plain = make(model, plain_device, total=400)
+    drive(plain, plain_device, 400, IMPORTANCE)
+    base = plain.finish(plain_device.now)
+    assert base.profiling_s == 0.0 and "profiling" not in base.closing
+    assert result.wall_ratio - base.wall_ratio == pytest.approx(
+        profiling / full_training_seconds(device, 400), rel=1e-6)
+    # resumed in a process that profiled again: both processes' profiling count
+    again = make(model, device, total=400, profiling_s=1.0, profiled_in_clock=in_clock)
+    again.load_state(rt.state())
+    assert again.finish(device.now).profiling_s == pytest.approx(profiling + 1.0)
+
+
 def test_wall_ratio_equals_full_trainings_time_on_the_same_device():
     """Compiling, loop work and re-selections included, the run's own estimate of its wall
     clock against full training's is exact when step times are steady."""
