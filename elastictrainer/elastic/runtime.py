@@ -109,7 +109,10 @@ class ElasticRuntime:
                     affordable_tensors=int(mask.sum()), num_tensors=self.n,
                     near_floor=(not auto and not settles
                                 and self.rho - model.rho_floor < FLOOR_MARGIN),
-                    corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0))
+                    corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0),
+                    profiling_s=self._profiling[0],
+                    saves_at_most_s=(self._economy.best_saving_s(0, self._progress())
+                                     if fresh else None))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):
             self.log(line)

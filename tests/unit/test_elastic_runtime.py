@@ -390,6 +390,22 @@ def test_the_plan_gives_the_forward_floor_and_warns_near_it():
     assert "training all tensors" in said[-1]
 
 
+@pytest.mark.parametrize("rho", [0.6, "auto"])
+def test_a_run_whose_profiling_outweighs_what_it_can_save_is_told_at_its_start(rho):
+    """What 400 steps save at best (the economy's best case: rho, or auto's forward floor) is
+    set against the profiling this run did first: more, and the run is told it ends slower
+    than full training; less, or a table read, and nothing is said."""
+    model = TimeModel(table())
+    saves = make(model, Device(model), rho=rho).plan().saves_at_most_s
+    assert saves > 0
+    for profiling, told in ((saves * 1.1, True), (saves * 0.9, False), (0.0, False)):
+        said = []
+        plan = make(model, Device(model), rho=rho, profiling_s=profiling,
+                    log=said.append).plan()
+        assert plan.profiling_s == profiling and plan.saves_at_most_s == pytest.approx(saves)
+        assert any("ends slower than full training" in line for line in said) == told, said
+
+
 def test_state_round_trips_and_a_resumed_runtime_decides_the_same():
     model = TimeModel(table())
     truth = model.corrected(0.6, 0.6)
