@@ -11,11 +11,12 @@ run spends beyond training its selections.  A run that profiles its timing table
 on disk, none profiled in the process) spends Q more, which full training never does: the
 paper's profiling is offline, but the user waits for it all the same.  Q counts on the elastic
 side, in T (model.fit profiles on its first batch, inside the epoch's clock) or added to it
-(the command line profiles before its loop), and never in L.  A selection step that stores images in the
-prefix cache (--cache_frozen_prefix) runs their prefix, stores the rows, then runs the cached
-step a served batch runs: the storing is booked apart (fill seconds, F, in T and not in S; full
-training has no such work), the rest as one of the selection's steps, which the closed loop
-measures like any other.
+(the command line profiles before its loop), and never in L.
+
+A selection step that stores images in the prefix cache (--cache_frozen_prefix) runs their
+prefix, stores the rows, then runs the cached step a served batch runs: the storing is booked
+apart (fill seconds, F, in T and not in S; full training has no such work), the rest as one
+of the selection's steps, which the closed loop measures like any other.
 
 Functions of the runtime's state (state.ElasticState), which they read and book into; the
 runtime (runtime.py) calls them.

@@ -164,8 +164,8 @@ class EndResult:
     step-weighted measured step ratio, None when none was measured; estimated_ratio: the time
     model's, weighted alike, which stands in for it then; the re-selection overhead and its
     parts; wall_ratio (accounting.py) and profiling_s, the seconds this run spent profiling
-    its timing table, which wall_ratio counts against it; economy: what the economy chose and why (economy.py);
-    closing: the closing line's words on all of it, one line."""
+    its timing table, which wall_ratio counts against it; economy: what the economy chose and
+    why (economy.py); closing: the closing line's words on all of it, one line."""
     measured_ratio: Optional[float]
     estimated_ratio: Optional[float]
     reselection_overhead_s: float
