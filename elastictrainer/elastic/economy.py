@@ -103,8 +103,8 @@ class Economy:
     model, the table's base model, rho, feedback); total_steps, steps_per_epoch; every: steps
     between re-selections; probe_batches; compile_ms: the timing table's, or None;
     is_compiled(selection): whether a selection's step exists already; auto: --rho auto (the
-    controller's rho is then the forward floor until the first selection, and each selection's
-    own ratio after it); off_words: how the run's user turns the economy off, in its lines
+    controller's rho is then the runtime's auto_start until the first selection, and each
+    selection's own ratio after it); off_words: how the run's user turns the economy off, in its lines
     ("economy=False" in model.fit); log(message)."""
 
     def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
@@ -131,13 +131,13 @@ class Economy:
         return self.ctl.rho
 
     def rho_words(self, started=True):
-        """The rho a saving is priced at, in words: "rho 0.5"; under --rho auto, the forward
-        floor before the first selection (no importance yet, so the most a selection could
-        save: started=False) and the current selection's ratio after it."""
+        """The rho a saving is priced at, in words: "rho 0.5"; under --rho auto, its estimate
+        before the first selection (no importance yet: started=False) and the current
+        selection's ratio after it."""
         if not self.auto:
             return f"rho {self.rho:g}"
         if not started:
-            return f"rho auto's best case (the forward floor, {self.rho:.2f})"
+            return f"rho auto's start estimate ({self.rho:.2f}, every tensor alike in importance)"
         return f"rho auto's current {self.rho:.2f}"
 
     # ------------------------------------------------------------------ the start
@@ -339,6 +339,10 @@ class Economy:
                      f"{OVERHEAD_SHARE:.0%} of training), kept")
 
     # ------------------------------------------------------------------ the run's numbers
+    def saving_at_s(self, ratio):
+        """What the whole run's steps save at a step ratio, at the table's full step."""
+        return self.total_steps * (1 - ratio) * self.ctl.base.t_full / 1e3
+
     def best_saving_s(self, global_step, progress):
         """What the steps left save at best: all but one re-selection's probes train a
         selection at rho."""

@@ -67,15 +67,16 @@ class ElasticRuntime:
                  profiled_in_clock=False, clock: Callable[[], float] = time.perf_counter,
                  log=print):
         self.budget = Budget(rho, share)
-        # rho auto: the target is each selection's own; until the first, the fastest there is
-        # (the economy then prices the start at the most a selection could save)
-        self.rho = model.rho_floor if self.budget.auto else self.budget.rho
+        self.resolution = int(dp_resolution)
+        # rho auto: the target is each selection's own; until the first, what the share would
+        # amount to with every tensor alike in importance (auto_start), which the economy
+        # prices the start at
+        self.rho = self.auto_start(model) if self.budget.auto else self.budget.rho
         self.ctl = RhoController(model, self.rho, feedback)
         self.steps_per_epoch = int(steps_per_epoch)
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
         self.probe_batches = int(probe_batches)
-        self.resolution = int(dp_resolution)
         self.clock = clock
         self.log = log
         self.n = len(model.t_dw)
@@ -97,6 +98,17 @@ class ElasticRuntime:
         self._s.profiling_outside_s += self._profiling[1]
 
     # ------------------------------------------------------------------ the start
+    def auto_start(self, model):
+        """rho auto's ratio before its first selection, when no importance is known yet: the
+        cheapest selection keeping the share with every tensor alike in importance.  Not the
+        forward floor, the most a selection could save: the first selections of the
+        time-to-accuracy benchmark's auto runs (share 0.7) came out at 0.42-0.81 of a full
+        step, against floors of 0.00-0.06; priced at its floor, a short run would select, then
+        save too little to pay for its probes and compiles."""
+        n = len(model.t_dw)
+        return model.predicted_ratio(model.select_share(np.ones(n), self.budget.share,
+                                                        resolution=self.resolution))
+
     def plan(self):
         """The forward floor, how many tensors rho affords, and a warning near the floor; a
         fresh run too short to pay for a selection's compile trains every tensor (economy)."""
@@ -111,7 +123,7 @@ class ElasticRuntime:
                                 and self.rho - model.rho_floor < FLOOR_MARGIN),
                     corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0),
                     profiling_s=self._profiling[0],
-                    saves_at_most_s=(self._economy.best_saving_s(0, self._progress())
+                    saves_at_most_s=(self._economy.saving_at_s(model.rho_floor)
                                      if fresh else None))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):

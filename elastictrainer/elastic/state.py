@@ -122,9 +122,9 @@ class Plan:
     """What the runtime said about the run at its start (also in summary.json "plan").
     corrected: the time model is the one this run's measurements corrected before it was
     resumed (its floor then differs from the fresh start's, and says why); profiling_s: what
-    this run spent profiling its timing table first, and saves_at_most_s what its steps save
-    at best (the economy's best case): a run whose profiling outweighs that ends slower than
-    full training, whatever it selects, and is told so."""
+    this run spent profiling its timing table first, and saves_at_most_s what its steps would
+    save at the forward floor, which no selection beats: a run whose profiling outweighs that
+    ends slower than full training, whatever it selects, and is told so."""
     total_steps: int
     forward_floor: float
     affordable_tensors: int
@@ -150,8 +150,9 @@ class Plan:
         if self.saves_at_most_s is not None and self.profiling_s > self.saves_at_most_s:
             yield (f"elastic: profiling the timing table took {self.profiling_s:.1f} s, more "
                    f"than the {self.total_steps} steps can save (about "
-                   f"{self.saves_at_most_s:.1f} s at best): this run ends slower than full "
-                   f"training; the next run of this model and batch shape reads the table")
+                   f"{self.saves_at_most_s:.1f} s even at the forward floor): this run ends "
+                   f"slower than full training; the next run of this model and batch shape "
+                   f"reads the table")
         if self.near_floor:
             yield (f"warning: rho {rho} is within {margin:g} of the forward floor "
                    f"({self.forward_floor:.2f}): few tensors fit, expect the accuracy of "

@@ -1,10 +1,13 @@
 """--rho auto (elastic/budget.py): each re-selection trains the cheapest selection keeping a
 share of the estimated loss drop, and the closed loop holds that selection's own ratio; driven
 by scripted step times on a fake clock."""
+import itertools
+
 import numpy as np
 import pytest
 
 from elastictrainer import runlog
+from elastictrainer.elastic import economy as economy_mod
 from elastictrainer.elastic.budget import AUTO, Budget, parse_rho
 from elastictrainer.runlog import rho_text
 from elastictrainer.method.cheapest import cheapest_units
@@ -94,19 +97,30 @@ def test_a_fixed_rho_records_its_rho_and_resume_keeps_auto_target():
     assert again.rho == pytest.approx(auto.records[-1].rho)  # the closed loop's target kept
 
 
-def test_the_economy_says_an_auto_run_is_priced_at_its_best_case_not_at_rho_0():
+def test_auto_prices_its_start_at_the_share_with_every_tensor_alike_not_at_the_floor():
     """Before its first selection, rho auto has no ratio of its own: the start is priced at the
-    forward floor (the most a selection could save), and the words say so."""
+    cheapest selection keeping the share when every tensor is alike in importance (checked
+    against every subset), not at the forward floor, and the words say so.  A run that would
+    pay for a selection at the floor but not at that estimate trains every tensor."""
     model = TimeModel(table())
+    share = 0.7
+    best = min(model.predicted_ratio(np.array(bits, bool))
+               for bits in itertools.product((0, 1), repeat=N) if sum(bits) >= share * N)
+    rt = make(model, Device(model), rho=AUTO, share=share)
+    assert rt.rho == pytest.approx(best, rel=1e-9) and rt.rho > model.rho_floor + 0.1
+    # 400 steps, 1 probe batch: compile priced between the two savings, over PAYOFF
+    t_full_s = model.t_full / 1e3
+    at_floor = (400 - 1) * (1 - model.rho_floor) * t_full_s
+    at_start = (400 - 1) * (1 - best) * t_full_s
+    compile_ms = 1e3 * (at_floor + at_start) / 2 / economy_mod.PAYOFF
     logs = []
-    rt = make(model, Device(model), rho=AUTO, share=0.7, total=4, steps_per_epoch=2,
-              log=logs.append, compile_ms=5e3)
-    rt.plan()
-    floor = f"{model.rho_floor:.2f}"
+    short = make(model, Device(model), rho=AUTO, share=share, total=400, log=logs.append,
+                 compile_ms=compile_ms)
+    short.plan()
     said = "\n".join(logs)
-    assert f"at rho auto's best case (the forward floor, {floor})" in said
-    assert "training all tensors" in said and "at rho 0" not in said
-    assert rt.finish(0.0).economy["why"].startswith("the 4 steps would save about")
+    assert f"at rho auto's start estimate ({best:.2f}, every tensor alike in importance)" in said
+    assert "training all tensors" in said and "forward floor, " not in said
+    assert short.finish(0.0).economy["choice"] == economy_mod.FULL_TRAINING
     fixed = make(model, Device(model), rho=0.6, total=4, steps_per_epoch=2, log=logs.append,
                  compile_ms=5e3)
     fixed.plan()
