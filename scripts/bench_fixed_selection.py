@@ -1,7 +1,9 @@
 """What rho affords, trained without re-selecting: README command 1 with fixed selections.
 
-Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from `--first 12`,
-about 13 min on 2 cores):
+Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from `--first 12`
+started with no timing table under profiles/, so that seed 0's elastic run profiles in its
+process after full training, as README command 1 does in a fresh clone; about 14 min on 2
+cores):
     python scripts/bench_fixed_selection.py [--seeds 0,1,2,3,4] [--first 13,12]
         [--logdir logs/bench_fixed_selection] [--out figures/bench_fixed_selection.json]
 
@@ -39,6 +41,11 @@ from elastictrainer.method.schemes import register_fixed_from  # no TensorFlow: 
 COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
              "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
              "--learning_rate 0.001")
+
+
+def _points(x):
+    """Points to one place, a mean that rounds to zero printed as 0.0, not -0.0."""
+    return f"{round(x, 1) + 0.0:.1f}"
 
 
 def build_parser():
@@ -97,7 +104,8 @@ def table(results, firsts, elastic, measure=None):
         lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     if len(results) > 1:
         lines.append("| mean points under full training (negative: over) | | " + " | ".join(
-            f"{statistics.mean(gaps[c]):.1f} ({min(gaps[c]):.1f} to {max(gaps[c]):.1f})"
+            f"{_points(statistics.mean(gaps[c]))} ({_points(min(gaps[c]))} to "
+            f"{_points(max(gaps[c]))})"
             for c in cols[1:]) + " |" + "".join(
             f" {statistics.mean(r[k] for r in results):.2f} ({min(r[k] for r in results):.2f} to "
             f"{max(r[k] for r in results):.2f}) |" for k in (TIME_RATIO, STEP_RATIO) if extra))

@@ -28,3 +28,11 @@ def test_last_epochs_table_and_swing():
     # from epoch 5: 70 -> 72 -> 66 -> 70, moves of 2, 6 and 4
     assert script.swing({"epochs": epochs}) == 4.0
     assert script.swing({"epochs": epochs[:5]}) is None
+
+
+def test_a_mean_that_rounds_to_zero_is_not_printed_negative():
+    script = _script()
+    rows = [{"seed": s, "full training": 80.0, "tensors 10- fixed": 80.0 + d,
+             "ElasticTrainer": 80.0} for s, d in enumerate((0.1, -0.08))]
+    text = script.table(rows, [10], elastic=False)
+    assert "| 0.0 (-0.1 to 0.1) |" in text and "-0.0" not in text
