@@ -178,16 +178,17 @@ def measured_so_far(s):
     return weighted_ratio(s.records)
 
 
-def close_run(s, train_time_s):
+def close_run(s, train_time_s, profiled_in_clock):
     """Close the books at the run's end: (measured ratio, estimated ratio, overhead, its parts,
-    wall_ratio) (module doc); train_time_s: the driver's training clock."""
+    wall_ratio) (module doc); train_time_s: the driver's training clock, which holds the run's
+    profiling when profiled_in_clock."""
     s.probing = 0  # a run may end inside a re-selection: its probes are booked already
     close_record(s)
     spent = overhead_s(s)
+    waited_s = train_time_s + (0.0 if profiled_in_clock else s.profiling_s)
     return (weighted_ratio(s.records), weighted_ratio(s.records, "predicted_ratio"), spent,
             dict(s.overhead_parts),
-            wall_ratio(train_time_s + s.profiling_outside_s, s.step_s + s.fill_s,
-                       spent + s.profiling_s, s.full_s))
+            wall_ratio(waited_s, s.step_s + s.fill_s, spent + s.profiling_s, s.full_s))
 
 
 def closing_words(rho, measured, estimated, corrections, spent_s, wall, train_time_s,

@@ -104,8 +104,8 @@ class Economy:
     between re-selections; probe_batches; compile_ms: the timing table's, or None;
     is_compiled(selection): whether a selection's step exists already; auto: --rho auto (the
     controller's rho is then the runtime's auto_start until the first selection, and each
-    selection's own ratio after it); off_words: how the run's user turns the economy off, in its lines
-    ("economy=False" in model.fit); log(message)."""
+    selection's own ratio after it); off_words: how the run's user turns the economy off, in
+    its lines ("economy=False" in model.fit); log(message)."""
 
     def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
                  compile_ms=None, is_compiled: Callable = lambda selection: False, auto=False,

@@ -88,14 +88,11 @@ class ElasticRuntime:
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []
-        self._profiling = (float(profiling_s), 0.0 if profiled_in_clock else float(profiling_s))
+        self._profiling_s = float(profiling_s)
+        # a driver profiles always inside its clock or always before it, resumed or not
+        self._profiled_in_clock = bool(profiled_in_clock)
         self._s = ElasticState()
-        self._add_profiling()
-
-    def _add_profiling(self):
-        # a resumed run keeps what its earlier processes spent profiling, and adds its own
-        self._s.profiling_s += self._profiling[0]
-        self._s.profiling_outside_s += self._profiling[1]
+        self._s.profiling_s = self._profiling_s
 
     # ------------------------------------------------------------------ the start
     def auto_start(self, model):
@@ -105,9 +102,7 @@ class ElasticRuntime:
         time-to-accuracy benchmark's auto runs (share 0.7) came out at 0.42-0.81 of a full
         step, against floors of 0.00-0.06; priced at its floor, a short run would select, then
         save too little to pay for its probes and compiles."""
-        n = len(model.t_dw)
-        return model.predicted_ratio(model.select_share(np.ones(n), self.budget.share,
-                                                        resolution=self.resolution))
+        return self.budget.solve(model, np.ones(len(model.t_dw)), self.resolution)[1]
 
     def plan(self):
         """The forward floor, how many tensors rho affords, and a warning near the floor; a
@@ -122,7 +117,7 @@ class ElasticRuntime:
                     near_floor=(not auto and not settles
                                 and self.rho - model.rho_floor < FLOOR_MARGIN),
                     corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0),
-                    profiling_s=self._profiling[0],
+                    profiling_s=self._profiling_s,
                     saves_at_most_s=(self._economy.saving_at_s(model.rho_floor)
                                      if fresh else None))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
@@ -404,7 +399,8 @@ class ElasticRuntime:
         """The run's end (EndResult): step ratios measured and estimated, re-selection overhead,
         wall_ratio (accounting.py), the economy's choice, and the closing line's words."""
         s = self._s
-        measured, estimated, spent, parts, wall = accounting.close_run(s, train_time_s)
+        measured, estimated, spent, parts, wall = accounting.close_run(
+            s, train_time_s, self._profiled_in_clock)
         economy = self._economy.record()
         closing = accounting.closing_words(
             self.budget.text, measured, estimated, len(s.corrections), spent, wall, train_time_s,
@@ -425,7 +421,8 @@ class ElasticRuntime:
 
     def load_state(self, data):
         self._s = ElasticState.from_dict(data)
-        self._add_profiling()
+        # a resumed run keeps what its earlier processes spent profiling, and adds its own
+        self._s.profiling_s += self._profiling_s
         self._s.first_step_s = None  # the first step after resuming compiles again
         self._s.first_window = len(self._s.windows) - 1
         if self._s.controller:

@@ -95,7 +95,6 @@ class ElasticState:
                                         # timed full steps' batches included
     full_compile_s: Optional[float] = None  # the full step's first-call excess
     profiling_s: float = 0.0            # profiling the timing table in this run (accounting.py)
-    profiling_outside_s: float = 0.0    # ... the part before the training clock started
     selection_compile_s: Optional[float] = None  # the latest selection step's
     controller: dict = dataclasses.field(default_factory=dict)
     economy: dict = dataclasses.field(default_factory=dict)  # economy.Economy.state()
