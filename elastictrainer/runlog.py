@@ -100,6 +100,9 @@ class RunSummary:
     # seconds this run spent profiling its timing table (0 when it read one): the method's own
     # cost, which full training does not pay, so wall_ratio counts it (elastic/accounting.py)
     profiling_s: Optional[float] = None
+    # whether train_time_s (and each epoch's) already holds profiling_s: model.fit profiles on
+    # its first batch, inside its clock; the command line profiles before its loop
+    profiling_in_train_time: Optional[bool] = None
     # what the elastic runtime's economy chose (full training or selections) and why, the
     # compile it priced and where from, and what it held back (elastic/economy.py)
     economy: Optional[dict] = None

@@ -409,7 +409,8 @@ class ElasticRuntime:
         return EndResult(measured_ratio=measured, estimated_ratio=estimated,
                          reselection_overhead_s=spent, reselection_overhead_parts_s=parts,
                          wall_ratio=wall, economy=economy, closing=closing,
-                         profiling_s=s.profiling_s)
+                         profiling_s=s.profiling_s,
+                         profiling_in_train_time=self._profiled_in_clock)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self):

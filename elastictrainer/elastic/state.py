@@ -164,8 +164,10 @@ class EndResult:
     step-weighted measured step ratio, None when none was measured; estimated_ratio: the time
     model's, weighted alike, which stands in for it then; the re-selection overhead and its
     parts; wall_ratio (accounting.py) and profiling_s, the seconds this run spent profiling
-    its timing table, which wall_ratio counts against it; economy: what the economy chose and
-    why (economy.py); closing: the closing line's words on all of it, one line."""
+    its timing table, which wall_ratio counts against it, and profiling_in_train_time, whether
+    the driver's training time already holds them (model.fit profiles on its first batch, the
+    command line before its loop); economy: what the economy chose and why (economy.py);
+    closing: the closing line's words on all of it, one line."""
     measured_ratio: Optional[float]
     estimated_ratio: Optional[float]
     reselection_overhead_s: float
@@ -174,6 +176,7 @@ class EndResult:
     economy: dict
     closing: str
     profiling_s: float = 0.0
+    profiling_in_train_time: bool = False
 
     def summary_fields(self):
         """summary.json's fields (runlog.RunSummary) from this result."""
@@ -181,4 +184,5 @@ class EndResult:
                 "reselection_overhead_s": self.reselection_overhead_s,
                 "reselection_overhead_parts_s": dict(self.reselection_overhead_parts_s),
                 "wall_ratio": self.wall_ratio, "profiling_s": self.profiling_s,
+                "profiling_in_train_time": self.profiling_in_train_time,
                 "economy": dict(self.economy)}

@@ -2,8 +2,11 @@
 Reuse): 95% and 99% of full training's best accuracy, and within 1 point of it.  One line per
 scheme; drawn from curves (scripts/bench_time_to_accuracy.py) or from run directories
 (`plot.py time`, whose full_training run sets the levels)."""
+import os
+
 from elastictrainer.errors import UserError
-from elastictrainer.plotting.common import load_runs, pyplot, save_figure, time_unit
+from elastictrainer.plotting.common import (load_runs, pyplot, save_figure, scheme_label,
+                                             time_unit)
 
 # (key, label, the level given full training's best accuracy in %)
 LEVELS = (
@@ -58,12 +61,26 @@ def draw(curves, out, reference_best=None, title=""):
 
 
 def plot_time_to_accuracy(run_dirs, out):
-    """`plot.py time`: one line per run directory, the levels from its full_training run."""
+    """`plot.py time`: one line per run directory, the levels from its full_training run.  An
+    elastic run's line starts after the profiling it paid (summary.json's profiling_s, added
+    where its training time does not already hold it), as the axis says."""
     runs = load_runs(run_dirs)
-    curves = {f"{r.summary['train_type']}"
-              + (f" rho {r.summary['rho']}" if r.summary.get("rho") else "")
-              + (f" seed {r.seed}" if len({x.seed for x in runs}) > 1 else ""): curve(r.summary)
-              for r in runs}
-    full = [r for r in runs if r.summary["train_type"] == "full_training"]
+    seeds = len({r.seed for r in runs}) > 1
+    curves = {}
+    for r in runs:
+        label = scheme_label(r.train_type, r.rho, r.variant) + (f", seed {r.seed}" if seeds
+                                                                 else "")
+        if label in curves:  # runs alike in every setting but their directory
+            label += f" ({os.path.basename(r.path)})"
+        curves[label] = curve(r.summary, offset_s=profiling_offset(r.summary))
+    full = [r for r in runs if r.train_type == "full_training"]
     best = max((a for r in full for _, a in curve(r.summary)), default=None)
     return draw(curves, out, reference_best=best)
+
+
+def profiling_offset(summary):
+    """The seconds of profiling a run paid outside its training time (0 when it read its
+    table, or when its training time holds them: model.fit profiles on its first batch)."""
+    if summary.get("profiling_in_train_time"):
+        return 0.0
+    return float(summary.get("profiling_s") or 0.0)

@@ -145,6 +145,8 @@ def test_the_runs_own_profiling_counts_against_it_in_wall_ratio(in_clock):
     assert result.wall_ratio == pytest.approx(waited / full_training_seconds(device, 400),
                                               rel=1e-9)
     assert result.profiling_s == profiling == result.summary_fields()["profiling_s"]
+    # what plot.py time needs to start the run's line after its profiling
+    assert result.summary_fields()["profiling_in_train_time"] is in_clock
     assert "its 3.0 s of profiling the timing table included" in result.closing
     # without the profiling the same run is faster than full training; with it, the ratio is
     # higher by exactly the profiling over full training's time

@@ -337,6 +337,45 @@ def test_time_to_accuracy_figure_from_run_directories(runs, tmp_path, capsys):
     assert os.path.exists(drawn[0])
 
 
+def test_time_to_accuracy_draws_each_run_apart_and_after_its_profiling(tmp_path, monkeypatch):
+    """`plot.py time` on runs that differ only in a setting (the prefix cache, rho auto's share)
+    draws each one, labelled with its value, instead of one line hiding another; a run that
+    profiled before its loop starts its line that much later, one that profiled inside its
+    training time (model.fit) does not move."""
+    from elastictrainer.plotting import time_to_accuracy as ptta
+
+    def summary_with(d, **fields):
+        path = os.path.join(d, runlog.SUMMARY_FILE)
+        with open(path) as f:
+            data = json.load(f)
+        data.update(fields)
+        runlog.write_json(path, data)
+        return d
+
+    dirs = [make_run(tmp_path, "full", epoch_s=10.0),
+            summary_with(make_run(tmp_path, "cached", train_type="elastic_training", rho=0.3,
+                                  epoch_s=5.0, cache_frozen_prefix="auto"),
+                         profiling_s=4.0, profiling_in_train_time=False),
+            summary_with(make_run(tmp_path, "uncached", train_type="elastic_training", rho=0.3,
+                                  epoch_s=5.0, cache_frozen_prefix="false"),
+                         profiling_s=4.0, profiling_in_train_time=True),
+            make_run(tmp_path, "uncached_again", train_type="elastic_training", rho=0.3,
+                     epoch_s=5.0, cache_frozen_prefix="false")]
+    drawn = []
+    monkeypatch.setattr(ptta, "save_figure", lambda fig, out: drawn.append(fig))
+    ptta.plot_time_to_accuracy(dirs, str(tmp_path / "tta"))
+    lines = {line.get_label(): line.get_xdata()[0]
+             for line in drawn[0].axes[0].get_lines() if line.get_marker() == "o"}
+    assert len(lines) == 4, lines
+    cached = next(k for k in lines if "cache_frozen_prefix=auto" in k)
+    uncached = [k for k in lines if "cache_frozen_prefix=false" in k]
+    assert len(uncached) == 2 and any(k.endswith("(uncached_again)") for k in uncached)
+    # the time axis is in seconds here: the first epoch ends at 5 s of training
+    assert lines[cached] == pytest.approx(9.0)
+    assert sorted(lines[k] for k in uncached) == [pytest.approx(5.0), pytest.approx(5.0)]
+    ptta.pyplot().close(drawn[0])
+
+
 def ptta_refused():
     from elastictrainer.experiments.time_to_accuracy import Refused
 
