@@ -487,6 +487,11 @@ class FigureConfig:
     steps_per_epoch: Optional[int] = same_as(
         "steps_per_epoch", help="cap on every run's training steps per epoch, for a quick check "
                                 "of the pipeline (the numbers then mean little)")
+    cache_frozen_prefix: Union[bool, str] = same_as(
+        "cache_frozen_prefix", default=False,
+        help="every training run's --cache_frozen_prefix: false keeps the paper's protocol, "
+             "where every step runs the whole forward pass (auto or true: the runs cache as "
+             "train's default does, and are faster than the paper's)")
     dry_run: bool = field(default=False, metadata=flag(
         "print the commands, run nothing (with --ray: contact no cluster)", switch=True))
     ray: Optional[str] = field(default=None, metadata=flag(

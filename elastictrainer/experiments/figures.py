@@ -189,7 +189,7 @@ class Driver:
 
     def __init__(self, key, ego=False, smoke=False, seeds=(0,), logdir=None, figdir=None,
                  profiles=None, data_dir=None, dry_run=False, python=None,
-                 log=None, steps_per_epoch=None, runner=None):
+                 log=None, steps_per_epoch=None, runner=None, cache_frozen_prefix=False):
         key = figure_key(key)
         self.key, self.figure, self.ego, self.smoke = key, FIGURES[key], ego, smoke
         self.protocol = SMOKE if smoke else PAPER
@@ -201,6 +201,8 @@ class Driver:
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.dry_run = dry_run
         self.steps_per_epoch = steps_per_epoch  # a cap for quick checks of the pipeline
+        # false by default: the paper's protocol runs the whole forward pass every step
+        self.cache_frozen_prefix = cache_frozen_prefix
         # None: this Python here, and on a cluster node the Python that node's Ray runs
         self.python = python
         # flushed, so that our lines and the runs' own output stay in order in a log file
@@ -258,8 +260,7 @@ class Driver:
                 "--train_type", run.train_type, "--num_classes", str(run.num_classes),
                 "--seed", str(seed), "--logdir", logdir, "--run_name", run.name(seed),
                 "--timing_table", table_path(run, self.protocol, profiles), "--quiet",
-                # the paper's protocol: every step runs the whole forward pass
-                "--cache_frozen_prefix", "false"]
+                "--cache_frozen_prefix", str(self.cache_frozen_prefix).lower()]
         if run.rho is not None:
             args += ["--rho", f"{run.rho:g}"]
         if self.data_dir:

@@ -76,6 +76,35 @@ def test_dry_run_prints_the_reference_command_lines(tmp_path):
     assert any(" -m elastictrainer profile --model_name resnet50 --optimizer sgd " in line
                for line in lines)
     assert not os.path.exists(tmp_path / "logs")  # nothing ran
+    # the paper's protocol: every step runs the whole forward pass, unless asked otherwise
+    assert all("--cache_frozen_prefix false" in line for line in mains)
+
+
+def test_the_figures_runs_cache_only_when_asked(tmp_path):
+    """The paper's protocol leaves the prefix cache off (train's default is auto); the figure
+    command passes --cache_frozen_prefix on to every run when asked, and a bad value is one
+    line, exit 2."""
+    from elastictrainer import cli
+
+    def trains(*flags):
+        lines = []
+        driver = figures.Driver("fig17", ego=True, smoke=True, dry_run=True,
+                                logdir=str(tmp_path / "logs"), profiles=str(tmp_path / "p"),
+                                log=lines.append, **dict(flags))
+        return [driver.train_args(run, 0, driver.logdir, driver.profiles) for run in driver.runs]
+
+    for value, passed in ((False, "false"), ("auto", "auto"), (True, "true")):
+        runs = trains(("cache_frozen_prefix", value))
+        assert runs and all(args[args.index("--cache_frozen_prefix") + 1] == passed
+                            for args in runs)
+    assert all("--cache_frozen_prefix false" in " ".join(args) for args in trains())
+    parsed = cli.figure_parser().parse_args(["fig17", "--cache_frozen_prefix", "auto"])
+    assert parsed.cache_frozen_prefix == "auto"
+    assert cli.figure_parser().parse_args(["fig17"]).cache_frozen_prefix is False
+    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig17",
+                          "--cache_frozen_prefix", "sometimes", "--dry_run"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_bad_figure_name_is_one_line_exit_2():
