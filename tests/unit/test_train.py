@@ -87,6 +87,12 @@ def test_rho_validation():
     # an unknown name is not said to have splits of its own
     (["--dataset_name", "nosuchdata", "--num_train", "100"], "only, not --dataset_name nosuchdata"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
+    # the frozen-prefix cache's and rho auto's settings
+    (["--cache_frozen_prefix", "sometimes"], "cache_frozen_prefix"),
+    (["--cache_budget_mb", "-1"], "--cache_budget_mb must be a size in MB >= 0"),
+    (["--cache_frozen_prefix", "true", "--strategy", "mirrored"], "does not combine"),
+    (["--rho", "auto", "--rho_share", "0"], "--rho_share"),
+    (["--rho", "auto", "--rho_share", "1.5"], "--rho_share"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, needle):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--weights", "none",
