@@ -397,6 +397,14 @@ def test_no_room_anywhere_or_changing_images_leave_the_run_uncached(tmp_path, mo
                        log=lines.append, model=nested_model(), data=data())
     assert summary["status"] == "finished" and summary["prefix_cache"] is None
     assert any("fits neither --cache_budget_mb 0.001 nor the disk" in m for m in lines)
+    # the default, auto, says the same in its own one line (not a warning) and trains on
+    lines.clear()
+    summary = loop.run(cfg(tmp_path, "tiny_auto", cache_frozen_prefix="auto",
+                           cache_budget_mb=0.001), log=lines.append, model=nested_model(),
+                       data=data())
+    assert summary["status"] == "finished" and summary["prefix_cache"] is None
+    said = [m for m in lines if "fits neither --cache_budget_mb 0.001 nor the disk" in m]
+    assert len(said) == 1 and said[0].startswith("prefix cache off (--cache_frozen_prefix auto)")
 
     train, test = data()
     # random preprocessing in the input pipeline: each epoch's images differ
