@@ -137,3 +137,24 @@ def test_a_finished_run_is_not_run_again_and_resume_false_starts_over(runs):
     assert "resuming" not in r.stdout and "starting" in r.stdout
     assert [e["test_loss"] for e in _summary(tmp, "over")["epochs"]] == \
         [e["test_loss"] for e in _summary(tmp, "whole")["epochs"]]
+
+
+def test_an_uncached_run_resumes_bit_for_bit(tmp_path):
+    """The paper's protocol (--cache_frozen_prefix false) resumes as exactly as the default
+    does: epochs and selections equal to the uninterrupted run's, the cache never built."""
+    off = ("--cache_frozen_prefix", "false")
+    r = _run(_cmd(tmp_path, "whole", *off))
+    assert r.returncode == 0, r.stderr[-2000:]
+    killed = subprocess.run(_cmd(tmp_path, "killed", *off), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=900,
+                            env=dict(os.environ, **{FAULT_AT_STEP_ENV: str(KILL_AT_STEP)}))
+    assert killed.returncode == -signal.SIGKILL
+    resumed = _run(_cmd(tmp_path, "killed", *off))
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-2000:]
+    whole, again = _summary(tmp_path, "whole"), _summary(tmp_path, "killed")
+    assert whole["prefix_cache"] is None and again["prefix_cache"] is None
+    keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
+    assert [[e[k] for k in keys] for e in whole["epochs"]] == \
+        [[e[k] for k in keys] for e in again["epochs"]]
+    assert [(s["step"], s["mask"]) for s in whole["selections"]] == \
+        [(s["step"], s["mask"]) for s in again["selections"]]
