@@ -26,6 +26,11 @@ Schemes of the command-line configurations: full training, traditional TL, the l
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
 ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache).
 
+For the command-line configurations it also gives where each run's time went: its training
+time and, within it, filling the prefix cache, the timed full steps, compiling and the probes,
+with the first profiling the elastic runs paid before it, and the time to within 1 point once
+the timing table is read, as a second run of the same model and batch shape reads it.
+
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
 Finished runs under --logdir are read, not run again (a keras3_fit seed from its curves file);
@@ -94,7 +99,7 @@ def build_parser():
 
 
 def cli_runs(name, seed, args, log):
-    """{scheme: curve} of one seed of a command-line configuration."""
+    """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
     import elastictrainer
 
     fields, first = CONFIGS[name]
@@ -111,7 +116,7 @@ def cli_runs(name, seed, args, log):
              for rho in args.rhos]
     runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
               {"rho": "auto", "rho_share": share}) for share in args.shares]
-    curves = {}
+    curves, costs = {}, {}
     for label, train_type, extra in runs:
         slug = label.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
         cfg = dataclasses.replace(base, train_type=train_type, run_name=f"{slug}_seed{seed}",
@@ -128,7 +133,8 @@ def cli_runs(name, seed, args, log):
                 continue
         offset = profile_s if train_type == "elastic_training" else 0.0
         curves[label] = tta.curve(summary, offset_s=offset)
-    return curves
+        costs[label] = tta.costs(summary, profiling_s=offset)
+    return curves, costs
 
 
 def _profile_seconds(cfg, args, log):
@@ -193,8 +199,8 @@ def _warm_up(cfg, steps=WARM_UP_STEPS):
 # The Keras 3 configuration: experiments/fit_task.py's pretrained CNN, fine-tuned on the
 # target's classes
 def fit_runs(name, seed, args, log):
-    """{scheme: curve} of one seed of the Keras 3 model.fit configuration, in one process after a
-    warm-up fit: plain fit on all weights, the last stage and head trained by hand,
+    """({scheme: curve}, {}) of one seed of the Keras 3 model.fit configuration, in one process
+    after a warm-up fit: plain fit on all weights, the last stage and head trained by hand,
     ElasticCallback.  A seed whose every scheme has run is read from its curves file (a fit
     leaves no run directory to read back), not run again."""
     from elastictrainer.experiments import fit_task
@@ -207,7 +213,7 @@ def fit_runs(name, seed, args, log):
     record = os.path.join(workdir, f"curves_seed{seed}.json")
     done = _read_curves(record)
     if all(scheme in done for scheme, _, _ in variants):
-        return {scheme: done[scheme] for scheme, _, _ in variants}
+        return {scheme: done[scheme] for scheme, _, _ in variants}, {}
     import keras
 
     task = fit_task.PretrainedTask(keras, workdir, seed, log=log)
@@ -236,7 +242,7 @@ def fit_runs(name, seed, args, log):
         curves[scheme] = clock.points
     os.makedirs(workdir, exist_ok=True)
     runlog.write_json(record, curves)
-    return curves
+    return curves, {}
 
 
 def _read_curves(path):
@@ -255,12 +261,27 @@ def markdown(results, args, machine):
              f"--seeds {','.join(map(str, args.seeds))} "
              f"--other_seeds {','.join(map(str, args.other_seeds))} --rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
-             f"{','.join(f'{r:g}' for r in args.shares)} --epochs {args.epochs}` (economy and "
-             f"every other setting at its default).", ""]
+             f"{','.join(f'{r:g}' for r in args.shares)} --epochs {args.epochs}{_out_flag(args)}` "
+             f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
         lines += [f"**{name}** ({summary['runs']} seed(s)):", "",
                   tta.table(summary["schemes"], LABELS), ""]
+        if summary.get("costs"):
+            lines += [f"Where the time went, {name} (median seconds; filling the cache, timed "
+                      f"full steps, compiling and probes are within training; an elastic run "
+                      f"paid the first profiling before it):", "",
+                      tta.costs_table(summary["costs"], LABELS), ""]
     return "\n".join(lines)
+
+
+def _out_flag(args):
+    """` --out PATH` when the results went elsewhere than the default (a second table of the
+    docs, say), relative to the clone where they are in it."""
+    default = build_parser().get_default("out")
+    if os.path.abspath(args.out) == os.path.abspath(default):
+        return ""
+    out = os.path.abspath(args.out)
+    return f" --out {os.path.relpath(out, HERE) if out.startswith(HERE + os.sep) else out}"
 
 
 def plot(curves_by_config, out):
@@ -288,12 +309,16 @@ def main(argv=None):
     for name in args.configs:
         seeds = args.seeds if name == "command1" else args.other_seeds
         runs = fit_runs if name == FIT_CONFIG else cli_runs
-        per_seed = [runs(name, seed, args, log) for seed in seeds]
+        per_seed, per_seed_costs = zip(*[runs(name, seed, args, log) for seed in seeds])
         reference = next(iter(per_seed[0]))  # each configuration lists its reference first
         curves = {scheme: [run[scheme] for run in per_seed] for scheme in per_seed[0]}
         summary = tta.summarize(curves, reference=reference)
+        # the schemes every seed trained (a refused one has no costs)
+        costs = {scheme: [run[scheme] for run in per_seed_costs] for scheme in per_seed_costs[0]
+                 if all(scheme in run for run in per_seed_costs)}
         results["configs"][name] = {"runs": len(per_seed), "schemes": summary,
-                                    "curves": curves}
+                                    "curves": curves,
+                                    "costs": tta.summarize_costs(costs, curves[reference])}
         first_seed_curves[name] = {scheme: runs[0] for scheme, runs in curves.items()}
     text = markdown(results, args, machine)
     perfdoc.write_benchmark(args.out, results, text)

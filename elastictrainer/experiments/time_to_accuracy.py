@@ -6,7 +6,15 @@ Each run gives a curve: its test accuracy after every epoch against its wall clo
 profiling).  The levels come from full training's best accuracy on the same configuration:
 95% and 99% of it, and within 1 point of it.  A scheme's time to a level is the first epoch's
 time at which its curve reaches it ("never" when it does not); its speedup is full training's
-time to that level over its own.  Over seeds, the median.  Plain Python, no TensorFlow.
+time to that level over its own.  Over seeds, the median.
+
+Where a run's time went (costs): its training time and, within it, what the method spends that
+the same tensors trained by hand would not (timed full steps, compiling a selection's step,
+probes and solving) or spends alike (filling the prefix cache), read from its summary.json, with
+the first profiling it paid before training; and its time to within 1 point with the timing
+table read, as a second run of the same model and batch shape reads it: the run's own curve,
+which the benchmark's runs measured with a table profiled before them.  Plain Python, no
+TensorFlow.
 """
 import statistics
 
@@ -71,6 +79,59 @@ def summarize(curves, reference="full_training"):
                                     is not NEVER else NEVER)}
         out[scheme] = row
     return out
+
+
+# (key, column): where a run's time went, in seconds (costs)
+COSTS = (("train_s", "training"), ("fill_s", "filling the cache"),
+         ("timing_s", "timed full steps"), ("compiling_s", "compiling"),
+         ("probes_s", "probes and solving"), ("profiling_s", "first profiling"))
+
+
+def costs(summary, profiling_s=0.0):
+    """Where one run's time went, from its summary.json dict (COSTS, in seconds), and its curve
+    with the timing table read ("read": no profiling before its first step)."""
+    parts = summary.get("reselection_overhead_parts_s") or {}
+    cache = summary.get("prefix_cache") or {}
+    return {"train_s": summary["train_time_s"], "fill_s": cache.get("fill_s") or 0.0,
+            "timing_s": parts.get("timing full steps", 0.0),
+            "compiling_s": parts.get("compiling", 0.0),
+            "probes_s": parts.get("importance", 0.0) + parts.get("solving", 0.0),
+            "profiling_s": float(profiling_s), "read": curve(summary)}
+
+
+def summarize_costs(costs_by_scheme, reference_curves):
+    """Per scheme, from {scheme: [costs() per seed]} (the seeds in reference_curves' order):
+    the median of each of COSTS, and the median time to within 1 point of the reference's best
+    with the profiling paid ("pt1_s", the time-to-accuracy table's) and with the table read
+    ("pt1_read_s")."""
+    out = {}
+    for scheme, runs in costs_by_scheme.items():
+        if len(runs) != len(reference_curves):
+            raise ValueError(f"{scheme} has {len(runs)} runs, the reference "
+                             f"{len(reference_curves)}")
+        row = {key: statistics.median(r[key] for r in runs) for key, _ in COSTS}
+        for name, shift in (("pt1_s", True), ("pt1_read_s", False)):
+            runs_curves = [[(t + (r["profiling_s"] if shift else 0.0), a) for t, a in r["read"]]
+                           for r in runs]
+            level = summarize({"reference": reference_curves, scheme: runs_curves},
+                              reference="reference")[scheme]["pt1"]["time_s"]
+            row[name] = level
+        out[scheme] = row
+    return out
+
+
+def costs_table(summary, labels=None):
+    """Markdown rows of summarize_costs()'s result, one per scheme."""
+    labels = labels or {}
+    head = (["scheme"] + [label for _, label in COSTS]
+            + ["to within 1 point", "the same, table read"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for scheme, row in summary.items():
+        cells = [labels.get(scheme, scheme)] + [f"{row[key]:.1f} s" for key, _ in COSTS]
+        cells += ["never" if row[k] is NEVER else f"{row[k]:.1f} s"
+                  for k in ("pt1_s", "pt1_read_s")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(summary, labels=None):

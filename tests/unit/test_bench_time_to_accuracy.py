@@ -23,6 +23,42 @@ def test_flags_and_the_table_it_writes():
     assert "refused: --rho 0.3 is below the floor" in rows[3]
 
 
+def test_where_the_time_went_from_the_runs_summaries():
+    """The costs table: each part read from a run's summary.json, the medians over seeds, and
+    the time to within 1 point with the profiling paid and with the timing table read."""
+    bench = load_script("bench_time_to_accuracy")
+    full = [[(10.0, 70.0), (20.0, 80.0), (30.0, 81.0)]] * 3
+
+    def summary(times, accs, fill, timing, compiling, probes):
+        return {"train_time_s": times[-1],
+                "epochs": [{"train_time_s": t, "test_accuracy": a} for t, a in zip(times, accs)],
+                "prefix_cache": {"fill_s": fill},
+                "reselection_overhead_parts_s": {"timing full steps": timing,
+                                                 "compiling": compiling, "importance": probes,
+                                                 "solving": 0.5}}
+
+    elastic = [tta.costs(summary((4.0, 8.0), (79.0, 80.5), fill, 1.0, 0.5, 0.25),
+                         profiling_s=5.0) for fill in (2.0, 3.0, 7.0)]
+    fixed = [tta.costs({"train_time_s": 9.0, "epochs": [
+        {"train_time_s": 9.0, "test_accuracy": 80.2}]})] * 3
+    assert elastic[0]["read"] == [(4.0, 79.0), (8.0, 80.5)] and fixed[0]["fill_s"] == 0.0
+    out = tta.summarize_costs({"ElasticTrainer rho 0.3": elastic, "last stage": fixed}, full)
+    row = out["ElasticTrainer rho 0.3"]
+    assert row["fill_s"] == 3.0 and row["timing_s"] == 1.0 and row["probes_s"] == 0.75
+    assert row["profiling_s"] == 5.0 and row["train_s"] == 8.0
+    # within 1 point of 81.0: 80.5 at 8 s of training, 13 s with the profiling paid first
+    assert row["pt1_s"] == 13.0 and row["pt1_read_s"] == 8.0
+    assert out["last stage"]["pt1_s"] == out["last stage"]["pt1_read_s"] == 9.0
+    args = bench.build_parser().parse_args(["--configs", "command1"])
+    results = {"date": "2026-11-27", "configs": {"command1": {
+        "runs": 3, "schemes": tta.summarize({"full_training": full}), "costs": out}}}
+    text = bench.markdown(results, args, {"cpu": "cpu", "cores": 2, "platform": "linux",
+                                          "tensorflow": "2.21"})
+    assert "Where the time went, command1" in text
+    assert ("| ElasticTrainer rho 0.3 | 8.0 s | 3.0 s | 1.0 s | 0.5 s | 0.8 s | 5.0 s | 13.0 s "
+            "| 8.0 s |") in text
+
+
 def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
     import pytest
 
@@ -54,8 +90,8 @@ def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monk
         raise AssertionError("a finished seed was trained again")
 
     monkeypatch.setattr(fit_task, "PretrainedTask", no_training)
-    back = bench.fit_runs("keras3_fit", 1, args, log=print)
-    assert back == curves and isinstance(back["ElasticCallback rho 0.3"], tta.Refused)
+    back, costs = bench.fit_runs("keras3_fit", 1, args, log=print)
+    assert back == curves and costs == {} and isinstance(back["ElasticCallback rho 0.3"], tta.Refused)
     assert list(back) == list(curves)  # the reference (plain fit) first
     # a seed with a scheme missing from its file runs
     args = bench.build_parser().parse_args(["--rhos", "0.3,0.2", "--shares", "0.7",
