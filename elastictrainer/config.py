@@ -490,8 +490,9 @@ class FigureConfig:
     cache_frozen_prefix: Union[bool, str] = same_as(
         "cache_frozen_prefix", default=False,
         help="every training run's --cache_frozen_prefix: false keeps the paper's protocol, "
-             "where every step runs the whole forward pass (auto or true: the runs cache as "
-             "train's default does, and are faster than the paper's)")
+             "where every step runs the whole forward pass; auto or true lets the runs cache as "
+             "train does (not the paper's protocol: runs and figures then go under names ending "
+             "in _cacheauto or _cachetrue)")
     dry_run: bool = field(default=False, metadata=flag(
         "print the commands, run nothing (with --ray: contact no cluster)", switch=True))
     ray: Optional[str] = field(default=None, metadata=flag(

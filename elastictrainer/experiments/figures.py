@@ -194,14 +194,16 @@ class Driver:
         self.key, self.figure, self.ego, self.smoke = key, FIGURES[key], ego, smoke
         self.protocol = SMOKE if smoke else PAPER
         self.seeds = tuple(seeds)
-        self.suffix = "_ego" if ego else ""
+        # runs that cache are not the paper's protocol: their folder and figures say so
+        cache_tag = ("" if cache_frozen_prefix is False
+                     else f"_cache{str(cache_frozen_prefix).lower()}")
+        self.suffix = ("_ego" if ego else "") + cache_tag
         self.logdir = os.path.abspath(logdir or os.path.join(
-            "logs", "smoke" if smoke else "figures", key))
+            "logs", "smoke" if smoke else "figures", key + cache_tag))
         self.figdir = os.path.abspath(figdir or os.path.join("figures", "smoke" if smoke else ""))
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.dry_run = dry_run
         self.steps_per_epoch = steps_per_epoch  # a cap for quick checks of the pipeline
-        # false by default: the paper's protocol runs the whole forward pass every step
         self.cache_frozen_prefix = cache_frozen_prefix
         # None: this Python here, and on a cluster node the Python that node's Ray runs
         self.python = python
@@ -313,11 +315,25 @@ class Driver:
                                    f"batch size; not run")
                     self.log(skipped[-1])
                 elif run_status(self.run_dir(run, seed)) == "finished":
+                    self._check_cache_setting(run, seed)
                     self.log(f"{run.name(seed)}: finished before; not run again")
                     done.append((run, seed))
                 else:
                     todo.append((run, seed))
         return done, todo
+
+    def _check_cache_setting(self, run, seed):
+        """A finished run taken as this figure's must have trained with its prefix cache
+        setting (the run names do not hold it): otherwise one line, before anything runs."""
+        path = self.run_dir(run, seed)
+        try:
+            ran = runlog.read_config(path).get("cache_frozen_prefix")
+        except (OSError, ValueError):
+            return
+        asked = str(self.cache_frozen_prefix).lower()
+        if ran is not None and str(ran).lower() != asked:
+            raise UserError(f"{path} finished with --cache_frozen_prefix {str(ran).lower()}, "
+                            f"not {asked}: give this figure another --logdir")
 
     def plot(self, kind, out, runs, tables):
         if kind == "profile":

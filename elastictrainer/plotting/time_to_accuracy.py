@@ -66,12 +66,15 @@ def plot_time_to_accuracy(run_dirs, out):
     where its training time does not already hold it), as the axis says."""
     runs = load_runs(run_dirs)
     seeds = len({r.seed for r in runs}) > 1
+    labels = [scheme_label(r.train_type, r.rho, r.variant) + (f", seed {r.seed}" if seeds
+                                                               else "") for r in runs]
+    # runs alike in every setting but their directory: each is named by it, as given
+    alike = {label for label in labels if labels.count(label) > 1}
+    names = [os.path.basename(r.path) for r in runs]
     curves = {}
-    for r in runs:
-        label = scheme_label(r.train_type, r.rho, r.variant) + (f", seed {r.seed}" if seeds
-                                                                 else "")
-        if label in curves:  # runs alike in every setting but their directory
-            label += f" ({os.path.basename(r.path)})"
+    for r, label, name in zip(runs, labels, names):
+        if label in alike:
+            label += f" ({name if names.count(name) == 1 else r.path})"
         curves[label] = curve(r.summary, offset_s=profiling_offset(r.summary))
     full = [r for r in runs if r.train_type == "full_training"]
     best = max((a for r in full for _, a in curve(r.summary)), default=None)
@@ -80,7 +83,8 @@ def plot_time_to_accuracy(run_dirs, out):
 
 def profiling_offset(summary):
     """The seconds of profiling a run paid outside its training time (0 when it read its
-    table, or when its training time holds them: model.fit profiles on its first batch)."""
-    if summary.get("profiling_in_train_time"):
+    table, or when its training time holds them: model.fit profiles on its first batch; 0 too
+    for a summary that does not say where they went, as the run recorded it)."""
+    if summary.get("profiling_in_train_time") is not False:
         return 0.0
     return float(summary.get("profiling_s") or 0.0)

@@ -55,8 +55,41 @@ def test_where_the_time_went_from_the_runs_summaries():
     text = bench.markdown(results, args, {"cpu": "cpu", "cores": 2, "platform": "linux",
                                           "tensorflow": "2.21"})
     assert "Where the time went, command1" in text
-    assert ("| ElasticTrainer rho 0.3 | 8.0 s | 3.0 s | 1.0 s | 0.5 s | 0.8 s | 5.0 s | 13.0 s "
-            "| 8.0 s |") in text
+    assert ("| ElasticTrainer rho 0.3 | 8.0 s | 3.0 s | 1.0 s | 0.5 s | 0.8 s | 5.0 s "
+            "| 13.0 s | 8.0 s |") in text
+
+
+def test_main_puts_each_seeds_costs_together_and_names_where_it_wrote(tmp_path, monkeypatch):
+    """main() over seeds: the costs table has the schemes every seed trained (one refused on a
+    seed has none), and the header names --out when the results went elsewhere."""
+    import json
+
+    bench = load_script("bench_time_to_accuracy")
+    full = {"train_time_s": 20.0, "epochs": [{"train_time_s": 10.0, "test_accuracy": 70.0},
+                                             {"train_time_s": 20.0, "test_accuracy": 80.0}]}
+    fast = {"train_time_s": 8.0, "epochs": [{"train_time_s": 8.0, "test_accuracy": 79.5}]}
+
+    def scripted_runs(name, seed, args, log):
+        curves = {"full_training": tta.curve(full), "ElasticTrainer rho 0.3": tta.curve(fast)}
+        costs = {"full_training": tta.costs(full),
+                 "ElasticTrainer rho 0.3": tta.costs(fast, profiling_s=2.0)}
+        if seed == 1:  # refused on this seed: a curve's reason, no costs
+            curves["ElasticTrainer rho 0.3"] = tta.Refused("--rho 0.3 is below the floor")
+            del costs["ElasticTrainer rho 0.3"]
+        return curves, costs
+
+    monkeypatch.setattr(bench, "cli_runs", scripted_runs)
+    out = tmp_path / "tta"
+    assert bench.main(["--configs", "command1", "--seeds", "0,2", "--rhos", "0.3",
+                       "--out", str(out)]) == 0
+    costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]["costs"]
+    assert costs["ElasticTrainer rho 0.3"]["pt1_s"] == 10.0
+    assert costs["ElasticTrainer rho 0.3"]["pt1_read_s"] == 8.0
+    text = (tmp_path / "tta.md").read_text()
+    assert f"--epochs 12 --out {out}`" in text and "Where the time went, command1" in text
+    bench.main(["--configs", "command1", "--seeds", "0,1", "--rhos", "0.3", "--out", str(out)])
+    costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]["costs"]
+    assert list(costs) == ["full_training"]
 
 
 def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
@@ -91,7 +124,8 @@ def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monk
 
     monkeypatch.setattr(fit_task, "PretrainedTask", no_training)
     back, costs = bench.fit_runs("keras3_fit", 1, args, log=print)
-    assert back == curves and costs == {} and isinstance(back["ElasticCallback rho 0.3"], tta.Refused)
+    assert back == curves and costs == {}
+    assert isinstance(back["ElasticCallback rho 0.3"], tta.Refused)
     assert list(back) == list(curves)  # the reference (plain fit) first
     # a seed with a scheme missing from its file runs
     args = bench.build_parser().parse_args(["--rhos", "0.3,0.2", "--shares", "0.7",

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from elastictrainer import cli
+from elastictrainer import cli, runlog
+from elastictrainer.errors import UserError
 from elastictrainer.experiments import figures
 from elastictrainer.method.schemes import BASELINES
 
@@ -80,7 +81,7 @@ def test_dry_run_prints_the_reference_command_lines(tmp_path):
     assert all("--cache_frozen_prefix false" in line for line in mains)
 
 
-def test_the_figures_runs_cache_only_when_asked(tmp_path):
+def test_the_figures_runs_cache_only_when_asked(tmp_path, monkeypatch):
     """The paper's protocol leaves the prefix cache off (train's default is auto); the figure
     command passes --cache_frozen_prefix on to every run when asked, and a bad value is one
     line, exit 2."""
@@ -105,6 +106,24 @@ def test_the_figures_runs_cache_only_when_asked(tmp_path):
                           "--cache_frozen_prefix", "sometimes", "--dry_run"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    # cached runs are not the paper's: their folder and figures are named apart
+    monkeypatch.chdir(tmp_path)
+    paper = figures.Driver("fig17", smoke=True, dry_run=True, log=lambda m: None)
+    cached = figures.Driver("fig17", smoke=True, dry_run=True, log=lambda m: None,
+                            cache_frozen_prefix="auto")
+    assert paper.logdir.endswith("fig17") and cached.logdir.endswith("fig17_cacheauto")
+    assert paper.suffix == "" and cached.suffix == "_cacheauto"
+    # a finished run of the other setting in the folder given is refused, not taken as done
+    run = cached.runs[0]
+    done = cached.run_dir(run, 0)
+    os.makedirs(done)
+    runlog.write_json(os.path.join(done, runlog.SUMMARY_FILE), {"status": "finished"})
+    runlog.write_json(os.path.join(done, runlog.CONFIG_FILE), {"cache_frozen_prefix": False})
+    with pytest.raises(UserError, match="finished with --cache_frozen_prefix false, not auto"):
+        cached.sort_runs([])
+    runlog.write_json(os.path.join(done, runlog.CONFIG_FILE), {"cache_frozen_prefix": "auto"})
+    done_runs, _ = cached.sort_runs([])
+    assert (run, 0) in done_runs
 
 
 def test_bad_figure_name_is_one_line_exit_2():
