@@ -162,8 +162,10 @@ def plot_parser(prog="elastictrainer plot"):
     _runs_command(
         sub, "time", "test accuracy against wall clock, with the levels time to accuracy counts",
         "One line per run directory: test accuracy (%) after each epoch against the training "
-        "time so far; dashed lines at 95% and 99% of the full_training run's best accuracy and "
-        "1 point under it (the levels scripts/bench_time_to_accuracy.py reports the time to).",
+        "time so far, plus the profiling an elastic run paid before its loop (summary.json's "
+        "profiling_s); runs that differ in a setting are labelled with it. Dashed lines at 95% "
+        "and 99% of the full_training run's best accuracy and 1 point under it (the levels "
+        "scripts/bench_time_to_accuracy.py reports the time to).",
         "figures/time_<model>")
     s = sub.add_parser(
         "selection", help="which tensors each re-selection trained (Fig. 21)",
