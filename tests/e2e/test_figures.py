@@ -4,6 +4,7 @@ synthetic data, then run again without training anything; and the same figure th
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -85,6 +86,9 @@ def test_the_smoke_figure_on_a_local_ray_instance_ends_as_the_serial_one(serial_
                                                                          tmp_path):
     pytest.importorskip("ray", reason="the cluster extra: pip install -e '.[cluster]'")
     serial, _ = serial_smoke
+    # the serial figure's pretrained smallcnn (the serial test checks the pretraining itself):
+    # the runs compared start from the same weights, and the pretraining is not paid twice
+    shutil.copytree(serial / "keras_home", tmp_path / "keras_home")
     out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "15", "--smoke",
                           "--ray", "local"] + smoke_args(tmp_path), capture_output=True,
                          text=True, env=smoke_env(tmp_path), timeout=900, cwd=str(tmp_path))
