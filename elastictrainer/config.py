@@ -60,7 +60,10 @@ def parse_auto_bool(text):
     "auto", True or False."""
     if str(text).strip().lower() == AUTO:
         return AUTO
-    return str2bool(text)
+    try:
+        return str2bool(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected auto, true or false, got {text!r}") from None
 
 
 def str2bool(s):

@@ -88,7 +88,7 @@ def test_rho_validation():
     (["--dataset_name", "nosuchdata", "--num_train", "100"], "only, not --dataset_name nosuchdata"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
     # the frozen-prefix cache's and rho auto's settings
-    (["--cache_frozen_prefix", "sometimes"], "cache_frozen_prefix"),
+    (["--cache_frozen_prefix", "sometimes"], "expected auto, true or false, got 'sometimes'"),
     (["--cache_budget_mb", "-1"], "--cache_budget_mb must be a size in MB >= 0"),
     (["--cache_frozen_prefix", "true", "--strategy", "mirrored"], "does not combine"),
     (["--rho", "auto", "--rho_share", "0"], "--rho_share"),
