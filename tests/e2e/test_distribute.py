@@ -46,6 +46,12 @@ def work(tmp_path_factory):
                         str(tmp / "table.json"), "--figure", "", "--quiet"],
                        capture_output=True, text=True, timeout=600, cwd=str(tmp))
     assert r.returncode == 0, r.stderr[-2000:]
+    # The runs compare one device with two and need rho 0.7 to leave a partial selection: the
+    # forward share of this tiny model's step, timed on a loaded 2-core machine, came out
+    # anywhere from 0.6 to 0.8, so it is pinned at half the step the profiler measured.
+    table = json.load(open(tmp / "table.json"))
+    table["t_fp_ms"] = table["t_bp_ms"] = table["t_full_ms"] / 2
+    runlog.write_json(str(tmp / "table.json"), table)
     r = subprocess.run(_cmd(tmp, "one_elastic", "elastic_training"), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
