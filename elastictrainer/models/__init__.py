@@ -52,9 +52,11 @@ for _name, _spec in {
         weights_file="mobilenet_v2/mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}"
                      "_no_top.h5",
         weights_sizes=(96, 128, 160, 192, 224)),
-        # 33 s at 64 px on 2 AVX-512 cores; source test accuracy 45% with 36 classes
-        synthetic=dict(steps=400, batch_size=32, optimizer="adam", learning_rate=1e-3,
-                       max_input_size=96, seconds_at_32=10, resample=True)),
+        # 2000 steps: the source task's training accuracy levels off at 73-74% over the last
+        # 400 (held-out source accuracy 77.7% at 96 px, against 45% after 400 steps), so the
+        # features transfer as a converged backbone's do; 510 s at 96 px on 2 Xeon cores
+        synthetic=dict(steps=2000, batch_size=32, optimizer="adam", learning_rate=1e-3,
+                       max_input_size=96, seconds_at_32=57, resample=True)),
     "vit": ModelSpec("ViT-B/16, ImageNet-21k + 2012 .npz", "elastictrainer.models.vit:vit_b16"),
     "smallcnn": ModelSpec("a 20-tensor CNN for offline demos, no ImageNet weights",
                           "elastictrainer.models.cnn:build_smallcnn",

@@ -26,6 +26,8 @@ once, on first use, and a file that does not load is made again.
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import dataclasses
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -41,8 +43,9 @@ from elastictrainer.data.synthetic import SOURCE_NUM_CLASSES, synthetic_source_e
 from elastictrainer.models import MODELS
 from elastictrainer.models.base import build_builtin, keras_cache_root
 
-# Bump when the source task, the recipe or the procedure changes: cache files of another
-# version are then simply not found (their name holds the version) and a new one is made.
+# Bump when the source task or the procedure changes: cache files of another version are then
+# simply not found (their name holds the version) and a new one is made.  A model's recipe is
+# in the name too, as a digest (cache_path).
 VERSION = 5
 SOURCE_SEED = 0x5EED  # the source images' random stream and the pretraining's seed
 EVAL_IMAGES = 512     # held-out source images for the accuracy the log line reports
@@ -81,8 +84,14 @@ def recipe(model_name):
 
 
 def cache_path(model_name, input_size):
+    """The cached backbone's file: its name holds the model, the input size, VERSION and a
+    digest of the model's Recipe, so a file pretrained by another procedure or recipe is not
+    found (and is made anew) rather than loaded."""
+    digest = hashlib.sha1(repr(sorted(dataclasses.asdict(recipe(model_name)).items()))
+                          .encode()).hexdigest()[:8]
     return os.path.join(keras_cache_root(), "models",
-                        f"elastictrainer_synthetic_{model_name}_i{input_size}_v{VERSION}.weights.h5")
+                        f"elastictrainer_synthetic_{model_name}_i{input_size}_v{VERSION}_"
+                        f"{digest}.weights.h5")
 
 
 def backbone_of(model):

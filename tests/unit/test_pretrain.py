@@ -46,3 +46,21 @@ def test_other_models_need_imagenet_or_a_path(name):
         build_model(name, input_size=32, num_classes=3, weights="synthetic")
     msg = str(err.value)
     assert "imagenet" in msg and "PATH" in msg and "smallcnn" in msg and "\n" not in msg
+
+
+def test_a_cached_backbone_is_named_by_its_recipe(monkeypatch):
+    """A recipe that changes (more steps, say) names another file, so a backbone pretrained by
+    the old one is not loaded for it; the same recipe names the same file."""
+    before = pretrain.cache_path("mobilenetv2", 96)
+    assert before == pretrain.cache_path("mobilenetv2", 96)
+    assert before != pretrain.cache_path("smallcnn", 96)
+    original = pretrain.recipe
+
+    def longer(name):
+        rec = original(name)
+        return type(rec)(**{**rec.__dict__, "steps": rec.steps + 1})
+
+    monkeypatch.setattr(pretrain, "recipe", longer)
+    after = pretrain.cache_path("mobilenetv2", 96)
+    assert after != before and f"_v{pretrain.VERSION}_" in after
+
