@@ -16,7 +16,10 @@ clock (experiments/time_to_accuracy.py).
 Configurations (--configs):
   command1        README command 1 (smallcnn from --weights synthetic, 64 px, batch 32, Adam)
   smallcnn32      the same model at 32 px, batch 8 (few tensors fit a low rho)
-  mobilenetv2_96  MobileNetV2 from --weights synthetic at 96 px, batch 8
+  mobilenetv2_paper
+                  the paper's regime: MobileNetV2 from --weights synthetic at 96 px, batch
+                  8, fine-tuned with the paper's SGD at the best learning rate of a sweep of
+                  full training, 8 epochs, with BN+Bias among the baselines
   keras3_fit      a pretrained Keras 3 CNN through model.fit: plain fit on all weights, the
                   last stage and head trained by hand (the rest frozen, so their BatchNorm runs
                   on its moving statistics, as Keras 3 runs a frozen one), ElasticCallback at
@@ -49,27 +52,47 @@ from elastictrainer.experiments import perfdoc, time_to_accuracy as tta
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import register_fixed_from
 
+# The paper-regime configuration's learning rate: the best of full training's sweep
+# (docs/performance.md, "The paper's regime")
+PAPER_LR = 0.001
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Full training steps before the first profiling is timed (_warm_up)
 WARM_UP_STEPS = 5
 
-# Config fields of each command-line configuration, and the first tensor of its last stage
-# (the hand-frozen baseline trains it to the output)
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """A command-line configuration: its Config fields, the first tensor of its last stage (the
+    hand-frozen baseline trains it to the output), its epochs, and the baselines it runs beyond
+    full training, traditional TL and the last stage."""
+    fields: dict
+    last_stage: int
+    epochs: int = 12
+    baselines: tuple = ()
+
+
 CONFIGS = {
-    "command1": (dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
-                      num_train=4800, num_test=1024, input_size=64, batch_size=32,
-                      optimizer="adam", learning_rate=0.001), 12),
-    "smallcnn32": (dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
-                        num_train=4000, num_test=1024, input_size=32, batch_size=8,
-                        optimizer="adam", learning_rate=0.001), 12),
-    "mobilenetv2_96": (dict(model_name="mobilenetv2", weights="synthetic",
-                            dataset_name="synthetic", num_train=2000, num_test=512,
-                            input_size=96, batch_size=8, optimizer="adam",
-                            learning_rate=0.001), 134),
+    "command1": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+                           num_train=4800, num_test=1024, input_size=64, batch_size=32,
+                           optimizer="adam", learning_rate=0.001), 12),
+    "smallcnn32": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+                             num_train=4000, num_test=1024, input_size=32, batch_size=8,
+                             optimizer="adam", learning_rate=0.001), 12),
+    # The paper's regime (docs/performance.md): a deep pretrained backbone fine-tuned with the
+    # paper's SGD (momentum 0.9, cosine decay, decoupled weight decay) at a small batch.  The
+    # learning rate is the best of a sweep of full training; the test split is sized so that
+    # one point is above test accuracy's epoch-to-epoch spread in full training's last epochs.
+    "mobilenetv2_paper": Setup(dict(model_name="mobilenetv2", weights="synthetic",
+                                    dataset_name="synthetic", num_train=2000, num_test=4096,
+                                    input_size=96, batch_size=8, optimizer="sgd",
+                                    learning_rate=PAPER_LR), 134, epochs=8,
+                               baselines=("bn_plus_bias_training",)),
 }
 FIT_CONFIG = "keras3_fit"
+FIT_EPOCHS = 12
 CONFIG_NAMES = list(CONFIGS) + [FIT_CONFIG]
 LABELS = {"full_training": "Full training", "traditional_tl_training": "Traditional TL",
+          "bn_plus_bias_training": "BN+Bias",
           "plain_fit": "model.fit, all weights", "hand_frozen": "model.fit, last stage by hand"}
 
 
@@ -87,7 +110,10 @@ def build_parser():
                    help="ElasticTrainer's rho values")
     p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
                    help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
-    p.add_argument("--epochs", type=int, default=12, help="epochs of every run")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs of every run (default: each configuration's own: "
+                        + ", ".join(f"{n} {c.epochs}" for n, c in CONFIGS.items())
+                        + f", {FIT_CONFIG} {FIT_EPOCHS})")
     p.add_argument("--fit_bn_mode", default="inference", choices=("model", "inference"),
                    help="keras3_fit's ElasticCallback(bn_mode=...): inference holds BatchNorm on "
                         "its moving statistics, as the hand-frozen layers run theirs, which lets "
@@ -102,16 +128,19 @@ def cli_runs(name, seed, args, log):
     """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
     import elastictrainer
 
-    fields, first = CONFIGS[name]
+    setup = CONFIGS[name]
+    first = setup.last_stage
     fixed = register_fixed_from(first)
-    base = elastictrainer.Config(**fields, num_epochs=args.epochs, seed=seed,
+    base = elastictrainer.Config(**setup.fields, num_epochs=args.epochs or setup.epochs,
+                                 seed=seed,
                                  logdir=os.path.join(args.logdir, name), progress=False,
                                  resume=True)
     profile_s = _profile_seconds(base, args, log)
     runs = [("full_training", "full_training", {}),
-            ("traditional_tl_training", "traditional_tl_training", {}),
-            (f"last stage (tensors {first}-)", fixed, {"cache_frozen_prefix": False}),
-            (f"last stage (tensors {first}-), cached", fixed, {"cache_frozen_prefix": "auto"})]
+            ("traditional_tl_training", "traditional_tl_training", {})]
+    runs += [(scheme, scheme, {}) for scheme in setup.baselines]
+    runs += [(f"last stage (tensors {first}-)", fixed, {"cache_frozen_prefix": False}),
+             (f"last stage (tensors {first}-), cached", fixed, {"cache_frozen_prefix": "auto"})]
     runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
              for rho in args.rhos]
     runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
@@ -233,7 +262,7 @@ def fit_runs(name, seed, args, log):
                 os.path.join(workdir, f"{tag}_seed{seed}"), rho=rho, rho_share=share,
                 bn_mode=args.fit_bn_mode))
         try:
-            model.fit(task.train, epochs=args.epochs, validation_data=task.test, verbose=0,
+            model.fit(task.train, epochs=args.epochs or FIT_EPOCHS, validation_data=task.test, verbose=0,
                       callbacks=callbacks)
         except UserError as e:  # a rho below the forward floor, say: the row says so
             log(f"    refused: {e}")
@@ -261,11 +290,14 @@ def markdown(results, args, machine):
              f"--seeds {','.join(map(str, args.seeds))} "
              f"--other_seeds {','.join(map(str, args.other_seeds))} --rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
-             f"{','.join(f'{r:g}' for r in args.shares)} --epochs {args.epochs}{_out_flag(args)}` "
+             f"{','.join(f'{r:g}' for r in args.shares)}"
+             f"{'' if args.epochs is None else f' --epochs {args.epochs}'}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
-        lines += [f"**{name}** ({summary['runs']} seed(s)):", "",
-                  tta.table(summary["schemes"], LABELS), ""]
+        lines += [f"**{name}** ({summary['runs']} seed(s)):", ""]
+        if summary.get("levels"):
+            lines += [tta.noise_words(summary["levels"]), ""]
+        lines += [tta.table(summary["schemes"], LABELS), ""]
         if summary.get("costs"):
             lines += [f"Where the time went, {name} (median seconds; filling the cache, timed "
                       f"full steps, compiling and probes are within training; an elastic run "
@@ -317,6 +349,7 @@ def main(argv=None):
         costs = {scheme: [run[scheme] for run in per_seed_costs] for scheme in per_seed_costs[0]
                  if all(scheme in run for run in per_seed_costs)}
         results["configs"][name] = {"runs": len(per_seed), "schemes": summary,
+                                    "levels": tta.noise(curves[reference]),
                                     "curves": curves,
                                     "costs": tta.summarize_costs(costs, curves[reference])}
         first_seed_curves[name] = {scheme: runs[0] for scheme, runs in curves.items()}

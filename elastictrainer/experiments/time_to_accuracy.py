@@ -13,7 +13,15 @@ the same tensors trained by hand would not (timed full steps, compiling a select
 probes and solving) or spends alike (filling the prefix cache), read from its summary.json, with
 the first profiling it paid before training; and its time to within 1 point with the timing
 table read, as a second run of the same model and batch shape reads it: the run's own curve,
-which the benchmark's runs measured with a table profiled before them.  Plain Python, no
+which the benchmark's runs measured with a table profiled before them.  Beside them, the step
+ratio the run's selections measured against full steps (a cached selection's: its suffix step
+over a full step) and the time model's for them (eq. 3's T(m) over T_full): 1 / ratio is the
+most a scheme could gain per step, its limit; and how often a re-selection that moved the
+cache's cut filled the cache again.
+
+A level means something only above the noise: full training's test accuracy still moves from
+epoch to epoch at its end, and `noise` gives that spread (the largest minus the smallest of its
+last NOISE_EPOCHS epochs, median over seeds) to print beside the levels.  Plain Python, no
 TensorFlow.
 """
 import statistics
@@ -21,6 +29,10 @@ import statistics
 from elastictrainer.plotting.time_to_accuracy import LEVELS, curve  # noqa: F401
 
 NEVER = None
+# full training's last epochs whose test accuracies give the levels' noise: the last two, where
+# the cosine schedule's rate is lowest, so that the change between them is noise rather than
+# the climb of a run that is still learning
+NOISE_EPOCHS = 2
 
 
 class Refused(str):
@@ -81,6 +93,30 @@ def summarize(curves, reference="full_training"):
     return out
 
 
+def noise(reference_curves, last=NOISE_EPOCHS):
+    """The levels and their noise from the reference's curves (one per seed): each level's
+    median over seeds (LEVELS' keys) and "spread", the median over seeds of the largest minus
+    the smallest test accuracy of the last `last` epochs, in points."""
+    runs = [c for c in reference_curves if not isinstance(c, Refused) and c]
+    if not runs:
+        return {}
+    out = {key: statistics.median(level_of(best(c)) for c in runs) for key, _, level_of in LEVELS}
+    tails = [[a for _, a in c[-last:]] for c in runs]
+    out["spread"] = statistics.median(max(t) - min(t) for t in tails)
+    out["epochs"] = min(last, min(len(c) for c in runs))
+    return out
+
+
+def noise_words(levels):
+    """One line: each level and the spread beside it."""
+    if not levels:
+        return ""
+    named = ", ".join(f"{label} {levels[key]:.1f}%" for key, label, _ in LEVELS)
+    return (f"Levels (median over seeds): {named}; full training's test accuracy moves by "
+            f"{levels['spread']:.1f} points over its last {levels['epochs']} epochs (largest "
+            f"minus smallest, median over seeds), the noise of each level.")
+
+
 # (key, column): where a run's time went, in seconds (costs)
 COSTS = (("train_s", "training"), ("fill_s", "filling the cache"),
          ("timing_s", "timed full steps"), ("compiling_s", "compiling"),
@@ -96,7 +132,10 @@ def costs(summary, profiling_s=0.0):
             "timing_s": parts.get("timing full steps", 0.0),
             "compiling_s": parts.get("compiling", 0.0),
             "probes_s": parts.get("importance", 0.0) + parts.get("solving", 0.0),
-            "profiling_s": float(profiling_s), "read": curve(summary)}
+            "profiling_s": float(profiling_s), "read": curve(summary),
+            # the cache's stores after its first: each a re-selection that moved the cut
+            "refills": max(len(cache.get("builds") or []) - 1, 0),
+            "ratio": summary.get("measured_ratio"), "ratio_model": summary.get("estimated_ratio")}
 
 
 def summarize_costs(costs_by_scheme, reference_curves):
@@ -106,6 +145,11 @@ def summarize_costs(costs_by_scheme, reference_curves):
     ("pt1_read_s")."""
     out = {scheme: {key: statistics.median(r[key] for r in runs) for key, _ in COSTS}
            for scheme, runs in costs_by_scheme.items()}
+    for scheme, runs in costs_by_scheme.items():
+        out[scheme]["refills"] = statistics.median(r.get("refills", 0) for r in runs)
+        for key in ("ratio", "ratio_model"):  # None for schemes that time no step
+            known = [r[key] for r in runs if r.get(key) is not None]
+            out[scheme][key] = statistics.median(known) if known else None
     # the reference is keyed apart: a scheme of the same name is one of the rows
     for name, shift in (("pt1_s", True), ("pt1_read_s", False)):
         curves = {scheme: [[(t + (r["profiling_s"] if shift else 0.0), a) for t, a in r["read"]]
@@ -120,14 +164,26 @@ def costs_table(summary, labels=None):
     """Markdown rows of summarize_costs()'s result, one per scheme."""
     labels = labels or {}
     head = (["scheme"] + [label for _, label in COSTS]
-            + ["to within 1 point", "the same, table read"])
+            + ["to within 1 point", "the same, table read", "refills",
+               "step ratio measured / time model (limit)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for scheme, row in summary.items():
         cells = [labels.get(scheme, scheme)] + [f"{row[key]:.1f} s" for key, _ in COSTS]
         cells += ["never" if row[k] is NEVER else f"{row[k]:.1f} s"
                   for k in ("pt1_s", "pt1_read_s")]
+        refills = row.get("refills")  # None: costs recorded before refills were counted
+        cells += ["n/a" if refills is None else f"{refills:g}", _ratio_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ratio_cell(row):
+    ratio, model = row.get("ratio"), row.get("ratio_model")
+    if ratio is None and model is None:
+        return "n/a"
+    measured = "n/a" if ratio is None else f"{ratio:.3f}"
+    limit = f" ({1 / ratio:.1f}x)" if ratio else ""
+    return f"{measured} / {'n/a' if model is None else f'{model:.3f}'}{limit}"
 
 
 def table(summary, labels=None):

@@ -30,9 +30,10 @@ def test_where_the_time_went_from_the_runs_summaries():
     full = [[(10.0, 70.0), (20.0, 80.0), (30.0, 81.0)]] * 3
 
     def summary(times, accs, fill, timing, compiling, probes):
-        return {"train_time_s": times[-1],
+        return {"train_time_s": times[-1], "measured_ratio": 0.25, "estimated_ratio": 0.2,
                 "epochs": [{"train_time_s": t, "test_accuracy": a} for t, a in zip(times, accs)],
-                "prefix_cache": {"fill_s": fill},
+                # two stores: the cache filled again once, where a re-selection moved its cut
+                "prefix_cache": {"fill_s": fill, "builds": [{}, {}]},
                 "reselection_overhead_parts_s": {"timing full steps": timing,
                                                  "compiling": compiling, "importance": probes,
                                                  "solving": 0.5}}
@@ -56,7 +57,9 @@ def test_where_the_time_went_from_the_runs_summaries():
                                           "tensorflow": "2.21"})
     assert "Where the time went, command1" in text
     assert ("| ElasticTrainer rho 0.3 | 8.0 s | 3.0 s | 1.0 s | 0.5 s | 0.8 s | 5.0 s "
-            "| 13.0 s | 8.0 s |") in text
+            "| 13.0 s | 8.0 s | 1 | 0.250 / 0.200 (4.0x) |") in text
+    # a scheme that times no step has no ratio, and a cache that never moved no refill
+    assert "| last stage | 9.0 s | 0.0 s | 0.0 s | 0.0 s | 0.0 s | 0.0 s | 9.0 s | 9.0 s | 0 | n/a |" in text
 
 
 def test_main_puts_each_seeds_costs_together_and_names_where_it_wrote(tmp_path, monkeypatch):
@@ -86,7 +89,9 @@ def test_main_puts_each_seeds_costs_together_and_names_where_it_wrote(tmp_path, 
     assert costs["ElasticTrainer rho 0.3"]["pt1_s"] == 10.0
     assert costs["ElasticTrainer rho 0.3"]["pt1_read_s"] == 8.0
     text = (tmp_path / "tta.md").read_text()
-    assert f"--epochs 12 --out {out}`" in text and "Where the time went, command1" in text
+    # each configuration's own epochs: no --epochs unless given
+    assert f"--shares 0.5,0.7,0.9 --out {out}`" in text and "--epochs" not in text
+    assert "Where the time went, command1" in text
     bench.main(["--configs", "command1", "--seeds", "0,1", "--rhos", "0.3", "--out", str(out)])
     costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]["costs"]
     assert list(costs) == ["full_training"]
@@ -170,3 +175,67 @@ def test_the_first_profiling_is_timed_after_a_warm_up_and_read_back_after(tmp_pa
     assert kept["warm"] is True and kept["seconds"] == seconds
     assert bench._profile_seconds(cfg, args, log=print) == seconds  # read, not measured
     assert events == ["warm-up", "profiling"]
+
+
+def test_the_levels_are_printed_with_full_trainings_epoch_to_epoch_spread():
+    """Each level's median over seeds, and the noise beside it: the largest minus the smallest
+    test accuracy of full training's last two epochs, median over seeds."""
+    bench = load_script("bench_time_to_accuracy")
+    full = [[(1.0, 60.0), (2.0, 79.0), (3.0, 80.0), (4.0, 78.5)],   # spread 1.5, best 80
+            [(1.0, 61.0), (2.0, 70.0), (3.0, 71.0), (4.0, 70.5)],   # spread 0.5, best 71
+            [(1.0, 62.0), (2.0, 90.0), (3.0, 86.0), (4.0, 89.0)]]   # spread 3.0, best 90
+    levels = tta.noise(full)
+    assert levels["spread"] == 1.5 and levels["epochs"] == 2
+    assert tta.noise(full, last=3)["spread"] == 1.5  # 1.5, 1.0 and 4.0
+    assert levels["pt1"] == 79.0 and levels["p95"] == 0.95 * 80.0
+    assert tta.noise([tta.Refused("no")]) == {}
+    args = bench.build_parser().parse_args(["--configs", "command1"])
+    results = {"date": "2026-11-27", "configs": {"command1": {
+        "runs": 3, "schemes": tta.summarize({"full_training": full}), "levels": levels}}}
+    text = bench.markdown(results, args, {"cpu": "cpu", "cores": 2, "platform": "linux",
+                                          "tensorflow": "2.21"})
+    assert ("95% of full's best 76.0%, 99% of full's best 79.2%, within 1 point 79.0%; full "
+            "training's test accuracy moves by 1.5 points over its last 2 epochs") in text
+
+
+def test_the_paper_regime_configuration_is_the_papers_optimizer_and_its_baselines():
+    """mobilenetv2_paper: MobileNetV2 pretrained offline, fine-tuned with SGD (the paper's:
+    momentum, cosine decay, decoupled weight decay) at a small batch for its own epochs, with
+    BN+Bias among its baselines; --epochs overrides every configuration's."""
+    bench = load_script("bench_time_to_accuracy")
+    setup = bench.CONFIGS["mobilenetv2_paper"]
+    assert setup.fields["model_name"] == "mobilenetv2" and setup.fields["optimizer"] == "sgd"
+    assert setup.fields["weights"] == "synthetic" and setup.fields["batch_size"] <= 8
+    assert setup.baselines == ("bn_plus_bias_training",) and setup.epochs == 8
+    assert "mobilenetv2_96" not in bench.CONFIG_NAMES
+    assert bench.build_parser().parse_args([]).epochs is None
+    assert bench.build_parser().parse_args(["--epochs", "3"]).epochs == 3
+
+
+def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeypatch):
+    """cli_runs trains full training, traditional TL, the configuration's baselines, the last
+    stage uncached and cached, each rho and each share, all for the configuration's epochs,
+    and adds the first profiling to the elastic runs' curves only."""
+    import elastictrainer
+
+    bench = load_script("bench_time_to_accuracy")
+    seen = []
+
+    def scripted_run(cfg, log):
+        seen.append(cfg)
+        return {"train_time_s": 4.0, "epochs": [{"train_time_s": 4.0, "test_accuracy": 50.0}]}
+
+    monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
+    monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
+                                            "--shares", "0.7", "--logdir", str(tmp_path)])
+    curves, costs = bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
+    kinds = [(c.train_type, c.cache_frozen_prefix, c.rho) for c in seen]
+    assert [k[0] for k in kinds[:3]] == ["full_training", "traditional_tl_training",
+                                         "bn_plus_bias_training"]
+    assert kinds[3][1] is False and kinds[4][1] == "auto" and kinds[3][0] == kinds[4][0]
+    assert [k[2] for k in kinds[5:]] == [0.3, "auto"]
+    assert {c.num_epochs for c in seen} == {8} and {c.optimizer for c in seen} == {"sgd"}
+    assert curves["bn_plus_bias_training"] == [(4.0, 50.0)]
+    assert curves["ElasticTrainer rho 0.3"] == [(7.0, 50.0)]
+    assert costs["ElasticTrainer rho 0.3"]["profiling_s"] == 3.0
