@@ -269,15 +269,27 @@ def test_known_class_counts_match_tfds_metadata_and_synthetic():
 
 
 def test_synthetic_training_set_kept_in_memory_is_the_generated_one(monkeypatch):
-    """A small training set is generated once and kept as uint8 (SYN_MEMORY_BYTES); its batches,
-    order included, are exactly those generated on the fly, epoch after epoch."""
+    """A small training set (and test split) is generated once and kept as uint8
+    (SYN_MEMORY_BYTES); its batches, order included, are exactly those generated on the fly,
+    epoch after epoch."""
     def epochs(n):
-        bundle = synthetic.synthetic_dataset(input_size=16, batch_size=8, num_train=40, seed=4)
-        return [[(x.numpy(), y.numpy()) for x, y in bundle.train] for _ in range(n)]
+        bundle = synthetic.synthetic_dataset(input_size=16, batch_size=8, num_train=40,
+                                             num_test=24, seed=4)
+        return ([[(x.numpy(), y.numpy()) for x, y in bundle.train] for _ in range(n)],
+                [(x.numpy(), y.numpy()) for x, y in bundle.test])
 
-    kept = epochs(2)
+    kept_once = []
+    generated_once = synthetic._generated_once
+    monkeypatch.setattr(synthetic, "_generated_once",
+                        lambda *a: kept_once.append(a) or generated_once(*a))
+    kept, kept_test = epochs(2)
+    assert len(kept_once) == 2  # the training set and the test split
     monkeypatch.setattr(synthetic, "SYN_MEMORY_BYTES", 0)
-    streamed = epochs(2)
+    streamed, streamed_test = epochs(2)
+    # the test split too: kept in memory, it is the one generated on the fly
+    for (xa, ya), (xb, yb) in zip(kept_test, streamed_test, strict=True):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
     for a, b in zip(kept, streamed):
         for (xa, ya), (xb, yb) in zip(a, b):
             np.testing.assert_array_equal(xa, xb)
