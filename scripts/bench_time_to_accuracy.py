@@ -118,6 +118,11 @@ def build_parser():
                    help="keras3_fit's ElasticCallback(bn_mode=...): inference holds BatchNorm on "
                         "its moving statistics, as the hand-frozen layers run theirs, which lets "
                         "the cache cut above it")
+    p.add_argument("--lr_sweep", default=(), type=comma_list(float),
+                   help="learning rates of full training to sweep, beside each command-line "
+                        "configuration's own, on its first seed: the table that chose the "
+                        "configuration's rate (the most accurate, and of two within noise the "
+                        "one that reaches the levels sooner, the harder yardstick)")
     p.add_argument("--logdir", default="logs/bench_time_to_accuracy", help="where runs go")
     p.add_argument("--out", default=os.path.join(HERE, "figures", "bench_time_to_accuracy"),
                    help="output path without extension (.json, .md, _<config>.png)")
@@ -164,6 +169,40 @@ def cli_runs(name, seed, args, log):
         curves[label] = tta.curve(summary, offset_s=offset)
         costs[label] = tta.costs(summary, profiling_s=offset)
     return curves, costs
+
+
+def lr_sweep(name, seed, args, log):
+    """{"seed", "chosen", "curves": {rate: curve}}: full training of configuration `name` at
+    each --lr_sweep rate and at its own (the grid's run, read back), on `seed`."""
+    import elastictrainer
+
+    setup = CONFIGS[name]
+    own = setup.fields["learning_rate"]
+    curves = {}
+    for lr in sorted(set(args.lr_sweep) | {own}, reverse=True):
+        run_name = (f"full_training_seed{seed}" if lr == own
+                    else f"full_training_lr{lr:g}_seed{seed}")
+        cfg = elastictrainer.Config(**{**setup.fields, "learning_rate": lr},
+                                    train_type="full_training",
+                                    num_epochs=args.epochs or setup.epochs, seed=seed,
+                                    logdir=os.path.join(args.logdir, name), run_name=run_name,
+                                    progress=False, resume=True)
+        summary = runlog.finished_summary(os.path.join(cfg.logdir, run_name))
+        if summary is None:
+            log(f"--- {name} seed {seed}: full training at learning rate {lr:g}")
+            summary = elastictrainer.run(cfg, log=lambda m: None)
+        curves[f"{lr:g}"] = tta.curve(summary)
+    return {"seed": seed, "chosen": f"{own:g}", "curves": curves}
+
+
+def lr_sweep_table(sweep):
+    """Markdown rows of lr_sweep()'s result: each rate's best and per-epoch test accuracy."""
+    lines = ["| learning rate | best test accuracy | test accuracy per epoch |", "|---|---|---|"]
+    for lr, points in sweep["curves"].items():
+        mark = " (chosen)" if lr == sweep["chosen"] else ""
+        per_epoch = ", ".join(f"{a:.1f}" for _, a in points)
+        lines.append(f"| {lr}{mark} | {tta.best(points):.1f}% | {per_epoch} |")
+    return "\n".join(lines)
 
 
 def _profile_seconds(cfg, args, log):
@@ -291,19 +330,28 @@ def markdown(results, args, machine):
              f"--other_seeds {','.join(map(str, args.other_seeds))} --rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
              f"{','.join(f'{r:g}' for r in args.shares)}"
-             f"{'' if args.epochs is None else f' --epochs {args.epochs}'}{_out_flag(args)}` "
+             f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
+             f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
         lines += [f"**{name}** ({summary['runs']} seed(s)):", ""]
         if summary.get("levels"):
             lines += [tta.noise_words(summary["levels"]), ""]
         lines += [tta.table(summary["schemes"], LABELS), ""]
+        if summary.get("lr_sweep"):
+            sweep = summary["lr_sweep"]
+            lines += [f"Full training's learning rate, {name} (seed {sweep['seed']}; the same "
+                      f"settings otherwise):", "", lr_sweep_table(sweep), ""]
         if summary.get("costs"):
             lines += [f"Where the time went, {name} (median seconds; filling the cache, timed "
                       f"full steps, compiling and probes are within training; an elastic run "
                       f"paid the first profiling before it):", "",
                       tta.costs_table(summary["costs"], LABELS), ""]
     return "\n".join(lines)
+
+
+def _sweep_flag(args):
+    return f" --lr_sweep {','.join(f'{r:g}' for r in args.lr_sweep)}" if args.lr_sweep else ""
 
 
 def _out_flag(args):
@@ -352,6 +400,11 @@ def main(argv=None):
                                     "levels": tta.noise(curves[reference]),
                                     "curves": curves,
                                     "costs": tta.summarize_costs(costs, curves[reference])}
+        if name in CONFIGS:  # what the runs were given, for the README's excerpt
+            results["configs"][name]["settings"] = {
+                **CONFIGS[name].fields, "epochs": args.epochs or CONFIGS[name].epochs}
+        if args.lr_sweep and name in CONFIGS:
+            results["configs"][name]["lr_sweep"] = lr_sweep(name, seeds[0], args, log)
         first_seed_curves[name] = {scheme: runs[0] for scheme, runs in curves.items()}
     text = markdown(results, args, machine)
     perfdoc.write_benchmark(args.out, results, text)

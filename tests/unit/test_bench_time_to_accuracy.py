@@ -239,3 +239,37 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
     assert curves["bn_plus_bias_training"] == [(4.0, 50.0)]
     assert curves["ElasticTrainer rho 0.3"] == [(7.0, 50.0)]
     assert costs["ElasticTrainer rho 0.3"]["profiling_s"] == 3.0
+
+
+def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(tmp_path,
+                                                                                  monkeypatch):
+    """--lr_sweep trains full training at each other rate on the first seed, reads the
+    configuration's own rate from the grid's run, and its table marks the chosen rate."""
+    import elastictrainer
+    from elastictrainer import runlog
+
+    bench = load_script("bench_time_to_accuracy")
+    trained = []
+
+    def scripted_run(cfg, log):
+        trained.append(cfg.learning_rate)
+        acc = {0.01: 10.0, 0.0001: 70.0}[cfg.learning_rate]
+        return {"train_time_s": 5.0, "epochs": [{"train_time_s": 5.0, "test_accuracy": acc}]}
+
+    own = bench.CONFIGS["mobilenetv2_paper"].fields["learning_rate"]
+    grid_run = tmp_path / "mobilenetv2_paper" / "full_training_seed0"
+    grid_run.mkdir(parents=True)
+    runlog.write_json(str(grid_run / "summary.json"), {"status": "finished", "train_time_s": 5.0,
+                      "epochs": [{"train_time_s": 5.0, "test_accuracy": 80.0}]})
+    monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--lr_sweep",
+                                            f"0.01,{own:g},0.0001", "--logdir", str(tmp_path)])
+    sweep = bench.lr_sweep("mobilenetv2_paper", 0, args, log=lambda m: None)
+    assert sorted(trained) == [0.0001, 0.01]  # the configuration's own rate was read back
+    assert list(sweep["curves"]) == ["0.01", f"{own:g}", "0.0001"]
+    table = bench.lr_sweep_table(sweep)
+    assert f"| {own:g} (chosen) | 80.0% | 80.0 |" in table and "| 0.01 | 10.0% | 10.0 |" in table
+    text = bench.markdown({"date": "2026-11-27", "configs": {"mobilenetv2_paper": {
+        "runs": 1, "schemes": {}, "lr_sweep": sweep}}}, args,
+        {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
+    assert f"--lr_sweep 0.01,{own:g},0.0001" in text and "Full training's learning rate" in text
