@@ -105,7 +105,19 @@ class TimeModel:
     @property
     def cached_forward_ms(self):
         """The forward pass of the cheapest selection: the whole forward pass without a cache."""
-        return max(self.t_fp - (float(self.saved[0]) if len(self.saved) else 0.0), 0.0)
+        return max(self._intercept_ms, 0.0)
+
+    @property
+    def _intercept_ms(self):
+        """The cheapest selection's forward pass as eq. 3's linear model has it, not clipped
+        at zero.  A closed-loop correction (corrected) that finds the backward ops dearer than
+        profiled leaves less of the full step to the forward pass; with a cache, what the
+        cuts save is still the profiled forward's, so this may go negative (a fixed cost
+        below the forward that cached steps leave out, e.g. the input pipeline and augmenting
+        they skip).  Predictions and the DP's budget take it as it is, so that the corrected
+        model predicts what its fit measured; only the forward floor reported to the user is
+        clipped."""
+        return self.t_fp - (float(self.saved[0]) if len(self.saved) else 0.0)
 
     def _depth(self, mask):
         sel = np.flatnonzero(np.asarray(mask, bool)[self.order])
@@ -160,7 +172,7 @@ class TimeModel:
         return self.cached_forward_ms / self.t_full
 
     def backward_budget_ms(self, rho):
-        return rho * self.t_full - self.cached_forward_ms
+        return rho * self.t_full - self._intercept_ms
 
     def cost_ms(self, mask):
         """Cost of a selection beyond rho_floor's forward pass (mask in trainable order): eq. 3's
@@ -170,7 +182,7 @@ class TimeModel:
                                  self.t_fw)
 
     def predicted_ratio(self, mask):
-        return (self.cached_forward_ms + self.cost_ms(mask)) / self.t_full
+        return max(self._intercept_ms + self.cost_ms(mask), 0.0) / self.t_full
 
     def select(self, importance, rho, resolution=10000):
         """Exact DP selection (selector.select_tensors) within rho; mask in trainable order."""

@@ -204,3 +204,26 @@ def test_a_switch_that_moves_the_cut_is_priced_an_epoch_of_filling():
     assert refill == pytest.approx(100 * model.forward_saved(low) / 1e3)
     assert economy.worth_compiling((5, 6, 7), 10, now)
     assert not economy.worth_compiling(tuple(np.flatnonzero(low)), 10, now)  # 8% of 300 < refill
+
+
+def test_a_correction_that_leaves_the_forward_less_than_a_cut_saves_predicts_what_it_fitted():
+    """A cached selection measured well under its prediction (its steps skip more than the
+    profiled forward's share: the input pipeline and augmenting) refits the backward scale
+    upward, so the corrected forward pass is smaller than what the output-most cut saves: the
+    corrected model must still predict, for the selection it measured, the ratio it fitted,
+    and its DP must afford that selection at that ratio (not clip the forward at zero and
+    price it higher than before the correction)."""
+    table = chain_table()
+    base = TimeModel(table, cache=CACHE)
+    mask = np.array([0, 0, 0, 0, 0, 1, 1, 1], bool)
+    before = base.predicted_ratio(mask)
+    measured = 0.8 * before
+    ctl = RhoController(base, 0.5)
+    corrected = ctl.correct(mask, measured)
+    assert ctl.dw_scale > 1.0  # the backward ops are dearer than the table says
+    assert corrected.t_fp < base.forward_saved(np.array([0] * 7 + [1], bool))
+    assert corrected.predicted_ratio(mask) == pytest.approx(measured, rel=1e-3)
+    assert corrected.predicted_ratio(mask) < before
+    importance = np.where(mask, 1.0, 0.0)
+    assert corrected.select(importance, measured * 1.001, resolution=100000)[mask].all()
+    assert corrected.rho_floor >= 0.0
