@@ -294,11 +294,12 @@ class Config:
     steps_per_epoch: Optional[int] = field(default=None, metadata=flag(
         "cap on training steps per epoch, for quick trials", shown_default="the whole set"))
     num_train: Optional[int] = field(default=None, metadata=flag(
-        "synthetic dataset only: training images to generate (a set of up to 64 MB of 8-bit "
+        "synthetic dataset only: training images to generate (a set of up to 128 MB of 8-bit "
         "pixels is generated once and kept in memory)", shown_default=str(SYNTHETIC_EXAMPLES)))
     num_test: Optional[int] = field(default=None, metadata=flag(
-        "synthetic dataset only: test images; every epoch is evaluated on all of them, so more "
-        "means steadier accuracies", shown_default=str(SYNTHETIC_EXAMPLES)))
+        "synthetic dataset only: test images (kept in memory as the training set is); every "
+        "epoch is evaluated on all of them, so more means steadier accuracies",
+        shown_default=str(SYNTHETIC_EXAMPLES)))
     dp_resolution: int = field(default=10000, metadata=flag(
         "time units the tensor selector (eq. 3) divides the backward time budget into: tensor "
         "times round up to whole units, so a selection always fits; more units come closer to "

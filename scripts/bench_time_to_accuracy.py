@@ -326,8 +326,7 @@ def _read_curves(path):
 def markdown(results, args, machine):
     lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
-             f"--seeds {','.join(map(str, args.seeds))} "
-             f"--other_seeds {','.join(map(str, args.other_seeds))} --rhos "
+             f"{_seeds_flags(args)}--rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
              f"{','.join(f'{r:g}' for r in args.shares)}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
@@ -348,6 +347,17 @@ def markdown(results, args, machine):
                       f"paid the first profiling before it):", "",
                       tta.costs_table(summary["costs"], LABELS), ""]
     return "\n".join(lines)
+
+
+def _seeds_flags(args):
+    """--seeds (command1's) and --other_seeds (the rest's), each where a configuration took
+    it."""
+    flags = ""
+    if "command1" in args.configs:
+        flags += f"--seeds {','.join(map(str, args.seeds))} "
+    if any(name != "command1" for name in args.configs):
+        flags += f"--other_seeds {','.join(map(str, args.other_seeds))} "
+    return flags
 
 
 def _sweep_flag(args):

@@ -273,3 +273,5 @@ def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(
         "runs": 1, "schemes": {}, "lr_sweep": sweep}}}, args,
         {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
     assert f"--lr_sweep 0.01,{own:g},0.0001" in text and "Full training's learning rate" in text
+    # the seeds flag of the configurations that ran: --other_seeds alone here
+    assert "--configs mobilenetv2_paper --other_seeds 0 --rhos" in text

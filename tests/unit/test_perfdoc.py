@@ -43,7 +43,9 @@ def test_every_readme_table_is_a_block_rendered_from_its_benchmarks_figures():
             f"README.md's {name} block differs from what figures/{name}.json gives: run "
             "`python -m elastictrainer.experiments.perfdoc --readme`")
         # the benchmark that wrote it, the machine, the date, and the flags it ran with
-        assert f"scripts/{name if name != 'memory' else 'bench_memory'}.py" in body, name
+        script = {"memory": "bench_memory",
+                  "bench_time_to_accuracy_paper": "bench_time_to_accuracy"}.get(name, name)
+        assert f"scripts/{script}.py" in body, name
         assert re.search(r"\d+ cores", body) and re.search(r"20\d\d-\d\d-\d\d", body), name
         assert re.search(r"--[a-z_]+ \S+|economy off", body), name
     # no results table outside the blocks: every table row of the README is inside one
