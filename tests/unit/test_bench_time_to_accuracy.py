@@ -227,6 +227,9 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
 
     monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
     monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    # the hand-frozen scheme's name, unregistered: a registered one would stay in --help's
+    # list of schemes for every later test of this process
+    monkeypatch.setattr(bench, "register_fixed_from", lambda first: f"fixed_from_{first}")
     args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
                                             "--shares", "0.7", "--logdir", str(tmp_path)])
     curves, costs = bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
