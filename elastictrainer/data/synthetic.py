@@ -119,9 +119,16 @@ def _synthetic_source(input_size, num_examples, num_classes, seed, split, params
 # A split up to this size (as 8-bit pixels) is generated once and kept in memory: drawing an
 # image costs more CPU than decoding a JPEG, and on a 2-core device that work would take the
 # cores from training for the whole run (smallcnn at 64 px, batch 32: 6.7 ms of generation per
-# 40 ms step), and from every epoch's test (4096 test images at 96 px: 30 s of an epoch's 52 s
-# with MobileNetV2 at batch 8).  Larger splits are generated batch by batch, as they are drawn.
+# 40 ms step), and from every epoch's test (4096 test images at 96 px: about 3 s an epoch).
+# Larger splits are generated batch by batch, as they are drawn.
 SYN_MEMORY_BYTES = 128 * 2**20
+
+
+def _kept_if_small(indices, make, num_examples, input_size):
+    """`make`, answered from memory (_generated_once) when the split fits SYN_MEMORY_BYTES."""
+    if num_examples * input_size * input_size * 3 <= SYN_MEMORY_BYTES:
+        return _generated_once(indices, make)
+    return make
 
 
 def _generated_once(indices, make):
@@ -147,13 +154,11 @@ def synthetic_dataset(input_size=224, num_classes=NUM_CLASSES["synthetic"],
     if num_classes < 2:
         raise UserError(f"synthetic data needs num_classes >= 2, got {num_classes}")
     train, make = _synthetic_source(input_size, num_train, num_classes, seed, split=0)
-    if num_train * input_size * input_size * 3 <= SYN_MEMORY_BYTES:
-        make = _generated_once(train, make)
+    make = _kept_if_small(train, make, num_train, input_size)
     train = shuffle(train, num_train if shuffle_buffer > 0 else 0, seed)
     train = train.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     test, make_test = _synthetic_source(input_size, num_test, num_classes, seed, split=1)
-    if num_test * input_size * input_size * 3 <= SYN_MEMORY_BYTES:
-        make_test = _generated_once(test, make_test)
+    make_test = _kept_if_small(test, make_test, num_test, input_size)
     test = test.map(make_test, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return DatasetBundle(train=batch(train, batch_size), test=batch(test, 2 * batch_size),
                          num_classes=num_classes, num_train=num_train, num_test=num_test,
