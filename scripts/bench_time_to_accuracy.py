@@ -129,17 +129,34 @@ def build_parser():
     return p
 
 
-def cli_runs(name, seed, args, log):
-    """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
+def _base_config(name, seed, args):
+    """The Config every run of configuration `name` on `seed` starts from."""
     import elastictrainer
 
     setup = CONFIGS[name]
+    return elastictrainer.Config(**setup.fields, num_epochs=args.epochs or setup.epochs,
+                                 seed=seed, logdir=os.path.join(args.logdir, name),
+                                 progress=False, resume=True)
+
+
+def _read_or_run(cfg, log, what):
+    """The finished run's summary under cfg's run directory, else the run's, trained now
+    (said as `what`)."""
+    import elastictrainer
+
+    summary = runlog.finished_summary(os.path.join(cfg.logdir, cfg.run_name))
+    if summary is None:
+        log(f"--- {what}")
+        summary = elastictrainer.run(cfg, log=lambda m: None)
+    return summary
+
+
+def cli_runs(name, seed, args, log):
+    """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
+    setup = CONFIGS[name]
     first = setup.last_stage
     fixed = register_fixed_from(first)
-    base = elastictrainer.Config(**setup.fields, num_epochs=args.epochs or setup.epochs,
-                                 seed=seed,
-                                 logdir=os.path.join(args.logdir, name), progress=False,
-                                 resume=True)
+    base = _base_config(name, seed, args)
     profile_s = _profile_seconds(base, args, log)
     runs = [("full_training", "full_training", {}),
             ("traditional_tl_training", "traditional_tl_training", {})]
@@ -155,16 +172,12 @@ def cli_runs(name, seed, args, log):
         slug = label.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
         cfg = dataclasses.replace(base, train_type=train_type, run_name=f"{slug}_seed{seed}",
                                   **extra)
-        out = os.path.join(cfg.logdir, cfg.run_name)
-        summary = runlog.finished_summary(out)
-        if summary is None:
-            log(f"--- {name} seed {seed}: {label}")
-            try:
-                summary = elastictrainer.run(cfg, log=lambda m: None)
-            except UserError as e:  # a rho below the forward floor, say: the row says so
-                log(f"    refused: {e}")
-                curves[label] = tta.Refused(str(e))
-                continue
+        try:
+            summary = _read_or_run(cfg, log, f"{name} seed {seed}: {label}")
+        except UserError as e:  # a rho below the forward floor, say: the row says so
+            log(f"    refused: {e}")
+            curves[label] = tta.Refused(str(e))
+            continue
         offset = profile_s if train_type == "elastic_training" else 0.0
         curves[label] = tta.curve(summary, offset_s=offset)
         costs[label] = tta.costs(summary, profiling_s=offset)
@@ -174,23 +187,16 @@ def cli_runs(name, seed, args, log):
 def lr_sweep(name, seed, args, log):
     """{"seed", "chosen", "curves": {rate: curve}}: full training of configuration `name` at
     each --lr_sweep rate and at its own (the grid's run, read back), on `seed`."""
-    import elastictrainer
-
-    setup = CONFIGS[name]
-    own = setup.fields["learning_rate"]
+    own = CONFIGS[name].fields["learning_rate"]
+    base = _base_config(name, seed, args)
     curves = {}
     for lr in sorted(set(args.lr_sweep) | {own}, reverse=True):
         run_name = (f"full_training_seed{seed}" if lr == own
                     else f"full_training_lr{lr:g}_seed{seed}")
-        cfg = elastictrainer.Config(**{**setup.fields, "learning_rate": lr},
-                                    train_type="full_training",
-                                    num_epochs=args.epochs or setup.epochs, seed=seed,
-                                    logdir=os.path.join(args.logdir, name), run_name=run_name,
-                                    progress=False, resume=True)
-        summary = runlog.finished_summary(os.path.join(cfg.logdir, run_name))
-        if summary is None:
-            log(f"--- {name} seed {seed}: full training at learning rate {lr:g}")
-            summary = elastictrainer.run(cfg, log=lambda m: None)
+        cfg = dataclasses.replace(base, learning_rate=lr, train_type="full_training",
+                                  run_name=run_name)
+        summary = _read_or_run(cfg, log, f"{name} seed {seed}: full training at learning "
+                                         f"rate {lr:g}")
         curves[f"{lr:g}"] = tta.curve(summary)
     return {"seed": seed, "chosen": f"{own:g}", "curves": curves}
 
@@ -301,8 +307,8 @@ def fit_runs(name, seed, args, log):
                 os.path.join(workdir, f"{tag}_seed{seed}"), rho=rho, rho_share=share,
                 bn_mode=args.fit_bn_mode))
         try:
-            model.fit(task.train, epochs=args.epochs or FIT_EPOCHS, validation_data=task.test, verbose=0,
-                      callbacks=callbacks)
+            model.fit(task.train, epochs=args.epochs or FIT_EPOCHS, validation_data=task.test,
+                      verbose=0, callbacks=callbacks)
         except UserError as e:  # a rho below the forward floor, say: the row says so
             log(f"    refused: {e}")
             curves[scheme] = tta.Refused(str(e))
