@@ -77,6 +77,14 @@ def book_selection_step(s, seconds, compiled):
         s.first_step_s, s.first_window = seconds, len(s.windows) - 1
         s.first_compiled = bool(compiled)
         return True
+    if s.recompile:
+        # a resumed process compiled the step again: timed as a typical step (the median so
+        # far), the excess booked as compiling, so the window's ratio is not skewed by it
+        s.recompile = False
+        typical = statistics.median(s.times) if s.times else seconds
+        book_overhead(s, "compiling", max(seconds - typical, 0.0))
+        s.windows[-1][0] += typical - seconds
+        seconds = typical
     s.times.append(seconds)
     if len(s.times) == 1 and not all(s.mask) and s.first_compiled:
         s.selection_compile_s = max(s.first_step_s - seconds, 0.0)

@@ -424,8 +424,10 @@ class ElasticRuntime:
         self._s = ElasticState.from_dict(data)
         # a resumed run keeps what its earlier processes spent profiling, and adds its own
         self._s.profiling_s += self._profiling_s
-        self._s.first_step_s = None  # the first step after resuming compiles again
-        self._s.first_window = len(self._s.windows) - 1
+        # the first selection step after resuming compiles again; the steps' kinds stay those
+        # of the run left alone (step_kind reads first_step_s), only that step's time is booked
+        # apart (accounting.book_selection_step)
+        self._s.recompile = self._s.first_step_s is not None
         if self._s.controller:
             self.ctl.load_state(self._s.controller)
         if self.budget.auto and self._s.records:  # the target of the selection resumed

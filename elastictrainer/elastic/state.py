@@ -77,6 +77,8 @@ class ElasticState:
     first_step_s: Optional[float] = None  # the selection's first step (may compile)
     first_compiled: bool = True         # ... and whether it did (its step was new)
     first_window: int = 0
+    # a resumed process runs the selection's step for the first time: its next step compiles
+    recompile: bool = False
     corrections_here: int = 0
     was_over: bool = False
     rounds: int = 1                     # rounds the open window is judged on

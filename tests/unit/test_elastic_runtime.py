@@ -427,6 +427,30 @@ def test_state_round_trips_and_a_resumed_runtime_decides_the_same():
     assert [r.mask for r in rt.records] == [r.mask for r in resumed.records]
 
 
+@pytest.mark.parametrize("at", [3, 4, 5, 7, 12, 45])
+def test_a_run_resumed_in_a_new_process_runs_the_same_kinds_of_step(at):
+    """Resumed at step `at` in a process whose steps all compile again: the probes, timed full
+    steps and selection steps come in the order of the run left alone (which batches train
+    depends on it), and its selections are the same; the first step's compile is booked as
+    compiling, not timed as a step."""
+    model = TimeModel(table())
+    truth = model.corrected(0.6, 0.6)
+    device = Device(truth)
+    rt = make(model, device)
+    whole = drive(rt, device, 80, IMPORTANCE)
+    device = Device(truth)
+    first = make(model, device)
+    before = drive(first, device, at, IMPORTANCE)
+    saved = first.state()
+    resumed_device = Device(truth)  # nothing compiled in this process yet
+    resumed_device.now = device.now
+    resumed = make(model, resumed_device)
+    resumed.load_state(saved)
+    after = drive(resumed, resumed_device, 80 - at, IMPORTANCE, start=at)
+    assert before + after == whole
+    assert [r.mask for r in resumed.records] == [r.mask for r in rt.records]
+
+
 def test_a_resumed_run_says_its_floor_comes_from_the_corrected_time_model():
     """A run that corrected its time model and was resumed plans with the corrected model: its
     floor differs from the fresh start's, and the line says why."""
