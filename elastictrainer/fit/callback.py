@@ -22,7 +22,8 @@ a warning, and the fit goes on uncached).
 The run directory (`logdir`) holds what a command-line run writes: config.json, summary.json
 and TensorBoard events under the reference's tags; history and the epoch logs get
 `elastic_measured_ratio` and `elastic_selected`.  With BackupAndRestore the runtime's state is
-restored with the epoch it restarts from (elastic_state.json).
+restored with the epoch it restarts from (elastic_state.json), the prefix cache's store with
+it (prefix/persist.py).
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
@@ -226,6 +227,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self.rec.plan(self.driver.on_train_begin())
         if self._restore_state is not None:
             self._load(self._restore_state)
+        elif self.cache is not None:
+            self.cache.clear()
         self._save_summary()
 
     def _plan_cache(self):
@@ -315,7 +318,10 @@ class ElasticCallback(_keras3.callbacks.Callback):
         runlog.write_json(os.path.join(self.out, STATE_FILE), {
             "epoch": epoch + 1, "global_step": self._global_step,
             "train_time_s": self._train_time, "runtime": rt.state(),
-            "summary": self.rec.summary.to_dict()})
+            "summary": self.rec.summary.to_dict(),
+            "prefix_cache": None if self.cache is None else self.cache.state(self._global_step)})
+        if self.cache is not None:  # one state is kept: the files of earlier ones go
+            self.cache.kept([self._global_step])
         measured = rt.measured_so_far()
         logs[MEASURED_RATIO_LOG] = float("nan") if measured is None else measured
         logs[SELECTED_LOG] = len(rt.selection or ())
@@ -363,6 +369,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self._global_step = int(state["global_step"])
         self._train_time = float(state["train_time_s"])
         self.rec.resume(state["summary"])
+        if self.cache is not None and state.get("prefix_cache") is not None:
+            self.cache.load_state(state["prefix_cache"])
         self.log(f"ElasticCallback: resuming the elastic runtime at epoch {state['epoch']} "
                  f"(step {self._global_step})")
 

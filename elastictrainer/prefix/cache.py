@@ -34,7 +34,9 @@ is plan.py's, the stored rows store.py's.
 - A store holds what the prefix computed with the weights it had then: any step that trains a
   tensor at or below a cut (a selection with no cut, or a lower cut) drops that cut's store
   before it runs, so a later selection at that cut fills it again.  Probes and timed full
-  steps change no weight and keep it; a resumed run starts with no store.
+  steps change no weight and keep it.
+- Checkpoints write the store down (persist.py): a resumed run holds the rows, the views and
+  the generator the run left alone held at that checkpoint, and trains as it would have.
 - Probes, timed full steps and evaluation run the whole model, as without the cache.
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
@@ -48,7 +50,8 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer.flavors import compat
-from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull, row_bytes
+from elastictrainer.prefix import persist
+from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull, example_keys, row_bytes
 
 
 
@@ -89,6 +92,9 @@ class PrefixCache:
         self.served_steps = self.fill_steps = self.uncached_steps = 0
         self.fill_s, self._models = 0.0, {}
         self.lookup_ms = [0.0] * len(cuts)  # host work of a cached step (time_lookups)
+        # rows files a kept checkpoint names (a dropped store's stays for them), and the
+        # stores that did not fit on the disk to be written down (said once each)
+        self.named, self.unsaved = set(), set()
 
     # ------------------------------------------------------------------ planning
     def time_lookups(self, batch_size, input_shape, repeats=5):
@@ -150,7 +156,7 @@ class PrefixCache:
         self._drop()
         c = self.cuts[cut]
         path = (None if self.where[cut] == "memory" else
-                os.path.join(self.run_dir, CACHE_DIR, f"{c.name}.bin"))
+                persist.rows_path(self.run_dir, len(self.builds), c.name))
         try:
             self.store = Store(c, self.capacity, path, self.views[cut], self.dtype)
         except OSError as e:
@@ -170,10 +176,7 @@ class PrefixCache:
             self.builds[-1].stale = True
             self._drop()
 
-    def keys(self, x):
-        """One key per example: a hash of its pixels' bytes."""
-        a = np.ascontiguousarray(x.numpy() if hasattr(x, "numpy") else x)
-        return [hash(row.tobytes()) for row in a.reshape(a.shape[0], -1)]
+    keys = staticmethod(example_keys)  # one key per example: a hash of its pixels
 
     def turn_off(self, why):
         """No cache from now on (the steps run uncached); says why once."""
@@ -186,13 +189,57 @@ class PrefixCache:
 
     def _drop(self):
         if self.store is not None:
-            self.store.close()
+            path = self.store.path
+            self.store.close(remove=path is not None and os.path.basename(path) not in self.named)
             self.store = self.store_cut = None
 
-    def close(self):
-        """The run ends: the store's memory and file go."""
-        self._drop()
-        shutil.rmtree(os.path.join(self.run_dir, CACHE_DIR), ignore_errors=True)
+    # ------------------------------------------------------------------ checkpoints
+    def state(self, step):
+        """What the checkpoint of global step `step` keeps of the cache (JSON-able), its store
+        written down first (persist.save)."""
+        return {"rng": self.rng.bit_generator.state, "off": self.off,
+                "builds": [dataclasses.asdict(b) for b in self.builds],
+                "stats": [self.served_steps, self.fill_steps, self.uncached_steps, self.fill_s],
+                "store": persist.save(self, step)}
+
+    def load_state(self, state):
+        """The cache as a checkpoint's `state` (state()'s) saw it, its store read back; says in
+        one line when the store cannot be, and the run then fills it again."""
+        self.rng.bit_generator.state = state["rng"]
+        self.off = state["off"]
+        self.builds = [Build(**b) for b in state["builds"]]
+        (self.served_steps, self.fill_steps, self.uncached_steps,
+         self.fill_s) = state["stats"]
+        saved = state["store"]
+        if saved is None:
+            return
+        store = persist.load(self, saved)
+        if isinstance(store, str):
+            self.log(f"warning: --cache_frozen_prefix: the checkpoint's store cannot be put "
+                     f"back: {store}; the run fills it again, and trains on other augmented "
+                     f"views than the run left alone would have")
+            return
+        self.store, self.store_cut = store, saved["cut"]
+
+    def kept(self, steps):
+        """The run's checkpoints are those of global steps `steps` now: the files no other
+        names go."""
+        self.named = persist.prune(self.run_dir, set(steps), current=(
+            None if self.store is None or self.store.path is None
+            else os.path.basename(self.store.path)))
+
+    def clear(self):
+        """The run starts afresh: an earlier run's files under its directory go."""
+        persist.clear(self.run_dir)
+
+    def close(self, finished=True):
+        """The run ends: the store's memory goes, and its files unless a resume may need them
+        (finished false: the run stopped before its end)."""
+        if self.store is not None:
+            self.store.close(remove=False)
+            self.store = self.store_cut = None
+        if finished:
+            persist.clear(self.run_dir)
 
     def summary(self, total_steps=None):
         """summary.json's prefix_cache."""
@@ -228,9 +275,12 @@ class CachedStep:
     def __init__(self, cache, cut, plain, prefix, make_cached):
         self.cache, self.cut = cache, cut
         self._make = {"plain": plain, "cached": make_cached,
-                      # any batch size, one trace: the examples to store vary in number
-                      "prefix": lambda: tf.function(lambda x: prefix(x, training=True),
-                                                    reduce_retracing=True)}
+                      # the examples to store vary in number: one trace for any batch size,
+                      # the same in every process (a resumed one stores rows equal to the bit)
+                      "prefix": lambda: tf.function(
+                          lambda x: prefix(x, training=True), input_signature=[tf.TensorSpec(
+                              (None,) + tuple(prefix.inputs[0].shape[1:]),
+                              prefix.inputs[0].dtype)])}
         self.fns = {}
         self.filled = self.compiled = False
 
@@ -272,7 +322,9 @@ class CachedStep:
         cache, build = self.cache, self.cache.builds[-1]
         t0 = cache.clock()
         missing = np.flatnonzero(need)
-        values = self._fn("prefix")(tf.gather(x, missing)).numpy()
+        prefix = self._fn("prefix")
+        values = prefix(tf.cast(tf.gather(x, missing),
+                                prefix.input_signature[0].dtype)).numpy()
         self.filled = True
         rows = np.empty(len(keys), np.int64)
         have = np.flatnonzero(~need)

@@ -39,7 +39,6 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
         return _uncached(model, f"{model.name} has no cut point: {graph.why_not}", log, explicit)
     budget = cfg.cache_budget_mb * 2**20
     os.makedirs(run_dir, exist_ok=True)
-    shutil.rmtree(os.path.join(run_dir, CACHE_DIR), ignore_errors=True)  # a killed run's
     disk = free_disk_bytes(run_dir)
     everything = graph.tensor_cuts(variables)
     # cuts at or below this index hold no trainable tensor in their prefix (tensor_cuts)

@@ -1,7 +1,12 @@
 """One cut's stored activations (Store): up to `views` rows per training example, keyed by its
 pixels, in memory or in a file under the run directory, and how much disk such a file may
 take.  An example's rows are its augmented views (one when the prefix is deterministic), filled
-one per pass over the data and then drawn at random."""
+one per pass over the data and then drawn at random.
+
+A store is also written down for the run's checkpoints (`persist`, `reopen`): its rows in a
+file, and its index (which example each key is, how many views each holds) beside each
+checkpoint, so that a resumed run holds exactly the rows the run left alone held then."""
+import hashlib
 import os
 import shutil
 
@@ -29,6 +34,24 @@ def row_bytes(cut, dtype):
     return int(np.prod(cut.shape)) * np.dtype(dtype).itemsize
 
 
+def example_keys(x):
+    """One key per example of the batch `x` (numpy or a tensor): the first 8 bytes of the SHA-1
+    of its pixels' bytes, as an int.  The same in every process (Python's own hash of bytes is
+    salted per process), so a checkpoint's index names the same examples after a restart."""
+    a = np.ascontiguousarray(x.numpy() if hasattr(x, "numpy") else x)
+    return [int.from_bytes(hashlib.sha1(row.tobytes()).digest()[:8], "little")
+            for row in a.reshape(a.shape[0], -1)]
+
+
+def fsync_dir(path):
+    """Make a rename or a new file in directory `path` survive a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class StoreFull(Exception):
     """More distinct examples than the store has rows."""
 
@@ -39,11 +62,15 @@ class Store:
     file (written with pwrite, read through a memory map).  Rows are read back as float32,
     whatever `dtype` stores them."""
 
-    def __init__(self, cut, capacity, path=None, views=1, dtype="float32"):
+    def __init__(self, cut, capacity, path=None, views=1, dtype="float32", reopen=False):
+        """reopen: `path` is the file of a store a checkpoint wrote down (reopen()), kept as it
+        is rather than made anew."""
         self.cut, self.capacity, self.path = cut, int(capacity), path
         self.views, self.dtype = int(views), np.dtype(dtype)
         self.keys = {}                               # pixels' hash -> example index
         self.counts = np.zeros(self.capacity, np.int64)  # views stored per example
+        # views per example already in the rows file that `persist` writes (a memory store's)
+        self.persisted = np.zeros(self.capacity, np.int64)
         self.stored = 0
         shape = (self.capacity * self.views,) + tuple(cut.shape)
         self.row_bytes = row_bytes(cut, self.dtype)
@@ -52,13 +79,11 @@ class Store:
             self.fd = None
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.fd = os.open(path, os.O_RDWR if reopen else os.O_RDWR | os.O_CREAT | os.O_TRUNC,
+                          0o600)
         try:
-            size = self.nbytes
-            if hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(self.fd, 0, size)  # a full disk fails here, not later
-            else:
-                os.ftruncate(self.fd, size)
+            if not reopen:
+                _allocate(self.fd, self.nbytes)
             self.data = np.memmap(path, self.dtype, "r", shape=shape)
         except BaseException:
             self.close()
@@ -118,12 +143,71 @@ class Store:
             rows[i] = row
         return rows
 
-    def close(self):
+    # ------------------------------------------------------------------ checkpoints
+    def index(self):
+        """What a checkpoint keeps of the store besides its rows: each example's key in the
+        order of the examples, and how many views each holds."""
+        keys = np.zeros(self.capacity, np.uint64)
+        for k, e in self.keys.items():
+            keys[e] = k
+        return {"keys": keys[:len(self.keys)], "counts": self.counts.copy()}
+
+    def persist(self, rows_path):
+        """Make every row stored so far durable in `rows_path` (a memory store writes the rows
+        added since its last call there; a file store is its own rows file, made durable)."""
+        if self.fd is not None:
+            os.fsync(self.fd)
+            return
+        new = self.counts > self.persisted
+        if not new.any():
+            return
+        fresh = not os.path.exists(rows_path)
+        fd = os.open(rows_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if fresh:
+                _allocate(fd, self.nbytes)
+            for e in np.flatnonzero(new):
+                first, end = e * self.views + self.persisted[e], e * self.views + self.counts[e]
+                os.pwrite(fd, self.data[first:end].tobytes(), int(first) * self.row_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if fresh:
+            fsync_dir(os.path.dirname(rows_path))
+        self.persisted = self.counts.copy()
+
+    @classmethod
+    def reopen(cls, cut, capacity, views, dtype, rows_path, index, path=None):
+        """The store a checkpoint wrote down: its index, and its rows read from `rows_path`
+        (into memory, or kept in that file when `path` is it: a file store's own).  Rows the
+        file holds beyond the index's counts were stored after the checkpoint and are not
+        counted: the resumed run stores them again."""
+        store = cls(cut, capacity, path, views, dtype, reopen=path is not None)
+        if path is None:
+            rows = np.memmap(rows_path, store.dtype, "r", shape=store.data.shape)
+            store.data[...] = rows
+            del rows
+        store.keys = {int(k): e for e, k in enumerate(index["keys"])}
+        store.counts = np.asarray(index["counts"], np.int64).copy()
+        store.persisted = store.counts.copy()
+        store.stored = int(store.counts.sum())
+        return store
+
+    def close(self, remove=True):
+        """Free the store; remove=False keeps a file store's file (a checkpoint names it)."""
         self.data = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-            try:
-                os.remove(self.path)
-            except OSError:
-                pass
+            if remove:
+                try:
+                    os.remove(self.path)
+                except OSError:
+                    pass
+
+
+def _allocate(fd, size):
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, size)  # a full disk fails here, not later
+    else:
+        os.ftruncate(fd, size)

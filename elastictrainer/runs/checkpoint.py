@@ -64,6 +64,11 @@ class RunCheckpoint:
     def latest(self):
         return tf.train.latest_checkpoint(self.directory)
 
+    @property
+    def steps(self):
+        """The global steps of the checkpoints kept (each is saved as ckpt-<step>)."""
+        return [int(path.rsplit("-", 1)[1]) for path in self._manager.checkpoints]
+
     def save(self, state, step):
         """Save the model, optimizer and iterators with the loop's `state` (a JSON-able dict),
         which is stored with its version: {"version": CHECKPOINT_VERSION, **state}."""

@@ -118,8 +118,8 @@ def _train(setup, log, clock):
         from elastictrainer.train.collectives import allreduce_bytes
         session.rec.set(decision_allreduce_bytes_per_step=allreduce_bytes(decisions))
     summary = session.finish(st, stop.requested, result)
-    if setup.prefix_cache is not None:
-        setup.prefix_cache.close()
+    if setup.prefix_cache is not None:  # a stopped run keeps the files its resume reads
+        setup.prefix_cache.close(finished=not stop.requested)
     dist.barrier()  # workers leave together: one gone early reads as a lost worker to the rest
     return summary
 
@@ -190,9 +190,13 @@ class _Session:
             self.meter.restore(*saved["energy"])
             if rt is not None:
                 rt.load_state(saved["elastic"])
+            if setup.prefix_cache is not None and saved.get("prefix_cache") is not None:
+                setup.prefix_cache.load_state(saved["prefix_cache"])
             self.log(f"resuming {setup.out} from {os.path.basename(self.ckpt.latest)}: epoch "
                      f"{st.epoch + 1} of {self.cfg.num_epochs}, step {st.step_in_epoch} of "
                      f"{setup.steps_per_epoch}, {st.train_time:.1f} s trained")
+        elif setup.prefix_cache is not None:
+            setup.prefix_cache.clear()
         self.rec.begin(resumed=setup.resume)
         if self.elastic:
             self.rec.plan(self.elastic.on_train_begin())
@@ -219,8 +223,13 @@ class _Session:
                  "energy": [self.meter.joules, self.meter.active_s],
                  "elastic": rt.state() if rt is not None else None,
                  "wall_time": time.time()}
+        cache = self.setup.prefix_cache
+        if cache is not None:
+            state["prefix_cache"] = cache.state(st.global_step)
         self.rec.flush()
         self.ckpt.save(state, st.global_step)
+        if cache is not None:
+            cache.kept(self.ckpt.steps)
         self.last_checkpoint = self.clock()
 
     def checkpoint_due(self, st):

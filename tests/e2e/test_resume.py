@@ -158,3 +158,31 @@ def test_an_uncached_run_resumes_bit_for_bit(tmp_path):
         [[e[k] for k in keys] for e in again["epochs"]]
     assert [(s["step"], s["mask"]) for s in whole["selections"]] == \
         [(s["step"], s["mask"]) for s in again["selections"]]
+
+
+def test_a_cached_run_killed_mid_epoch_resumes_bit_for_bit(tmp_path):
+    """The default, with the prefix cache serving: 40 training images, so that each epoch
+    draws the same ones, two augmented views of each stored, one selection for the run.  Killed
+    (SIGKILL) in epoch 3, after the checkpoint that wrote the store down: the resumed run reads
+    the store back and ends as the run left alone, epoch by epoch, with the same steps served
+    from the cache."""
+    cached = ("--num_train", "40", "--interval", "10", "--rho", "0.6", "--num_epochs", "5")
+    r = _run(_cmd(tmp_path, "whole", *cached))
+    assert r.returncode == 0, r.stderr[-2000:]
+    killed = subprocess.run(_cmd(tmp_path, "killed", *cached), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=900,
+                            env=dict(os.environ, **{FAULT_AT_STEP_ENV: str(KILL_AT_STEP)}))
+    assert killed.returncode == -signal.SIGKILL
+    stored = os.listdir(tmp_path / "logs" / "killed" / "prefix_cache")
+    assert any(f.endswith(".bin") for f in stored) and "index-10.npz" in stored
+    resumed = _run(_cmd(tmp_path, "killed", *cached))
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-2000:]
+    assert "cannot be put back" not in resumed.stdout + resumed.stderr
+    whole, again = _summary(tmp_path, "whole"), _summary(tmp_path, "killed")
+    keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
+    assert [[e[k] for k in keys] for e in whole["epochs"]] == \
+        [[e[k] for k in keys] for e in again["epochs"]]
+    assert whole["ran"] == again["ran"]
+    counts = ("fill_steps", "served_steps", "uncached_steps")
+    assert whole["prefix_cache"]["served_steps"] > 0
+    assert [whole["prefix_cache"][k] for k in counts] == [again["prefix_cache"][k] for k in counts]

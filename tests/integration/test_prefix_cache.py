@@ -332,24 +332,58 @@ def test_no_usable_cut_is_said_in_one_line_with_why_also_in_the_refusal_it_leads
     assert "prefix cache" not in str(refused.value)
 
 
-def test_a_resumed_run_fills_its_cache_again_and_trains_on_as_if_never_stopped(
-        tmp_path, monkeypatch):
-    def run(name, cached, log=lambda m: None):
-        c = cfg(tmp_path, name, cache_frozen_prefix=cached)
-        return loop.run(c, log=log, model=nested_model(), data=data())
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_resumed_run_holds_the_store_it_left_and_trains_on_bit_for_bit(
+        tmp_path, monkeypatch, on_disk):
+    """Stopped (Ctrl-C) after its first epoch, with one of each image's two augmented views
+    stored: the resumed run reads the store back from its files (a memory store's rows were
+    written at the checkpoint; a file store is its own), fills the second views with the
+    views the run left alone drew, and every later step trains on the same rows, drawn by the
+    same generator: its losses are the uninterrupted run's, exactly."""
+    monkeypatch.setattr(prefix_plan, "free_disk_bytes", lambda path: 2**30)
+    budget = {"cache_budget_mb": 0} if on_disk else {}
+
+    def run(name, log=lambda m: None):
+        c = cfg(tmp_path, name, cache_frozen_prefix=True, cache_views=2, num_epochs=4, **budget)
+        return loop.run(c, log=log, model=nested_model(augment=True), data=data())
 
     def ctrl_c_after_the_first_epoch(message):
         if message.startswith("epoch 1:"):
             os.kill(os.getpid(), signal.SIGINT)
 
-    plain, _ = losses_of(monkeypatch, lambda: run("plain", False))
-    first, stopped = losses_of(monkeypatch, lambda: run("resumed", True,
-                                                        ctrl_c_after_the_first_epoch))
+    whole, left = losses_of(monkeypatch, lambda: run("whole"))
+    first, stopped = losses_of(monkeypatch, lambda: run("resumed", ctrl_c_after_the_first_epoch))
     assert stopped["status"] == "interrupted" and len(first) == 5
-    rest, summary = losses_of(monkeypatch, lambda: run("resumed", True))
-    np.testing.assert_allclose(np.concatenate([first, rest]), plain, rtol=2e-5, atol=1e-6)
-    pc = summary["prefix_cache"]
-    assert pc["fill_steps"] == 5 and pc["served_steps"] == 5  # filled again, then served
+    files = os.listdir(tmp_path / "resumed" / prefix_store.CACHE_DIR)
+    assert "index-5.npz" in files and any(f.endswith(".bin") for f in files)
+    said = []
+    rest, summary = losses_of(monkeypatch, lambda: run("resumed", said.append))
+    assert not any("cannot be put back" in m for m in said)
+    np.testing.assert_array_equal(np.concatenate([first, rest]), whole)
+    keys = ("fill_steps", "served_steps", "uncached_steps")
+    assert [summary["prefix_cache"][k] for k in keys] == [left["prefix_cache"][k] for k in keys] \
+        == [10, 10, 0]
+    assert len(summary["prefix_cache"]["builds"]) == 1  # put back, not made again
+    assert [e["test_loss"] for e in summary["epochs"]] == [e["test_loss"] for e in left["epochs"]]
+    assert not (tmp_path / "resumed" / prefix_store.CACHE_DIR).exists()  # gone at the end
+
+
+def test_checkpoints_keep_the_rows_files_they_name_and_no_others(tmp_path):
+    """prune: an index file per kept checkpoint, the rows file each names and the live
+    store's; everything else under the cache's directory goes."""
+    from elastictrainer.prefix import persist
+
+    directory = tmp_path / prefix_store.CACHE_DIR
+    directory.mkdir()
+    for step, build in ((5, 0), (10, 1), (15, 1)):
+        np.savez(directory / f"index-{step}.npz", build=build, keys=np.zeros(0, np.uint64),
+                 counts=np.zeros(0, np.int64))
+    for name in ("0-pool.bin", "1-relu1.bin", "2-conv1.bin", "3-pool.bin", "x.tmp.npz"):
+        (directory / name).write_bytes(b"")
+    named = persist.prune(str(tmp_path), {10, 15}, current="3-pool.bin")
+    assert named == {"1-relu1.bin"}
+    assert sorted(os.listdir(directory)) == ["1-relu1.bin", "3-pool.bin", "index-10.npz",
+                                             "index-15.npz"]
 
 
 def test_random_augmentation_is_cached_as_the_views_asked_for(tmp_path):
