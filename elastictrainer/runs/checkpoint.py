@@ -20,6 +20,7 @@ import json
 import os
 
 import tensorflow as tf
+from google.protobuf import text_format
 
 from elastictrainer.errors import UserError, one_line
 from elastictrainer.runs import checkpoint_files
@@ -175,19 +176,19 @@ class RunCheckpoint:
             return  # the chief rewrites the index
         state = tf.train.get_checkpoint_state(self.directory)
         dropped = {_norm(p) for p, _ in skipped}
-        kept = [(p, t) for p, t in zip(state.all_model_checkpoint_paths,
-                                      list(state.all_model_checkpoint_timestamps)
-                                      or [None] * len(state.all_model_checkpoint_paths))
-                if _norm(p) not in dropped]
-        stamps = [t for _, t in kept]
+        paths = list(state.all_model_checkpoint_paths)
+        stamps = list(state.all_model_checkpoint_timestamps)
+        keep = [k for k, p in enumerate(paths) if _norm(p) not in dropped]
         # names relative to the directory, as the manager writes them, so that the run
-        # directory can still be moved; an absolute save_dir keeps them as given
-        tf.compat.v1.train.update_checkpoint_state(
-            os.path.abspath(self.directory), os.path.basename(restored),
-            [os.path.basename(p) for p, _ in kept],
-            all_model_checkpoint_timestamps=None if None in stamps else stamps,
-            last_preserved_timestamp=state.last_preserved_timestamp)
-        checkpoint_files.fsync_dir(self.directory)
+        # directory can still be moved
+        state.model_checkpoint_path = os.path.basename(restored)
+        del state.all_model_checkpoint_paths[:]
+        state.all_model_checkpoint_paths.extend(os.path.basename(paths[k]) for k in keep)
+        del state.all_model_checkpoint_timestamps[:]
+        if len(stamps) == len(paths):
+            state.all_model_checkpoint_timestamps.extend(stamps[k] for k in keep)
+        checkpoint_files.write_durably(os.path.join(self.directory, checkpoint_files.INDEX_FILE),
+                                       text_format.MessageToString(state))
         self._manager = self._new_manager()
 
     def _check_version(self, state, path):

@@ -59,13 +59,19 @@ def seal(prefix):
     index = os.path.join(directory, INDEX_FILE)
     if os.path.exists(index):
         _crc_and_sync(index, sync=True)
-    tmp = prefix + SUMS_SUFFIX + ".tmp"
+    write_durably(prefix + SUMS_SUFFIX, json.dumps({"files": sums}))
+
+
+def write_durably(path, text):
+    """Replace the file `path` by one holding `text`, whole or not at all, on the disk when
+    this returns."""
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"files": sums}, f)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, prefix + SUMS_SUFFIX)
-    fsync_dir(directory)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
 
 
 def damage(prefix):
