@@ -97,10 +97,13 @@ class RunCheckpoint:
             # A number the index names keeps its files and its older sums: if this save
             # overwrote them in part, they no longer match, and a resume skips them.
             prefix = os.path.join(directory, f"{CHECKPOINT_NAME}-{step}")
-            if _norm(prefix) in {_norm(p) for p in self._indexed(directory)}:
-                checkpoint_files.remove_temp(prefix)
-            else:
-                checkpoint_files.remove(prefix)
+            try:
+                if _norm(prefix) in {_norm(p) for p in self._indexed(directory)}:
+                    checkpoint_files.remove_temp(prefix)
+                else:
+                    checkpoint_files.remove(prefix)
+            except Exception:  # the save's own error says more than the cleanup's
+                pass
             raise
         if self.write_dir:
             tf.io.gfile.rmtree(self.write_dir)
@@ -158,15 +161,17 @@ class RunCheckpoint:
                 f", nor can the {len(skipped) - 1} before it")
             raise UserError(f"cannot resume from {path}: the checkpoint is unreadable "
                             f"({why}){others}; start the run over with --resume false")
+        self._check_version(state, path)
         if skipped:
             # Every variable, slot and iterator of the damaged checkpoints is in this one too
             # (the same run), so reading it overwrote whatever their failed reads had set.
             self._forget(skipped, path)
         self.restored = path
-        self._check_version(state, path)
         return migrate_state(state)
 
     def _forget(self, skipped, restored):
+        """Say which damaged checkpoints were skipped for `restored`, and (the chief) drop them
+        from the index and from the manager's rotation."""
         names = ", ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped)
         lost = _number(skipped[0][0]) - _number(restored)
         self.log(f"warning: checkpoint{'s' if len(skipped) > 1 else ''} {names} "
