@@ -324,6 +324,10 @@ class Config:
     checkpoint_minutes: float = field(default=10.0, metadata=flag(
         "checkpoint (weights, optimizer, data position, selection) at each epoch end and at "
         "least this often within an epoch; 0: at epoch ends only"))
+    keep_checkpoints: int = field(default=2, metadata=flag(
+        "checkpoints kept (the newest); a resume reads the newest intact one, so keep more on "
+        "a device that may lose power while saving, where the newest and the one before can "
+        "both be damaged"))
     # Bars are on unless asked otherwise, so the command line's switch is the negative one.
     progress: bool = field(default=True, metadata=flag("no progress bars", off_switch="quiet"))
 
@@ -347,6 +351,9 @@ class Config:
         if not self.checkpoint_minutes >= 0:
             raise UserError(f"--checkpoint_minutes must be >= 0 (0: at epoch ends only), got "
                             f"{self.checkpoint_minutes}")
+        if not (isinstance(self.keep_checkpoints, int) and self.keep_checkpoints >= 1):
+            raise UserError(f"--keep_checkpoints must be a whole number >= 1, got "
+                            f"{self.keep_checkpoints!r}")
         if self.rho != AUTO and not (isinstance(self.rho, (int, float)) and 0 < self.rho <= 1):
             raise UserError(f"--rho is the elastic step time / full step time and must be in "
                             f"(0, 1], or auto; got {self.rho}")

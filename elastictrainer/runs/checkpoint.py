@@ -8,7 +8,11 @@ were) and the loop's own state as one JSON string (epoch and step, the selection
 loop's time-model corrections, the summary so far, the augmentation generators' states), with
 the version of its layout (CHECKPOINT_VERSION; migrate_state reads older ones).
 tf.train.CheckpointManager writes each checkpoint's files before it rewrites its index file
-atomically, so a `kill -9` at any moment leaves the previous checkpoint readable.
+atomically, so a `kill -9` at any moment leaves the previous checkpoint readable; the last few
+are kept (--keep_checkpoints).  Each saved checkpoint is made durable and its files' checksums
+recorded (checkpoint_files.py), and a resume reads the newest checkpoint that is intact: one
+that is damaged (a power cut, a full disk, a bad sector) costs the steps since the one before,
+not the run.
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
@@ -16,10 +20,13 @@ import json
 import os
 
 import tensorflow as tf
+from google.protobuf import text_format
 
 from elastictrainer.errors import UserError, one_line
+from elastictrainer.runs import checkpoint_files
 
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_NAME = "ckpt"  # checkpoint N is <run>/checkpoints/ckpt-N, N the global step
 # The version of the loop state a checkpoint holds.  Raise it when the state changes so that
 # code reading the old layout would misread the new one, and add the step from the old version
 # to migrate_state: runs checkpointed before the change still resume, and an older
@@ -45,23 +52,34 @@ def migrate_state(state):
 
 
 class RunCheckpoint:
-    """Checkpoints of one run directory (`run_dir/checkpoints`), the latest two kept."""
+    """Checkpoints of one run directory (`run_dir/checkpoints`), the latest `max_to_keep`
+    kept."""
 
-    def __init__(self, run_dir, model, optimizer, iterators, max_to_keep=2, write_dir=None):
+    def __init__(self, run_dir, model, optimizer, iterators, max_to_keep=2, write_dir=None,
+                 log=print):
         """write_dir: where this process saves, when not the run's own directory (a
         multi-worker run's other workers: they save as tf.distribute requires, into a directory
-        removed after each save, and restore the chief's checkpoints)."""
+        removed after each save, and restore the chief's checkpoints).  log: where restore says
+        that it skipped a damaged checkpoint."""
         self.run_dir = run_dir
         self.directory = os.path.join(run_dir, CHECKPOINT_DIR)
         self.write_dir = write_dir
+        self.max_to_keep = max_to_keep
+        self.log = log
+        self.restored = None  # the checkpoint restore() read
         self._state = tf.Variable("", dtype=tf.string, trainable=False)
         self._ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, loop_state=self._state,
                                          **iterators)
-        self._manager = tf.train.CheckpointManager(
-            self._ckpt, write_dir or self.directory, max_to_keep=max_to_keep)
+        self._manager = self._new_manager()
+
+    def _new_manager(self):
+        return tf.train.CheckpointManager(self._ckpt, self.write_dir or self.directory,
+                                          max_to_keep=self.max_to_keep,
+                                          checkpoint_name=CHECKPOINT_NAME)
 
     @property
     def latest(self):
+        """The newest checkpoint the index names (restore() may have read an older one)."""
         return tf.train.latest_checkpoint(self.directory)
 
     @property
@@ -71,42 +89,140 @@ class RunCheckpoint:
 
     def save(self, state, step):
         """Save the model, optimizer and iterators with the loop's `state` (a JSON-able dict),
-        which is stored with its version: {"version": CHECKPOINT_VERSION, **state}."""
+        which is stored with its version: {"version": CHECKPOINT_VERSION, **state}.  Once this
+        returns, the checkpoint is on the disk with its checksums; a save that fails leaves no
+        files of its own that the index does not name."""
         versioned = {"version": CHECKPOINT_VERSION, **state}
         versioned["version"] = CHECKPOINT_VERSION  # the format written is always this code's
         self._state.assign(json.dumps(versioned))
-        path = self._manager.save(checkpoint_number=step)
+        directory = self.write_dir or self.directory
+        try:
+            path = self._manager.save(checkpoint_number=step)
+        except BaseException:
+            # A number the index names keeps its files and its older sums: if this save
+            # overwrote them in part, they no longer match, and a resume skips them.
+            prefix = os.path.join(directory, f"{CHECKPOINT_NAME}-{step}")
+            try:
+                if _norm(prefix) in {_norm(p) for p in self._indexed(directory)}:
+                    checkpoint_files.remove_temp(prefix)
+                else:
+                    checkpoint_files.remove(prefix)
+            except Exception:  # the save's own error says more than the cleanup's
+                pass
+            raise
         if self.write_dir:
             tf.io.gfile.rmtree(self.write_dir)
+            return path
+        checkpoint_files.seal(path)
+        checkpoint_files.remove_stale_sums(directory, self._manager.checkpoints)
         return path
 
+    @staticmethod
+    def _indexed(directory):
+        """The checkpoints the index of `directory` names, newest first."""
+        state = tf.train.get_checkpoint_state(directory)
+        if state is None:
+            return []
+        paths = list(state.all_model_checkpoint_paths)
+        latest = state.model_checkpoint_path
+        if latest in paths:
+            paths.remove(latest)
+        return [latest] + paths[::-1] if latest else paths[::-1]
+
+    def _read(self, path):
+        """Restore checkpoint `path` in place and return its loop state; any exception: it is
+        unreadable."""
+        damage = checkpoint_files.damage(path)
+        if damage:
+            raise ValueError(damage)
+        self._ckpt.restore(path).assert_existing_objects_matched()
+        state = json.loads(self._state.numpy().decode())
+        if not isinstance(state, dict):
+            raise ValueError("its loop state is not a JSON object")
+        return state
+
     def restore(self):
-        """The loop state of the latest checkpoint, migrated to CHECKPOINT_VERSION (its
-        "version" included), everything else restored in place; one line (UserError) when it
-        cannot be read or is of a newer version than this code reads."""
-        path = self.latest
-        try:
-            self._ckpt.restore(path).assert_existing_objects_matched()
-            state = json.loads(self._state.numpy().decode())
-            if not isinstance(state, dict):
-                raise ValueError("its loop state is not a JSON object")
-        except Exception as e:  # a truncated file fails in TF's reader with any of several types
-            message = e.message if isinstance(e, tf.errors.OpError) else str(e)
+        """The loop state of the newest checkpoint that can be read, migrated to
+        CHECKPOINT_VERSION (its "version" included), everything else restored in place from
+        that same checkpoint (`restored` names it).  Damaged newer ones are skipped, said in one
+        line, and dropped from the index, so that the saves that follow number and rotate as if
+        they had never been written.  One line (UserError) when none can be read or the one
+        read is of a newer version than this code reads."""
+        candidates = self._indexed(self.directory)
+        skipped = []
+        for path in candidates:
+            try:
+                state = self._read(path)
+                break
+            except Exception as e:  # a damaged file fails in TF's reader with any of several types
+                message = e.message if isinstance(e, tf.errors.OpError) else str(e)
+                skipped.append((path, one_line(message, 160)))
+        else:
+            if not skipped:
+                raise UserError(f"cannot resume {self.run_dir}: its checkpoint index names no "
+                                f"checkpoint; start the run over with --resume false")
+            path, why = skipped[0]
+            others = "" if len(skipped) == 1 else (
+                f", nor can the {len(skipped) - 1} before it")
             raise UserError(f"cannot resume from {path}: the checkpoint is unreadable "
-                            f"({one_line(message, 160)}); start the run over with --resume "
-                            f"false") from None
-        version = state.get("version")  # none: saved before the version was recorded
-        if version is not None:
-            if not (isinstance(version, int) and not isinstance(version, bool) and version >= 1):
-                raise UserError(f"cannot resume from {path}: the checkpoint's state version "
-                                f"{version!r} is not a positive integer; start the run over "
-                                f"with --resume false")
-            if version > CHECKPOINT_VERSION:
-                raise UserError(f"cannot resume {self.run_dir}: its checkpoint has state "
-                                f"version {version}, newer than this ElasticTrainer reads "
-                                f"({CHECKPOINT_VERSION}); upgrade, or start over with "
-                                f"--resume false")
+                            f"({why}){others}; start the run over with --resume false")
+        self._check_version(state, path)
+        if skipped:
+            # Every variable, slot and iterator of the damaged checkpoints is in this one too
+            # (the same run), so reading it overwrote whatever their failed reads had set.
+            self._forget(skipped, path)
+        self.restored = path
         return migrate_state(state)
+
+    def _forget(self, skipped, restored):
+        """Say which damaged checkpoints were skipped for `restored`, and (the chief) drop them
+        from the index and from the manager's rotation."""
+        names = ", ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped)
+        lost = _number(skipped[0][0]) - _number(restored)
+        self.log(f"warning: checkpoint{'s' if len(skipped) > 1 else ''} {names} "
+                 f"{'are' if len(skipped) > 1 else 'is'} unreadable: resuming from "
+                 f"{os.path.basename(restored)} instead, {lost} steps earlier")
+        if self.write_dir:
+            return  # the chief rewrites the index
+        state = tf.train.get_checkpoint_state(self.directory)
+        dropped = {_norm(p) for p, _ in skipped}
+        paths = list(state.all_model_checkpoint_paths)
+        stamps = list(state.all_model_checkpoint_timestamps)
+        keep = [k for k, p in enumerate(paths) if _norm(p) not in dropped]
+        # names relative to the directory, as the manager writes them, so that the run
+        # directory can still be moved
+        state.model_checkpoint_path = os.path.basename(restored)
+        del state.all_model_checkpoint_paths[:]
+        state.all_model_checkpoint_paths.extend(os.path.basename(paths[k]) for k in keep)
+        del state.all_model_checkpoint_timestamps[:]
+        if len(stamps) == len(paths):
+            state.all_model_checkpoint_timestamps.extend(stamps[k] for k in keep)
+        checkpoint_files.write_durably(os.path.join(self.directory, checkpoint_files.INDEX_FILE),
+                                       text_format.MessageToString(state))
+        self._manager = self._new_manager()
+
+    def _check_version(self, state, path):
+        version = state.get("version")  # none: saved before the version was recorded
+        if version is None:
+            return
+        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 1):
+            raise UserError(f"cannot resume from {path}: the checkpoint's state version "
+                            f"{version!r} is not a positive integer; start the run over "
+                            f"with --resume false")
+        if version > CHECKPOINT_VERSION:
+            raise UserError(f"cannot resume {self.run_dir}: its checkpoint has state "
+                            f"version {version}, newer than this ElasticTrainer reads "
+                            f"({CHECKPOINT_VERSION}); upgrade, or start over with "
+                            f"--resume false")
+
+
+def _norm(path):
+    return os.path.normpath(os.path.abspath(path))
+
+
+def _number(path):
+    """N of a checkpoint `.../ckpt-N` (the global step it was saved at)."""
+    return int(path.rsplit("-", 1)[1])
 
 
 def check_same_run(saved, cfg, run_dir):

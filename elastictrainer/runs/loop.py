@@ -156,6 +156,7 @@ class _Session:
         # drop, and every worker restores the chief's.
         self.chief = dist.is_chief
         self.ckpt = RunCheckpoint(setup.out, setup.model, setup.compiled.optimizer, iterators,
+                                  max_to_keep=cfg.keep_checkpoints, log=log,
                                   write_dir=None if self.chief else os.path.join(
                                       setup.out, f".{dist.worker.replace(' ', '')}"))
         self.meter = energy.detect(mode=cfg.energy if self.chief else "none")
@@ -192,7 +193,7 @@ class _Session:
                 rt.load_state(saved["elastic"])
             if setup.prefix_cache is not None and saved.get("prefix_cache") is not None:
                 setup.prefix_cache.load_state(saved["prefix_cache"])
-            self.log(f"resuming {setup.out} from {os.path.basename(self.ckpt.latest)}: epoch "
+            self.log(f"resuming {setup.out} from {os.path.basename(self.ckpt.restored)}: epoch "
                      f"{st.epoch + 1} of {self.cfg.num_epochs}, step {st.step_in_epoch} of "
                      f"{setup.steps_per_epoch}, {st.train_time:.1f} s trained")
         elif setup.prefix_cache is not None:

@@ -1,5 +1,6 @@
 """Resuming a run (checkpoint.py): a run killed with SIGKILL and started again ends exactly as
-the same run never interrupted; other settings and broken checkpoints are refused in one line."""
+the same run never interrupted, from the checkpoint before when its newest is damaged; other
+settings, and checkpoints all damaged, are refused in one line."""
 import glob
 import json
 import os
@@ -110,21 +111,63 @@ def test_other_settings_are_refused_in_one_line(runs):
     assert r.stderr.strip().count("\n") == 0 and "--rho 0.7, not 0.8" in r.stderr
 
 
-def test_a_truncated_checkpoint_is_refused_in_one_line(runs):
-    tmp, _ = runs
-    shutil.copytree(tmp / "killed_copy", tmp / "logs" / "broken")
+def _damage(run_dir, how, newest_only=True):
+    """Damage the data file of the newest checkpoint the index names (every one it names with
+    newest_only false): cut to half its size, or one byte in its middle flipped."""
     import tensorflow as tf
 
-    # the checkpoint a resume reads (the index's), not the newest file: a kill while saving
-    # leaves a newer data file that the index does not name yet
-    latest = tf.train.latest_checkpoint(str(tmp / "logs" / "broken" / "checkpoints"))
-    data = glob.glob(latest + ".data-*")[0]
-    with open(data, "r+b") as f:
-        f.truncate(os.path.getsize(data) // 2)
+    state = tf.train.get_checkpoint_state(str(run_dir / "checkpoints"))
+    prefixes = [state.model_checkpoint_path] if newest_only else state.all_model_checkpoint_paths
+    for prefix in prefixes:
+        (data,) = glob.glob(prefix + ".data-*")
+        size = os.path.getsize(data)
+        with open(data, "r+b") as f:
+            if how == "truncated":
+                f.truncate(size // 2)
+            else:
+                f.seek(size // 2)
+                byte = f.read(1)
+                f.seek(size // 2)
+                f.write(bytes([byte[0] ^ 0x01]))
+    return [os.path.basename(p) for p in prefixes]
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit flipped"])
+def test_a_damaged_newest_checkpoint_costs_only_the_steps_since_the_one_before(runs, how):
+    """Real file corruption of the killed run's newest checkpoint (epoch 2's, step 10): the
+    resume says in one line that it reads epoch 1's instead, 5 steps earlier, and the run ends
+    with the uninterrupted run's epochs.  The truncated one runs with --keep_checkpoints 3 and
+    ends with three checkpoints."""
+    tmp, _ = runs
+    name = "truncated" if how == "truncated" else "flipped"
+    shutil.copytree(tmp / "killed_copy", tmp / "logs" / name)
+    assert _damage(tmp / "logs" / name, how) == ["ckpt-10"]
+    keep = ("--keep_checkpoints", "3") if how == "truncated" else ()
+    r = _run(_cmd(tmp, name, *keep))
+    assert r.returncode == 0, r.stderr[-2000:]
+    (warning,) = [line for line in r.stdout.splitlines() if "unreadable" in line]
+    assert warning.startswith("warning: checkpoint ckpt-10 (")
+    assert warning.endswith("is unreadable: resuming from ckpt-5 instead, 5 steps earlier")
+    assert f"resuming {tmp / 'logs' / name} from ckpt-5: epoch 2 of 4" in r.stdout
+    keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
+    assert [[e[k] for k in keys] for e in _summary(tmp, "whole")["epochs"]] == \
+        [[e[k] for k in keys] for e in _summary(tmp, name)["epochs"]]
+    kept = sorted(f for f in os.listdir(tmp / "logs" / name / "checkpoints")
+                  if f.endswith(".sums.json"))
+    expected = ["ckpt-10", "ckpt-15", "ckpt-20"] if keep else ["ckpt-15", "ckpt-20"]
+    assert kept == [f"{c}.sums.json" for c in expected]
+
+
+def test_every_checkpoint_damaged_is_refused_in_one_line(runs):
+    """Real file corruption: both of the killed run's checkpoints truncated."""
+    tmp, _ = runs
+    shutil.copytree(tmp / "killed_copy", tmp / "logs" / "broken")
+    assert _damage(tmp / "logs" / "broken", "truncated", newest_only=False) == \
+        ["ckpt-5", "ckpt-10"]
     r = _run(_cmd(tmp, "broken"))
     assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "unreadable" in r.stderr
-    assert "--resume false" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "ckpt-10: the checkpoint is unreadable" in r.stderr
+    assert "nor can the 1 before it; start the run over with --resume false" in r.stderr
 
 
 def test_a_finished_run_is_not_run_again_and_resume_false_starts_over(runs):
