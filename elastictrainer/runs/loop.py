@@ -351,6 +351,4 @@ def _first_line(text, limit=160):
 def _save_weights_atomically(model, path):
     # the format follows the name's ending (".weights.h5"), so the temporary name keeps it
     head, base = os.path.split(path)
-    tmp = os.path.join(head, "tmp-" + base)
-    model.save_weights(tmp)
-    os.replace(tmp, path)
+    runlog.replace_durably(path, model.save_weights, tmp=os.path.join(head, "tmp-" + base))
