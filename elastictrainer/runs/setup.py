@@ -16,7 +16,7 @@ import tensorflow as tf
 from elastictrainer import flavors, runlog
 from elastictrainer.flavors import batchnorm, optimizers
 from elastictrainer.train import distribution
-from elastictrainer.runs import disk
+from elastictrainer.runs import disk, room
 from elastictrainer.runs.checkpoint import CHECKPOINT_DIR, check_same_run
 from elastictrainer.elastic.budget import AUTO
 from elastictrainer.errors import UserError, check_writable_dir
@@ -123,6 +123,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
         steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
     out = runlog.run_dir(cfg.logdir, cfg.run_name)
+    if dist.is_chief:  # before the table is read or profiled
+        room.check_room(model, cfg, out, scheme.elastic, log)
     # before anything traces the model: its profile, cut points and steps see the mode
     bn_forced = tuple(batchnorm.apply(model, cfg.bn_mode))
     said = batchnorm.describe(model, cfg.bn_mode)

@@ -18,7 +18,8 @@ import tensorflow as tf
 from elastictrainer import config, runlog
 from elastictrainer.errors import RunError
 from elastictrainer.profiler import run as prun
-from elastictrainer.runs import checkpoint, disk, loop, recorder
+from elastictrainer.errors import UserError
+from elastictrainer.runs import checkpoint, disk, loop, recorder, room
 
 from helpers import scripted_table
 
@@ -238,3 +239,34 @@ def test_a_real_full_disk_stops_cleanly_and_resumes(small_disk, tmp, reference):
     os.remove(filler)
     resumed = loop.run(run, log=lambda m: None)
     assert resumed["status"] == "finished" and epochs(resumed) == reference
+
+
+def test_a_run_that_will_not_fit_is_refused_or_warned_before_it_starts(tmp, monkeypatch):
+    """The free space is a function the test gives: checkpoints that do not fit refuse the run
+    before its table is read; room for them but not for the events is one warning line."""
+    from elastictrainer.models.build import build_sized
+
+    model, _, _ = build_sized("smallcnn", 16, 10, "none", log=lambda m: None, progress=False)
+    parts = room.estimate(model, cfg(tmp, "x"), elastic=True)
+    weights = room.variable_bytes(model.weights)
+    trainable = room.variable_bytes(model.trainable_weights)
+    assert parts["checkpoints"] >= 3 * (weights + 2 * trainable)  # Adam: two slots
+    assert parts["events"] > 0 and parts["summary"] > 0
+    read = []
+    monkeypatch.setattr(disk, "table_to_read", lambda *a: read.append(a) or a[0])
+    monkeypatch.setattr(room, "free_bytes", lambda path: parts["checkpoints"] - 1)
+    with pytest.raises(UserError) as refused:
+        loop.run(cfg(tmp, "tight"), log=lambda m: None)
+    assert "its checkpoints do not fit; free space or pass another --logdir" in str(
+        refused.value) and "\n" not in str(refused.value)
+    assert read == []  # refused before the timing table
+    monkeypatch.setattr(room, "free_bytes", lambda path: parts["checkpoints"] + 1)
+    lines = []
+    summary = loop.run(cfg(tmp, "warned", num_epochs=1), log=lines.append)
+    assert summary["status"] == "finished"
+    warned = [m for m in lines if m.startswith("warning:")]
+    assert len(warned) == 1 and "fewer --num_epochs" in warned[0]
+    monkeypatch.setattr(room, "free_bytes", lambda path: sum(parts.values()))
+    lines.clear()
+    loop.run(cfg(tmp, "roomy", num_epochs=1), log=lines.append)
+    assert not [m for m in lines if m.startswith("warning:")]
