@@ -135,11 +135,11 @@ def _whole_json(path):
 
 
 def last_good(out):
-    """How the line names the checkpoint a resume starts from."""
+    """How the line names the checkpoint a resume starts from (None: there is none)."""
     state = saved_state(out)
     latest = tf.train.latest_checkpoint(os.path.join(out, CHECKPOINT_DIR))
     if latest is None or state is None:
-        return "no checkpoint was saved yet, so the run starts over"
+        return None
     loop = state.get("loop", {})
     return (f"the last good checkpoint is {latest} (it resumes at epoch "
             f"{loop.get('epoch', 0) + 1}, step {loop.get('step_in_epoch', 0)})")
@@ -157,11 +157,12 @@ def _mark_failed(out, line):
 
 
 @contextlib.contextmanager
-def stops_cleanly(out, started=True):
+def stops_cleanly(out, started=True, chief=True):
     """A full disk met inside stops the run of directory `out` in one line (RunError, exit 1):
     the disk, the last good checkpoint, and free space and run the same command to resume;
     temporary files are removed and summary.json says failed where it can be written.
-    started false: the run's setup (profiling, the run directory), before any checkpoint."""
+    started false: the run's setup (profiling, the run directory), before any checkpoint;
+    chief false: a multi-worker run's other worker, which leaves summary.json to the chief."""
     try:
         yield
     except Exception as e:
@@ -171,11 +172,14 @@ def stops_cleanly(out, started=True):
         remove_partial_writes(out)
         disk = mount_point(getattr(full, "filename", None) or out)
         free_mb = shutil.disk_usage(disk).free / 2**20
-        where = (f"while writing {out}: {last_good(out)}; free space and run the same command "
-                 f"to resume" if started else
-                 f"while setting the run up: free space and run the same command")
+        good = last_good(out) if started else None
+        where = (f"while setting the run up: free space and run the same command" if not started
+                 else f"while writing {out}: no checkpoint was saved yet; free space and run the "
+                 f"same command to start it again" if good is None
+                 else f"while writing {out}: {good}; free space and run the same command to "
+                 f"resume")
         line = f"no space left on device on {disk} ({free_mb:.1f} MB free) {where}"
-        if started:
+        if started and chief:
             _mark_failed(out, line)
         raise RunError(one_line(line, 600)) from e
 

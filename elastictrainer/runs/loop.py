@@ -45,7 +45,7 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
     with disk.stops_cleanly(cfg.logdir, started=False):
         setup = setup_run(cfg, log, model, data, clock=clock)
     try:
-        with disk.stops_cleanly(setup.out):  # a full disk: one line, resumable
+        with disk.stops_cleanly(setup.out, chief=setup.dist.is_chief):  # one line, resumable
             return _train(setup, log, clock)
     finally:  # a model given leaves with its BatchNorm layers as it came (--bn_mode)
         batchnorm.restore(setup.bn_forced)
