@@ -1,6 +1,8 @@
 """Run directory layout, TensorBoard tags and file formats: defined once, used by the training
 loop that writes them and by the plotting scripts that read them."""
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 from typing import List, Optional
@@ -142,12 +144,54 @@ def run_dir(logdir, run_name):
     return os.path.join(logdir, run_name)
 
 
+TMP_SUFFIX = ".tmp"  # a file being written; never read, removed when its write fails
+
+
+def replace_durably(path, write, tmp=None):
+    """Put a new `path` in place whole and on the disk before it counts: `write(tmp)` writes the
+    file at the temporary name (path + TMP_SUFFIX unless given), which is flushed to the disk,
+    renamed over `path`, and the directory's entry flushed too.  A power cut leaves the old
+    file or the new one, never a truncated one (a rename alone does not: the file system may
+    commit the rename before the data).  A failed write (a full disk) removes the temporary
+    file and raises."""
+    tmp = tmp or path + TMP_SUFFIX
+    try:
+        write(tmp)
+        fd = os.open(tmp, os.O_RDWR)  # writable: Windows flushes no read-only handle
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_dir(directory):
+    """Flush a directory's entries (a rename into it) to the disk, where the system can."""
+    if os.name == "nt":  # Windows opens no directory for fsync; its renames are journaled
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        # some file systems (network, FUSE) do not flush directories; the rename stands
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_json(path, obj):
-    """Write whole-or-nothing, so an interrupted run never leaves half a file."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
+    """Write whole-or-nothing and durably (replace_durably): what a resume reads is never half
+    a file."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+    replace_durably(path, write)
 
 
 def truncate_events(run_directory, wall_time):
@@ -173,11 +217,12 @@ def truncate_events(run_directory, wall_time):
             dropped += 1
         if not dropped:
             continue
-        tmp = path + ".tmp"
-        with tf.io.TFRecordWriter(tmp) as w:
-            for raw in kept:
-                w.write(raw)
-        os.replace(tmp, path)
+
+        def write(tmp, kept=kept):
+            with tf.io.TFRecordWriter(tmp) as w:
+                for raw in kept:
+                    w.write(raw)
+        replace_durably(path, write)
 
 
 def read_summary(run_directory):

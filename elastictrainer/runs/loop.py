@@ -23,7 +23,7 @@ from elastictrainer.data.folder import first_undecodable
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.errors import RunError, one_line
 from elastictrainer.machine import release_memory
-from elastictrainer.runs import energy
+from elastictrainer.runs import disk, energy
 from elastictrainer.runs.checkpoint import RunCheckpoint
 from elastictrainer.runs.interrupt import StopFlag, fault_at_step, inject_fault
 from elastictrainer.runs.recorder import Recorder, new_summary
@@ -42,9 +42,11 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
         the train set once (or cfg.steps_per_epoch steps).
     clock: seconds, for step timing and the training time (a simulated device in tests).
     """
-    setup = setup_run(cfg, log, model, data, clock=clock)
+    with disk.stops_cleanly(cfg.logdir, started=False):
+        setup = setup_run(cfg, log, model, data, clock=clock)
     try:
-        return _train(setup, log, clock)
+        with disk.stops_cleanly(setup.out, chief=setup.dist.is_chief):  # one line, resumable
+            return _train(setup, log, clock)
     finally:  # a model given leaves with its BatchNorm layers as it came (--bn_mode)
         batchnorm.restore(setup.bn_forced)
 
@@ -223,7 +225,8 @@ class _Session:
                  "random": get_random_state(self.setup.model),
                  "energy": [self.meter.joules, self.meter.active_s],
                  "elastic": rt.state() if rt is not None else None,
-                 "wall_time": time.time()}
+                 "wall_time": time.time(),
+                 disk.CONFIG_KEY: dataclasses.asdict(self.cfg)}  # config.json's, if it is lost
         cache = self.setup.prefix_cache
         if cache is not None:
             state["prefix_cache"] = cache.state(st.global_step)
@@ -361,6 +364,4 @@ def _first_line(text, limit=160):
 def _save_weights_atomically(model, path):
     # the format follows the name's ending (".weights.h5"), so the temporary name keeps it
     head, base = os.path.split(path)
-    tmp = os.path.join(head, "tmp-" + base)
-    model.save_weights(tmp)
-    os.replace(tmp, path)
+    runlog.replace_durably(path, model.save_weights, tmp=os.path.join(head, "tmp-" + base))

@@ -16,6 +16,7 @@ import tensorflow as tf
 from elastictrainer import flavors, runlog
 from elastictrainer.flavors import batchnorm, optimizers
 from elastictrainer.train import distribution
+from elastictrainer.runs import disk, room
 from elastictrainer.runs.checkpoint import CHECKPOINT_DIR, check_same_run
 from elastictrainer.elastic.budget import AUTO
 from elastictrainer.errors import UserError, check_writable_dir
@@ -122,6 +123,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
         steps_per_epoch = min(steps_per_epoch or cfg.steps_per_epoch, cfg.steps_per_epoch)
     total_steps = steps_per_epoch * cfg.num_epochs
     out = runlog.run_dir(cfg.logdir, cfg.run_name)
+    if dist.is_chief:  # before the table is read or profiled
+        room.check_room(model, cfg, out, scheme.elastic, log)
     # before anything traces the model: its profile, cut points and steps see the mode
     bn_forced = tuple(batchnorm.apply(model, cfg.bn_mode))
     said = batchnorm.describe(model, cfg.bn_mode)
@@ -190,11 +193,14 @@ def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, tr
     """(time model, table, its path, seconds spent profiling it first: 0 when it was read)."""
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
-    profiled, t0 = not os.path.exists(path), clock()
-    table = load_or_profile(path, model, cfg.model_name, cfg.input_size, cfg.batch_size,
+    read = disk.table_to_read(path, trace_dir, cfg, log)  # a resumed run reads its own copy
+    profiled, t0 = not os.path.exists(read), clock()
+    table = load_or_profile(read, model, cfg.model_name, cfg.input_size, cfg.batch_size,
                             num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
                             optimizer=cfg.optimizer, in_child=in_child, trace_dir=trace_dir)
     profiling_s = clock() - t0 if profiled else 0.0
+    if read == path:
+        disk.keep_table(table, trace_dir)
     tm = TimeModel(table, cache=cache.for_time_model() if cache is not None else None)
     if not tm.calibrated:
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
@@ -227,8 +233,10 @@ def _resumable(out, cfg, log):
     try:
         saved = runlog.read_config(out)
     except (OSError, ValueError):
+        saved = disk.restore_config(out, log)
+    if saved is None:
         raise UserError(f"cannot resume {out}: its {runlog.CONFIG_FILE} is missing or "
-                        f"unreadable; pass --resume false to start it over") from None
+                        f"unreadable; pass --resume false to start it over")
     check_same_run(saved, cfg, out)
     try:
         status = runlog.read_summary(out).get("status")
