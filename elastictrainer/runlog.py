@@ -194,6 +194,14 @@ def write_json(path, obj):
     replace_durably(path, write)
 
 
+def write_text(path, text):
+    """`text` as the file `path`, whole-or-nothing and durably (replace_durably)."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    replace_durably(path, write)
+
+
 def truncate_events(run_directory, wall_time):
     """Drop the TensorBoard events a run wrote after `wall_time` (its last checkpoint): a
     resumed run writes those steps again, and TensorBoard would show them twice.  Each event

@@ -197,10 +197,16 @@ class PrefixCache:
     def state(self, step):
         """What the checkpoint of global step `step` keeps of the cache (JSON-able), its store
         written down first (persist.save)."""
+        try:
+            saved = persist.save(self, step)
+        except OSError as e:  # as any failed write of the cache's: off, and the run goes on
+            self.turn_off(f"writing its store down for the checkpoint failed "
+                          f"({e.strerror or e})")
+            saved = None
         return {"rng": self.rng.bit_generator.state, "off": self.off,
                 "builds": [dataclasses.asdict(b) for b in self.builds],
                 "stats": [self.served_steps, self.fill_steps, self.uncached_steps, self.fill_s],
-                "store": persist.save(self, step)}
+                "store": saved}
 
     def load_state(self, state):
         """The cache as a checkpoint's `state` (state()'s) saw it, its store read back; says in
@@ -280,7 +286,7 @@ class CachedStep:
                       "prefix": lambda: tf.function(
                           lambda x: prefix(x, training=True), input_signature=[tf.TensorSpec(
                               (None,) + tuple(prefix.inputs[0].shape[1:]),
-                              prefix.inputs[0].dtype)])}
+                              tf.as_dtype(prefix.inputs[0].dtype))])}
         self.fns = {}
         self.filled = self.compiled = False
 

@@ -22,7 +22,8 @@ import shutil
 
 import numpy as np
 
-from elastictrainer.prefix.store import CACHE_DIR, Store, free_disk_bytes, fsync_dir
+from elastictrainer import runlog
+from elastictrainer.prefix.store import CACHE_DIR, Store, free_disk_bytes
 
 INDEX = "index-{step}.npz"
 
@@ -53,12 +54,9 @@ def save(cache, step):
             return None
     store.persist(path)
     index = os.path.join(cache.run_dir, CACHE_DIR, INDEX.format(step=int(step)))
-    tmp = index + ".tmp.npz"
-    np.savez(tmp, build=build, **store.index())
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, index)
-    fsync_dir(os.path.dirname(index))
+    # the temporary name keeps the ending: numpy adds ".npz" to a name without it
+    runlog.replace_durably(index, lambda tmp: np.savez(tmp, build=build, **store.index()),
+                           tmp=index + ".tmp.npz")
     return {"build": build, "cut": cache.store_cut, "file": os.path.basename(path),
             "index": os.path.basename(index)}
 

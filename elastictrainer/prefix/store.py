@@ -12,6 +12,8 @@ import shutil
 
 import numpy as np
 
+from elastictrainer import runlog
+
 CACHE_DIR = "prefix_cache"  # under the run directory, for caches beyond the memory budget
 # What a disk cache leaves free on its file system: other writers (checkpoints, events, the OS)
 # must not meet a full disk because of it.
@@ -41,15 +43,6 @@ def example_keys(x):
     a = np.ascontiguousarray(x.numpy() if hasattr(x, "numpy") else x)
     return [int.from_bytes(hashlib.sha1(row.tobytes()).digest()[:8], "little")
             for row in a.reshape(a.shape[0], -1)]
-
-
-def fsync_dir(path):
-    """Make a rename or a new file in directory `path` survive a power cut."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class StoreFull(Exception):
@@ -173,7 +166,7 @@ class Store:
         finally:
             os.close(fd)
         if fresh:
-            fsync_dir(os.path.dirname(rows_path))
+            runlog.fsync_dir(os.path.dirname(rows_path))
         self.persisted = self.counts.copy()
 
     @classmethod

@@ -22,6 +22,7 @@ import os
 import tensorflow as tf
 from google.protobuf import text_format
 
+from elastictrainer import runlog
 from elastictrainer.errors import UserError, one_line
 from elastictrainer.runs import checkpoint_files
 
@@ -197,8 +198,8 @@ class RunCheckpoint:
         del state.all_model_checkpoint_timestamps[:]
         if len(stamps) == len(paths):
             state.all_model_checkpoint_timestamps.extend(stamps[k] for k in keep)
-        checkpoint_files.write_durably(os.path.join(self.directory, checkpoint_files.INDEX_FILE),
-                                       text_format.MessageToString(state))
+        runlog.write_text(os.path.join(self.directory, checkpoint_files.INDEX_FILE),
+                          text_format.MessageToString(state))
         self._manager = self._new_manager()
 
     def _check_version(self, state, path):

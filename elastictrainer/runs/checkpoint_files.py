@@ -14,6 +14,8 @@ import os
 import shutil
 import zlib
 
+from elastictrainer import runlog
+
 SUMS_SUFFIX = ".sums.json"
 INDEX_FILE = "checkpoint"  # tf.train.CheckpointManager's index of the kept checkpoints
 _CHUNK = 4 << 20
@@ -36,21 +38,6 @@ def _crc_and_sync(path, sync):
     return {"size": size, "crc32": crc}
 
 
-def fsync_dir(directory):
-    """Make the directory's entries (new and renamed files) durable; a no-op where directories
-    cannot be opened (Windows)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def seal(prefix):
     """Make the checkpoint `prefix` and its directory's index durable, and record each of its
     files' size and CRC-32 in `<prefix>.sums.json` (written whole or not at all)."""
@@ -59,19 +46,7 @@ def seal(prefix):
     index = os.path.join(directory, INDEX_FILE)
     if os.path.exists(index):
         _crc_and_sync(index, sync=True)
-    write_durably(prefix + SUMS_SUFFIX, json.dumps({"files": sums}))
-
-
-def write_durably(path, text):
-    """Replace the file `path` by one holding `text`, whole or not at all, on the disk when
-    this returns."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
+    runlog.write_text(prefix + SUMS_SUFFIX, json.dumps({"files": sums}))
 
 
 def damage(prefix):
@@ -103,7 +78,7 @@ def remove_temp(prefix):
     files: TensorFlow's temporary directory and a sums file being written."""
     shutil.rmtree(prefix + "_temp", ignore_errors=True)
     try:
-        os.remove(prefix + SUMS_SUFFIX + ".tmp")
+        os.remove(prefix + SUMS_SUFFIX + runlog.TMP_SUFFIX)
     except FileNotFoundError:
         pass
 

@@ -1,8 +1,8 @@
 """What a run will write under --logdir, estimated before it loads a table or profiles, against
 the free space of the disk (check_room).
 
-The estimate: checkpoints (two kept and a third while one is saved) of the model's variables
-and the optimizer's slots (SGD's momentum one per trainable tensor, Adam's two), TensorBoard's
+The estimate: checkpoints (--keep_checkpoints kept, and one more while one is saved) of the
+model's variables and the optimizer's slots (SGD's momentum one per trainable tensor, Adam's two), TensorBoard's
 events (per epoch and per re-selection, measured on smallcnn runs: about 45 KB a run starts
 and ends with, 2 KB per epoch of scalars, 45 KB per re-selection, most of it the heat map
 image), summary.json and the best weights (--save_model).  The prefix cache's disk store is not
@@ -21,7 +21,6 @@ import shutil
 
 from elastictrainer.errors import UserError
 
-CHECKPOINTS_ON_DISK = 3  # RunCheckpoint keeps two; the third is written before the oldest goes
 OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2}  # per trainable tensor (flavors/optimizers.py)
 EVENTS_RUN_BYTES = 48 << 10
 EVENTS_EPOCH_BYTES = 4 << 10
@@ -36,7 +35,13 @@ def free_bytes(path):
 
 
 def variable_bytes(variables):
-    return sum(int(v.shape.num_elements()) * v.dtype.size for v in variables)
+    """Bytes of tf-keras or Keras 3 variables (whose dtype is a name and shape a tuple)."""
+    import math
+
+    import tensorflow as tf
+
+    return sum(math.prod(int(d) for d in v.shape) * tf.as_dtype(v.dtype).size
+               for v in variables)
 
 
 def estimate(model, cfg, elastic):
@@ -46,7 +51,8 @@ def estimate(model, cfg, elastic):
     selections = (cfg.num_epochs // max(cfg.interval, 1) + 1) if elastic else 0
     masks = selections * 4 * len(model.trainable_weights)
     return {
-        "checkpoints": CHECKPOINTS_ON_DISK * (checkpoint + 2 * masks),
+        # --keep_checkpoints kept, and one more written before the oldest goes
+        "checkpoints": (cfg.keep_checkpoints + 1) * (checkpoint + 2 * masks),
         "events": (EVENTS_RUN_BYTES + EVENTS_EPOCH_BYTES * cfg.num_epochs
                    + EVENTS_SELECTION_BYTES * selections),
         "summary": SUMMARY_BYTES + masks,

@@ -700,3 +700,24 @@ def test_a_keras3_residual_graph_with_ops_and_a_nested_sequential_is_cut_at_bloc
     assert [graph.cuts[k].name if k >= 0 else None
             for k in graph.tensor_cuts(model.trainable_weights)] == [
         None, None, "stem", "stem", "pool", "pool"]  # the branch reads the stem's output
+
+
+def test_a_full_disk_while_writing_the_store_down_turns_the_cache_off_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    """Injected OSError (ENOSPC) from the rows file's writes at the first checkpoint: the
+    cache turns off, said once, and the run finishes uncached from then on."""
+    from elastictrainer.prefix import store as store_module
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_module.os, "pwrite", full)  # a memory store's rows, written down
+    lines = []
+    summary = loop.run(cfg(tmp_path, "full", cache_frozen_prefix=True), log=lines.append,
+                       model=nested_model(), data=data())
+    assert summary["status"] == "finished" and len(summary["epochs"]) == 3
+    pc = summary["prefix_cache"]
+    assert "writing its store down for the checkpoint failed" in pc["off"]
+    assert "No space left on device" in pc["off"]
+    assert (pc["fill_steps"], pc["served_steps"], pc["uncached_steps"]) == (5, 0, 10)
+    assert sum("the prefix cache is off" in m for m in lines) == 1
