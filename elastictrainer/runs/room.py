@@ -2,10 +2,10 @@
 the free space of the disk (check_room).
 
 The estimate: checkpoints (--keep_checkpoints kept, and one more while one is saved) of the
-model's variables and the optimizer's slots (SGD's momentum one per trainable tensor, Adam's two), TensorBoard's
-events (per epoch and per re-selection, measured on smallcnn runs: about 45 KB a run starts
-and ends with, 2 KB per epoch of scalars, 45 KB per re-selection, most of it the heat map
-image), summary.json and the best weights (--save_model).  The prefix cache's disk store is not
+model's variables and the optimizer's slots (SGD's momentum one per trainable tensor, Adam's
+two), TensorBoard's events (per epoch and per re-selection, measured on smallcnn runs: about
+45 KB a run starts and ends with, 2 KB per epoch of scalars, 45 KB per re-selection, most of
+it the heat map image), summary.json and the best weights (--save_model).  The prefix cache's disk store is not
 counted: it plans its own room, leaving a reserve free (prefix/store.py), and turns itself off
 on a full disk.
 
