@@ -2,6 +2,7 @@
 prefix/cache.py's one runtime): a selection's cached fit step trains as its uncached one, a fit
 caches by default, and a dataset that outgrows the store turns the cache off with a warning
 while the fit goes on."""
+import json
 import os
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from helpers import flat_cnn, image_data, scripted_table
 from elastictrainer import config, runlog
-from elastictrainer.fit.callback import MEASURED_RATIO_LOG, ElasticCallback
+from elastictrainer.fit.callback import MEASURED_RATIO_LOG, STATE_FILE, ElasticCallback
 from elastictrainer.fit.steps import FitSteps, parts
 from elastictrainer.flavors import optimizers
 from elastictrainer.method.schemes import SCHEMES
@@ -112,3 +113,49 @@ def test_a_dataset_with_more_images_than_an_epoch_turns_the_cache_off_and_fit_go
     pc = runlog.read_summary(str(out))["prefix_cache"]
     assert len(warnings) == 1 and "more distinct images than its 48 examples" in warnings[0]
     assert "more distinct images" in pc["off"] and pc["uncached_steps"] > 0
+
+
+@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
+def test_a_fit_restarted_by_backup_and_restore_puts_its_store_back(tmp_path, flavor):
+    """A cached fit that dies at the start of epoch 3 (after epoch 2's state was written) and
+    is started again with BackupAndRestore reads the prefix cache's store back with the
+    runtime: no image is stored twice (the fill steps are the uninterrupted fit's), the same
+    one store serves the rest, and its files go at the end."""
+    keras = _keras(flavor)
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 2:
+                raise RuntimeError("power cut")
+
+    def fit(name, *extra, log=lambda m: None):
+        model = _compiled(flavor)
+        table = scripted_table(model, tmp_path / "table.json", 16, BATCH,
+                               type(model.optimizer).__name__.lower(), t_fp_ms=40.0)
+        callback = ElasticCallback(rho=0.3, interval=10, logdir=str(tmp_path / name),
+                                   timing_table=table, economy=False, rho_feedback=False,
+                                   log=log)
+        model.fit(_train(), epochs=4, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(str(tmp_path / f"{name}-backup")), callback,
+            *extra])
+        return runlog.read_summary(str(tmp_path / name))["prefix_cache"]
+
+    whole = fit("whole")
+    with pytest.raises(RuntimeError, match="power cut"):
+        fit("restarted", Crash())
+    assert any(f.endswith(".bin") for f in os.listdir(tmp_path / "restarted" / CACHE_DIR))
+    with open(tmp_path / "restarted" / STATE_FILE) as f:
+        left = json.load(f)["prefix_cache"]
+    stored = left["builds"][-1]["rows"]
+    assert 0 < stored < EXAMPLES  # the probes' and timed full steps' batches store nothing
+    said = []
+    again = fit("restarted", log=said.append)
+    assert any("resuming the elastic runtime at epoch 2" in line for line in said)
+    assert not any("cannot be put back" in line for line in said)
+    # only the images not stored before the crash are stored after it (at least one a step)
+    fills_after = again["fill_steps"] - left["stats"][1]
+    assert 0 < fills_after <= EXAMPLES - stored
+    assert again["builds"][-1]["rows"] == whole["builds"][-1]["rows"] == EXAMPLES
+    assert len(again["builds"]) == len(whole["builds"]) == 1  # put back, not made again
+    assert again["served_steps"] > 0
+    assert not os.path.exists(tmp_path / "restarted" / CACHE_DIR)
