@@ -182,23 +182,33 @@ def test_a_finished_run_is_not_run_again_and_resume_false_starts_over(runs):
         [e["test_loss"] for e in _summary(tmp, "whole")["epochs"]]
 
 
-def test_an_uncached_run_resumes_bit_for_bit(tmp_path):
-    """The paper's protocol (--cache_frozen_prefix false) resumes as exactly as the default
-    does: epochs and selections equal to the uninterrupted run's, the cache never built."""
-    off = ("--cache_frozen_prefix", "false")
-    r = _run(_cmd(tmp_path, "whole", *off))
+def _whole_killed_resumed(tmp, *extra):
+    """The run left alone, the same run killed (SIGKILL) at KILL_AT_STEP, the listing of its
+    prefix cache's directory then (None: none), and the resumed run's summaries."""
+    r = _run(_cmd(tmp, "whole", *extra))
     assert r.returncode == 0, r.stderr[-2000:]
-    killed = subprocess.run(_cmd(tmp_path, "killed", *off), stdout=subprocess.DEVNULL,
+    killed = subprocess.run(_cmd(tmp, "killed", *extra), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, timeout=900,
                             env=dict(os.environ, **{FAULT_AT_STEP_ENV: str(KILL_AT_STEP)}))
     assert killed.returncode == -signal.SIGKILL
-    resumed = _run(_cmd(tmp_path, "killed", *off))
+    cache_dir = tmp / "logs" / "killed" / "prefix_cache"
+    stored = os.listdir(cache_dir) if cache_dir.exists() else None
+    resumed = _run(_cmd(tmp, "killed", *extra))
     assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-2000:]
-    whole, again = _summary(tmp_path, "whole"), _summary(tmp_path, "killed")
-    assert whole["prefix_cache"] is None and again["prefix_cache"] is None
+    assert "cannot be put back" not in resumed.stdout + resumed.stderr
+    whole, again = _summary(tmp, "whole"), _summary(tmp, "killed")
     keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
     assert [[e[k] for k in keys] for e in whole["epochs"]] == \
         [[e[k] for k in keys] for e in again["epochs"]]
+    return whole, again, stored
+
+
+def test_an_uncached_run_resumes_bit_for_bit(tmp_path):
+    """The paper's protocol (--cache_frozen_prefix false) resumes as exactly as the default
+    does: epochs and selections equal to the uninterrupted run's, the cache never built."""
+    whole, again, stored = _whole_killed_resumed(tmp_path, "--cache_frozen_prefix", "false")
+    assert stored is None
+    assert whole["prefix_cache"] is None and again["prefix_cache"] is None
     assert [(s["step"], s["mask"]) for s in whole["selections"]] == \
         [(s["step"], s["mask"]) for s in again["selections"]]
 
@@ -209,22 +219,9 @@ def test_a_cached_run_killed_mid_epoch_resumes_bit_for_bit(tmp_path):
     (SIGKILL) in epoch 3, after the checkpoint that wrote the store down: the resumed run reads
     the store back and ends as the run left alone, epoch by epoch, with the same steps served
     from the cache."""
-    cached = ("--num_train", "40", "--interval", "10", "--rho", "0.6", "--num_epochs", "5")
-    r = _run(_cmd(tmp_path, "whole", *cached))
-    assert r.returncode == 0, r.stderr[-2000:]
-    killed = subprocess.run(_cmd(tmp_path, "killed", *cached), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, timeout=900,
-                            env=dict(os.environ, **{FAULT_AT_STEP_ENV: str(KILL_AT_STEP)}))
-    assert killed.returncode == -signal.SIGKILL
-    stored = os.listdir(tmp_path / "logs" / "killed" / "prefix_cache")
+    whole, again, stored = _whole_killed_resumed(
+        tmp_path, "--num_train", "40", "--interval", "10", "--rho", "0.6", "--num_epochs", "5")
     assert any(f.endswith(".bin") for f in stored) and "index-10.npz" in stored
-    resumed = _run(_cmd(tmp_path, "killed", *cached))
-    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-2000:]
-    assert "cannot be put back" not in resumed.stdout + resumed.stderr
-    whole, again = _summary(tmp_path, "whole"), _summary(tmp_path, "killed")
-    keys = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
-    assert [[e[k] for k in keys] for e in whole["epochs"]] == \
-        [[e[k] for k in keys] for e in again["epochs"]]
     assert whole["ran"] == again["ran"]
     counts = ("fill_steps", "served_steps", "uncached_steps")
     assert whole["prefix_cache"]["served_steps"] > 0
