@@ -250,7 +250,9 @@ class ElasticRuntime:
         if not s.measuring:
             # a selection trains for --interval epochs, an hour or more on a small device: its
             # ratio is measured again now and then, in case the load or the device changed
-            if (len(s.times) - s.win_t >= RECHECK_STEPS
+            # every tensor trains (full training's step): its ratio is 1 by definition, and a
+            # recheck's timed full steps would only skip batches of what is full training
+            if (not all(s.mask) and len(s.times) - s.win_t >= RECHECK_STEPS
                     and self._economy.steps_left(global_step) > 2 * MEASURE_STEPS
                     and self._economy.recheck_affordable(global_step, self._progress())):
                 s.win_t, s.win_f = len(s.times), len(s.full_times)

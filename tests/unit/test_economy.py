@@ -6,6 +6,7 @@ import pytest
 
 from elastictrainer.elastic import SHORT_RUN, STATE_VERSION, ElasticState
 from elastictrainer.elastic import economy as economy_mod
+from elastictrainer.elastic.rho_control import MEASURE_STEPS, RECHECK_STEPS
 from elastictrainer.method.time_model import TimeModel
 
 from .test_elastic_runtime import (IMPORTANCE, N, Device, _shifting_importance, drive,
@@ -61,6 +62,23 @@ def test_a_short_run_without_compile_ms_is_full_training_from_step_0_and_says_so
     assert result.closing.startswith("every tensor trained, as in full training")
     assert result.summary_fields()["economy"] == result.economy
     assert result.wall_ratio == pytest.approx(1.0, rel=1e-9)
+
+
+def test_a_short_run_longer_than_a_recheck_stays_full_training_to_its_end():
+    """A run that the start made full training, with more steps than a selection trains before
+    its ratio is measured again: full training's step throughout, no timed full step (which
+    would skip a batch) and no correction (there is nothing to select from), as fast as full
+    training."""
+    model = TimeModel(fast_table())
+    total = int(0.9 * steps_that_pay(model, 0.7))
+    assert total > RECHECK_STEPS + 2 * MEASURE_STEPS
+    device = Device(model, compile_s=size_estimate_s())
+    rt = make(model, device, rho=0.7, total=total, steps_per_epoch=total // 4, interval=1)
+    rt.plan()
+    kinds = drive(rt, device, total, IMPORTANCE)
+    assert set(kinds) == {"selection"} and rt.selection == tuple(range(N))
+    assert [r.reason for r in rt.records] == [SHORT_RUN] and rt.corrections == ()
+    assert device.now == pytest.approx(full_training_seconds(device, total), rel=1e-12)
 
 
 def test_its_lines_name_the_switch_as_the_runs_user_spells_it():
