@@ -17,7 +17,8 @@ def scripted_runs():
                 "rho": rho, "seed": 0, "best_accuracy": accuracy, "train_time_s": seconds,
                 "measured_ratio": None}
 
-    return [run("elastic_training", 80.0, 80.0, 0.4), run("elastic_training", 81.0, 100.0, 0.5),
+    return [dict(run("elastic_training", 80.0, 80.0, 0.4), wall_ratio=0.45),
+            run("elastic_training", 81.0, 100.0, 0.5),
             run("full_training", 81.5, 200.0), run("traditional_tl_training", 45.0, 40.0),
             run("bn_plus_bias_training", 82.0, 150.0), run("prunetrain", 81.0, 300.0)]
 
@@ -46,17 +47,17 @@ def test_the_table_from_a_figures_json():
     rows = [line for line in text.splitlines() if line.startswith("| mobilenetv2 |")]
     # ours beside the paper's: 66.5 - 69 = -2.5 points, 0.85 / 2.95 h = 0.29x
     assert rows[0] == ("| mobilenetv2 | ElasticTrainer (rho 0.4) | 1 | 80.0% | 80 s | -1.5 points "
-                       "| 0.40x | -2.5 points | 0.29x | agrees |")
+                       "| 0.40x | 0.45x | -2.5 points | 0.29x | agrees |")
     assert rows[1] == ("| mobilenetv2 | ElasticTrainer (rho 0.5) | 1 | 81.0% | 100 s | -0.5 points "
-                       "| 0.50x | n/a | n/a | n/a |")
+                       "| 0.50x | n/a | n/a | n/a | n/a |")
     assert rows[2].startswith("| mobilenetv2 | Full training | 1 | 81.5% | 200 s | +0.0 points "
-                              "| 1.00x | +0.0 points | 1.00x | reference |")
+                              "| 1.00x | n/a | +0.0 points | 1.00x | reference |")
     assert rows[3] == ("| mobilenetv2 | Traditional TL | 1 | 45.0% | 40 s | -36.5 points | 0.20x "
-                       "| -26.0 points | 0.24x | agrees |")
+                       "| n/a | -26.0 points | 0.24x | agrees |")
     # BN+Bias above ElasticTrainer, PruneTrain 1.5x full training's time: not the paper's order
     assert rows[4].endswith("| -11.5 points | 0.61x | disagrees |")
     assert rows[5] == ("| mobilenetv2 | PruneTrain | 1 | 81.0% | 300 s | -0.5 points | 1.50x "
-                       "| +0.5 points | 0.95x | disagrees |")
+                       "| n/a | +0.5 points | 0.95x | disagrees |")
     assert ("- mobilenetv2, BN+Bias: disagrees. Rule: below ElasticTrainer at rho 0.4 in "
             "accuracy. Ours: 82.0% in 150 s (+0.5 points, 0.75x); the paper: 57.5% in 1.8 h "
             "(-11.5 points, 0.61x).") in text
@@ -95,13 +96,14 @@ def test_the_driver_writes_the_table_beside_the_figures(tmp_path):
         os.makedirs(path)
         runlog.write_json(os.path.join(path, runlog.SUMMARY_FILE), {
             "status": "finished", "seed": 0, "best_test_accuracy": numbers[0],
-            "train_time_s": numbers[1]})
+            "train_time_s": numbers[1], "wall_ratio": 0.42 if run.rho else None})
         done.append((run, path))
     paths = offline.write_table(driver, done, [])
     assert paths == [str(tmp_path / "figs" / "fig17.md")]
     with open(tmp_path / "figs" / "fig17.json") as f:
         data = json.load(f)
     assert [r["best_accuracy"] for r in data["runs"]] == [80.0, 81.0, 81.0, 81.0, 81.5, 45.0]
+    assert [r["wall_ratio"] for r in data["runs"]][3:] == [0.42, None, None]
     assert data["command"] == "elastictrainer figure fig17 --offline"
     text = (tmp_path / "figs" / "fig17.md").read_text()
     assert text == offline.markdown(data)
