@@ -484,14 +484,20 @@ class FigureConfig:
     smoke: bool = field(default=False, metadata=flag(
         "the README's command 1 settings (smallcnn from --weights synthetic on synthetic data, "
         "64 px): the whole pipeline in minutes (what SMOKE=1 passes)", switch=True))
+    offline: bool = field(default=False, metadata=flag(
+        "the paper's regime offline (the time-to-accuracy benchmark's mobilenetv2_paper "
+        "settings, experiments/protocols.py: backbones from --weights synthetic fine-tuned on "
+        "synthetic data with the paper's SGD), and a table of each scheme against full training "
+        "beside the paper's numbers (what OFFLINE=1 passes)", switch=True))
     seeds: tuple = field(default=(0,), metadata=flag(
         "comma-separated seeds; each run once per seed (the plots average them)",
         parse=comma_list(int, "integers"),
         shown_default="0"))
     logdir: Optional[str] = field(default=None, metadata=flag(
-        "run directories", shown_default="logs/figures/FIG, smoke: logs/smoke/FIG"))
+        "run directories",
+        shown_default="logs/figures/FIG, smoke: logs/smoke/FIG, offline: logs/offline/FIG"))
     figdir: Optional[str] = field(default=None, metadata=flag(
-        "figures", shown_default="figures/, smoke: figures/smoke/"))
+        "figures", shown_default="figures/, smoke: figures/smoke/, offline: figures/offline/"))
     profiles: Optional[str] = field(default=None, metadata=flag(
         "timing tables", shown_default="profiles/"))
     data_dir: Optional[str] = same_as("data_dir")
@@ -521,6 +527,8 @@ class FigureConfig:
 
     def validate(self):
         check_positive(self, ("steps_per_epoch",))
+        if self.smoke and self.offline:
+            raise UserError("--smoke and --offline are two protocols: give one of them")
         if self.ray_resources and not self.ray:
             raise UserError("--ray_resources pins runs to a Ray cluster's nodes: it needs --ray")
 

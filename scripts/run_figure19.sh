@@ -10,4 +10,7 @@
 # Writes figures/fig19.{png,pdf,md} and fig19_profile_<model>.*; SMOKE=1 runs smallcnn and
 # MobileNetV2 fine-tuned from --weights synthetic at 64 px on the synthetic data at rho 0.4 and
 # writes the same files under figures/smoke/ (MobileNetV2 pretrains once first, about 1.5 min).
+# OFFLINE=1: the backbones --weights synthetic pretrains (MobileNetV2, smallcnn) in the paper's
+# regime offline at rho 0.4, under figures/offline/ with fig19.md (each scheme against full
+# training, and whether the paper's ordering holds).
 exec "$(dirname "$0")/figure.sh" fig19 "$@"

@@ -3,6 +3,7 @@
     elastictrainer figure fig17            # the paper's protocol (hours to days on a device)
     elastictrainer figure fig17 --ego      # ElasticTrainer runs only
     elastictrainer figure fig17 --smoke    # same pipeline, synthetic data, small model, minutes
+    elastictrainer figure fig17 --offline  # the paper's regime offline, beside its numbers
     elastictrainer figure fig17 --dry_run  # list the commands
     elastictrainer figure fig17 --ray HOST:6379 --ray_resources pi4=1   # on a cluster of boards
 
@@ -23,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from elastictrainer import runlog
 from elastictrainer.errors import RunError, UserError
@@ -31,6 +32,9 @@ from elastictrainer.data import NUM_CLASSES
 from elastictrainer.profiler.table import default_table_path, default_trace_dir, load_table
 from elastictrainer.method.schemes import BASELINES
 from elastictrainer.method.time_model import TimeModel
+from elastictrainer.experiments.protocols import (  # noqa: F401 (figures.PAPER, ...)
+    OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, PAPER, SMOKE, Protocol)
+
 PAPER_DATASETS = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs")
 
 
@@ -50,6 +54,10 @@ class Figure:
     # below that floor is skipped: the smoke figures ask 0.5 and up, so that every machine runs
     # them all; the paper's 0.35 and 0.4 are left out.
     smoke_rhos: tuple = (0.5,)
+    # --offline: the paper's regime (protocols.OFFLINE) on the backbones `--weights synthetic`
+    # pretrains (models/__init__.py), at the paper's rhos unless given here
+    offline_models: tuple = (OFFLINE_MODEL,)
+    offline_rhos: tuple = None
 
 
 FIGURES = {
@@ -67,41 +75,9 @@ FIGURES = {
     "fig19": Figure("Fig. 19: ElasticTrainer at rho 0.4 against the baselines on four models",
                     ("resnet50", "vgg16", "mobilenetv2", "vit"), ("caltech_birds2011",), (0.4,),
                     BASELINES, (("bars", ""), ("energy", "_fig23"), ("profile", "_profile")),
-                    smoke_models=("smallcnn", "mobilenetv2"), smoke_rhos=(0.5,)),
+                    smoke_models=("smallcnn", "mobilenetv2"), smoke_rhos=(0.5,),
+                    offline_models=(OFFLINE_MODEL, "smallcnn")),
 }
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """Training flags shared by every run of a figure."""
-    input_size: int = 224
-    batch_size: int = 4
-    num_epochs: int = 12
-    interval: float = 4
-    learning_rate: float = 1e-4
-    optimizer: str = "sgd"
-    weights: str = "imagenet"
-    extra: dict = field(default_factory=dict)
-
-    def flags(self, model):
-        # Adam for ViT, as the reference advises; the CNNs keep SGDW.
-        optimizer, lr = (("adam", self.learning_rate) if model == "vit" and self.optimizer == "sgd"
-                         else (self.optimizer, self.learning_rate))
-        flags = {"input_size": self.input_size, "batch_size": self.batch_size,
-                 "num_epochs": self.num_epochs, "interval": self.interval,
-                 "learning_rate": lr, "optimizer": optimizer, "weights": self.weights}
-        flags.update(self.extra)
-        return flags
-
-
-PAPER = Protocol()
-# The README's command 1 settings: smallcnn fine-tuned from `--weights synthetic` (pretrained
-# here on a synthetic source task, the offline stand-in for ImageNet) at 64 px, batch 32, on
-# 3200 training and 1024 test images (so that accuracies move by 0.1%, not by 0.8% as on 128),
-# with the reference's 12 epochs and 4-epoch interval.  Adam at 1e-3.  Smoke figures check the
-# pipeline and show the paper's shape on a small scale; they do not reproduce its accuracies.
-SMOKE = Protocol(input_size=64, batch_size=32, learning_rate=1e-3, optimizer="adam",
-                 weights="synthetic", extra={"num_train": 3200, "num_test": 1024})
 
 
 @dataclass(frozen=True)
@@ -120,11 +96,15 @@ class Run:
         return f"{self.model}_{self.dataset}_{self.train_type}{rho}_seed{seed}"
 
 
-def plan(figure, ego=False, smoke=False):
+def plan(figure, ego=False, smoke=False, offline=False):
     """The runs of a figure, ElasticTrainer first (an interrupted script has its main result)."""
-    models = figure.smoke_models if smoke else figure.models
-    datasets = ("synthetic",) if smoke else figure.datasets
-    rhos = figure.smoke_rhos if smoke else figure.rhos
+    if smoke:
+        models, datasets, rhos = figure.smoke_models, ("synthetic",), figure.smoke_rhos
+    elif offline:
+        models, datasets = figure.offline_models, (OFFLINE_DATASET,)
+        rhos = figure.offline_rhos or figure.rhos
+    else:
+        models, datasets, rhos = figure.models, figure.datasets, figure.rhos
     runs = []
     for model in models:
         for dataset in datasets:
@@ -189,18 +169,23 @@ class Driver:
 
     def __init__(self, key, ego=False, smoke=False, seeds=(0,), logdir=None, figdir=None,
                  profiles=None, data_dir=None, dry_run=False, python=None,
-                 log=None, steps_per_epoch=None, runner=None, cache_frozen_prefix=False):
+                 log=None, steps_per_epoch=None, runner=None, cache_frozen_prefix=False,
+                 offline=False):
         key = figure_key(key)
+        if smoke and offline:
+            raise UserError("--smoke and --offline are two protocols: give one of them")
         self.key, self.figure, self.ego, self.smoke = key, FIGURES[key], ego, smoke
-        self.protocol = SMOKE if smoke else PAPER
+        self.offline = offline
+        self.protocol = SMOKE if smoke else OFFLINE if offline else PAPER
+        kind = "smoke" if smoke else "offline" if offline else None
         self.seeds = tuple(seeds)
         # runs that cache are not the paper's protocol: their folder and figures say so
         cache_tag = ("" if cache_frozen_prefix is False
                      else f"_cache{str(cache_frozen_prefix).lower()}")
         self.suffix = ("_ego" if ego else "") + cache_tag
         self.logdir = os.path.abspath(logdir or os.path.join(
-            "logs", "smoke" if smoke else "figures", key + cache_tag))
-        self.figdir = os.path.abspath(figdir or os.path.join("figures", "smoke" if smoke else ""))
+            "logs", kind or "figures", key + cache_tag))
+        self.figdir = os.path.abspath(figdir or os.path.join("figures", kind or ""))
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.dry_run = dry_run
         self.steps_per_epoch = steps_per_epoch  # a cap for quick checks of the pipeline
@@ -209,7 +194,7 @@ class Driver:
         self.python = python
         # flushed, so that our lines and the runs' own output stay in order in a log file
         self.log = log or (lambda line: print(line, flush=True))
-        self.runs = plan(self.figure, ego, smoke)
+        self.runs = plan(self.figure, ego, smoke, offline)
         runner = runner or SerialRunner()
         # a timing table is a device's: runs pinned to a kind of device get that kind's tables
         self.profiles = os.path.abspath(os.path.join(profiles or "profiles",
@@ -365,7 +350,9 @@ class Driver:
     def __call__(self):
         t0 = time.perf_counter()
         fig = self.figure
-        mode = "smoke test (synthetic data, small model)" if self.smoke else "paper protocol"
+        mode = ("smoke test (synthetic data, small model)" if self.smoke else
+                "the paper's regime offline (synthetic pretraining and data)" if self.offline
+                else "paper protocol")
         self.log(f"{fig.title}{' (ElasticTrainer only)' if self.ego else ''}: {mode}, "
                  f"{len(self.runs) * len(self.seeds)} runs, logs in {self.logdir}")
         skipped, failed, status = [], [], {}
@@ -394,12 +381,17 @@ class Driver:
             for kind, suffix in fig.plots:
                 out = os.path.join(self.figdir, f"{self.key}{self.suffix}{suffix}")
                 written += self.plot(kind, out, done, tables)
+        if self.offline:  # our numbers beside the paper's
+            from elastictrainer.experiments import offline
+
+            written += offline.write_table(self, done, skipped)
         self.log(f"{self.key}{self.suffix}: {len(done)} runs finished in "
                  f"{(time.perf_counter() - t0) / 60:.1f} min")
         for out in written:
-            self.log(f"  figure {out}.png / .pdf")
+            self.log(f"  table {out}" if out.endswith(".md") else f"  figure {out}.png / .pdf")
         for line in skipped:
             self.log(f"  skipped {line}")
         for line in failed:
             self.log(f"  FAILED {line}")
         return written, failed
+

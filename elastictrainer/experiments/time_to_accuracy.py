@@ -26,9 +26,8 @@ TensorFlow.
 """
 import statistics
 
-from elastictrainer.plotting.time_to_accuracy import LEVELS, curve  # noqa: F401
+from elastictrainer.plotting.time_to_accuracy import LEVELS, NEVER, curve, time_to  # noqa: F401
 
-NEVER = None
 # full training's last epochs whose test accuracies give the levels' noise: the last two, where
 # the cosine schedule's rate is lowest, so that the change between them is noise rather than
 # the climb of a run that is still learning
@@ -38,14 +37,6 @@ NOISE_EPOCHS = 2
 class Refused(str):
     """A run that did not train (its settings were refused, e.g. a rho below the forward
     floor): the reason, in place of its curve."""
-
-
-def time_to(points, level):
-    """The first time `points` (a curve) reaches `level`, or NEVER."""
-    for seconds, accuracy in points:
-        if accuracy >= level:
-            return seconds
-    return NEVER
 
 
 def best(points):

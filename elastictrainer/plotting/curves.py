@@ -1,10 +1,16 @@
-"""Fig. 15/16: accuracy and loss over wall-clock time, one curve per run."""
+"""Fig. 15/16 (and Fig. 17's curves): accuracy and loss over wall-clock time, one curve per
+scheme, with marks where each scheme's accuracy first reaches the levels peers report time to
+(time_to_accuracy.py's: 95% and 99% of full training's best, within 1 point of it)."""
 from collections import OrderedDict
 
 import numpy as np
 
 from elastictrainer import runlog
-from elastictrainer.plotting.common import (_figure_legend, _group_flag, _legend_label, _series_mean, load_runs, pyplot, save_figure, scheme_styles, step_to_time, time_unit)
+from elastictrainer.plotting.common import (SchemeKey, _figure_legend, _group_flag, _legend_label, _series_mean, load_runs, pyplot, save_figure, scheme_styles, step_to_time, time_unit)
+from elastictrainer.plotting.time_to_accuracy import LEVELS, NEVER, time_to
+
+# A level's mark: hollow, in the scheme's colour, one shape per level (time_to_accuracy.LEVELS)
+LEVEL_MARKS = {"p95": ("v", 8.0), "p99": ("D", 6.5), "pt1": ("*", 11.0)}
 
 
 # --------------------------------------------------------------------------- Fig. 15/16
@@ -51,7 +57,7 @@ def plot_curves(run_dirs, out):
 
     fig, axes = plt.subplots(2, len(columns), figsize=(max(5.0, 4.2 * len(columns)), 6.4),
                              sharex="col", squeeze=False, layout="constrained")
-    handles = {}
+    handles, accuracy = {}, {}
     for (col, key), members in groups.items():
         j = columns.index(col)
         style, flag = styles[key], _group_flag(members)
@@ -61,6 +67,8 @@ def plot_curves(run_dirs, out):
             if len(t) == 0:
                 continue
             ax = axes[i, j]
+            if name == "accuracy":
+                accuracy[col, key] = (list(zip(t, mean)), style)
             line, = ax.plot(t / scale, mean, color=style.color, lw=1.6,
                             ls="--" if flag else "-", marker="o" if name == "accuracy" else None,
                             ms=3.5)
@@ -68,6 +76,17 @@ def plot_curves(run_dirs, out):
                 ax.fill_between(t / scale, lo, hi, color=style.color, alpha=0.18, lw=0)
             handles.setdefault((style.rank, flag or ""), (line, _legend_label(
                 style, flag, [r for r in runs if r.key == key])))
+    marked = False
+    for (col, key), (series, style) in accuracy.items():
+        full = accuracy.get((col, SchemeKey("full_training", None, key.variant)))
+        if full is None:  # no yardstick in this panel
+            continue
+        for level, (t, acc) in level_marks(series, full[0]).items():
+            shape, size = LEVEL_MARKS[level]
+            axes[0, columns.index(col)].plot(
+                [t / scale], [acc], ls="none", marker=shape, ms=size, mfc="none",
+                mec=style.color, mew=1.3, zorder=3, gid=f"{level}|{style.label}")
+            marked = True
     for j, col in enumerate(columns):
         axes[0, j].set_title(col)
         axes[1, j].set_xlabel(f"training time ({unit})")
@@ -78,5 +97,23 @@ def plot_curves(run_dirs, out):
     axes[1, 0].set_ylabel("training loss")
     if len(models) == 1:
         fig.suptitle(f"{models[0]}: training curves")
-    _figure_legend(fig, [handles[k] for k in sorted(handles)])
+    entries = [handles[k] for k in sorted(handles)]
+    if marked:
+        entries += [(plt.Line2D([], [], ls="none", marker=LEVEL_MARKS[key][0], mfc="none",
+                                mec="0.3", mew=1.3, ms=LEVEL_MARKS[key][1]), f"first at {label}")
+                    for key, label, _ in LEVELS]
+    _figure_legend(fig, entries)
     return save_figure(fig, out)
+
+
+def level_marks(series, reference):
+    """{level key: (time, accuracy)}: the first point of `series` ([(time, accuracy)]) at or
+    above each of LEVELS, set by the best accuracy of `reference` (full training's series); a
+    level the series never reaches has no mark."""
+    best = max(a for _, a in reference)
+    marks = {}
+    for key, _, level_of in LEVELS:
+        t = time_to(series, level_of(best))
+        if t is not NEVER:
+            marks[key] = next((ti, a) for ti, a in series if ti == t)
+    return marks

@@ -14,6 +14,15 @@ LEVELS = (
     ("p99", "99% of full's best", lambda best: 0.99 * best),
     ("pt1", "within 1 point", lambda best: best - 1.0),
 )
+NEVER = None
+
+
+def time_to(points, level):
+    """The first time `points` (a curve) reaches `level`, or NEVER."""
+    for seconds, accuracy in points:
+        if accuracy >= level:
+            return seconds
+    return NEVER
 
 
 def curve(summary, offset_s=0.0):

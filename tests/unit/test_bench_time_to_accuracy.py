@@ -278,3 +278,20 @@ def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(
     assert f"--lr_sweep 0.01,{own:g},0.0001" in text and "Full training's learning rate" in text
     # the seeds flag of the configurations that ran: --other_seeds alone here
     assert "--configs mobilenetv2_paper --other_seeds 0 --rhos" in text
+
+
+def test_the_paper_regime_is_the_offline_figures_protocol():
+    """mobilenetv2_paper reads its settings from the figures' OFFLINE protocol, and they are
+    still the ones its table was measured with."""
+    from elastictrainer.experiments.protocols import OFFLINE
+
+    bench = load_script("bench_time_to_accuracy")
+    setup = bench.CONFIGS["mobilenetv2_paper"]
+    assert setup.fields == dict(model_name="mobilenetv2", weights="synthetic",
+                                dataset_name="synthetic", num_train=2000, num_test=4096,
+                                input_size=96, batch_size=8, optimizer="sgd",
+                                learning_rate=0.001)
+    assert setup.epochs == 8 == OFFLINE.num_epochs and setup.last_stage == 134
+    flags = OFFLINE.flags("mobilenetv2")
+    assert {k: flags[k] for k in setup.fields if k in flags} == {
+        k: v for k, v in setup.fields.items() if k in flags}

@@ -188,3 +188,53 @@ def test_a_bad_steps_per_epoch_is_one_line_exit_2_before_anything_runs(tmp_path)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--steps_per_epoch" in lines[0], lines
     assert not os.path.exists(tmp_path / "logs")
+
+
+def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path):
+    """OFFLINE=1 (--offline): every run is the time-to-accuracy benchmark's mobilenetv2_paper
+    configuration on the synthetic data, at the paper's rhos, under logs/offline and
+    figures/offline; a rho at or below the forward floor is skipped with the reason."""
+    import json
+
+    run = figures.plan(figures.FIGURES["fig17"], offline=True)[0]
+    path = figures.table_path(run, figures.OFFLINE, str(tmp_path / "p"))
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:  # a forward floor of 0.38: rho 0.35 cannot be run
+        json.dump({"model": "mobilenetv2", "input_size": 96, "batch_size": 8, "num_classes": 10,
+                   "optimizer": "sgd", "t_fp_ms": 3.8, "t_bp_ms": 6.2, "t_full_ms": 10.0,
+                   "coverage": 1.0, "unattributed": [], "tensors": []}, f)
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_figure17.sh"), "--dry_run",
+                          "--profiles", str(tmp_path / "p")], cwd=tmp_path,
+                         env={**os.environ, "OFFLINE": "1"}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    mains = [line for line in lines if TRAIN in line]
+    assert len(mains) == 8  # rho 0.4-0.7 and the four baselines
+    assert all("--model_name mobilenetv2 --dataset_name synthetic " in line for line in mains)
+    assert all(line.endswith("--input_size 96 --batch_size 8 --num_epochs 8 --interval 4 "
+                             "--learning_rate 0.001 --optimizer sgd --weights synthetic "
+                             "--num_train 2000 --num_test 4096") for line in mains)
+    assert all("--cache_frozen_prefix false" in line for line in mains)
+    assert [line.split("--rho ")[1].split()[0] for line in mains if "--rho" in line] == [
+        "0.4", "0.5", "0.6", "0.7"]
+    assert {line.split("--train_type ")[1].split()[0] for line in mains} == {
+        "elastic_training", *BASELINES}
+    skipped = [line for line in lines if "skipped" in line]
+    assert len(skipped) == 1 and "rho0.35" in skipped[0] and "forward floor 0.38" in skipped[0]
+    assert all(f" --logdir {tmp_path}/logs/offline/fig17 " in line for line in mains)
+    assert any(f"--out {tmp_path}/figures/offline/fig17 " in line + " " for line in lines)
+    assert any("figures/offline/fig17.md and .json" in line for line in lines)
+    assert not os.path.exists(tmp_path / "logs")  # nothing ran
+    # Fig. 19 offline: the backbones --weights synthetic pretrains, at the paper's rho
+    from elastictrainer.models import MODELS
+
+    fig19 = figures.plan(figures.FIGURES["fig19"], offline=True)
+    assert {r.model for r in fig19} == {"mobilenetv2", "smallcnn"}
+    assert all(MODELS[r.model].synthetic for r in fig19)
+    assert {r.rho for r in fig19} == {None, 0.4}
+    # one protocol at a time: one line, exit 2
+    both = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig17",
+                           "--offline", "--smoke", "--dry_run"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1, both.stderr

@@ -23,7 +23,9 @@ LIGHT_MODULES = ["elastictrainer", "elastictrainer.cli", "elastictrainer.errors"
                  "elastictrainer.flavors.compat", "elastictrainer.config", "elastictrainer.method.schemes",
                  "elastictrainer.method.importance", "elastictrainer.method.selector",
                  "elastictrainer.method.time_model", "elastictrainer.runlog", "elastictrainer.experiments.cluster",
-                 "elastictrainer.plotting", "elastictrainer.experiments.figures", "elastictrainer.data",
+                 "elastictrainer.plotting", "elastictrainer.experiments.figures",
+                 "elastictrainer.experiments.protocols", "elastictrainer.experiments.offline",
+                 "elastictrainer.data",
                  "elastictrainer.models", "elastictrainer.profiler",
                  "elastictrainer.profiler.table", "elastictrainer.profiler.calibration"]
 
