@@ -17,6 +17,10 @@ import sys
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone
 DOC = os.path.join(HERE, "docs", "performance.md")
 README = os.path.join(HERE, "README.md")
+# the offline figures' tables (figures/offline/<FIG>.md) in docs/reproducing.md's blocks
+# `offline_<FIG>`, written by `elastictrainer figure FIG --offline`
+REPRODUCING = os.path.join(HERE, "docs", "reproducing.md")
+OFFLINE_PREFIX = "offline_"
 FIGURES = os.path.join(HERE, "figures")
 _BLOCK = re.compile(r"<!-- bench:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /bench:(?P=name) -->",
                     re.S)
@@ -57,6 +61,24 @@ def update(name, doc=DOC, figures=FIGURES):
         return False
     with open(table_file(name, figures), encoding="utf-8") as f:
         return _replace_block(doc, name, f.read())
+
+
+def offline_table(name, figures=FIGURES):
+    """docs/reproducing.md's block `name` (offline_<FIG>): figures/offline/<FIG>.md without its
+    title; None when the figure has not run."""
+    path = os.path.join(figures, "offline", name[len(OFFLINE_PREFIX):] + ".md")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    return "".join(lines[1:] if lines and lines[0].startswith("# ") else lines).lstrip("\n")
+
+
+def update_offline(fig, doc=REPRODUCING, figures=FIGURES):
+    """Copy figure `fig`'s offline table into the doc's block offline_<fig>; True when the doc
+    changed."""
+    body = offline_table(OFFLINE_PREFIX + fig, figures)
+    return body is not None and _replace_block(doc, OFFLINE_PREFIX + fig, body)
 
 
 def update_readme(name, readme=README, figures=FIGURES):
@@ -418,6 +440,11 @@ def main(argv=None):
             names = list(blocks(f.read()))
         for name in names:
             print(f"docs/performance.md {name}: " + ("rewritten" if update(name) else "up to date"))
+        with open(REPRODUCING, encoding="utf-8") as f:
+            names = [n for n in blocks(f.read()) if n.startswith(OFFLINE_PREFIX)]
+        for name in names:
+            changed = update_offline(name[len(OFFLINE_PREFIX):])
+            print(f"docs/reproducing.md {name}: " + ("rewritten" if changed else "up to date"))
     with open(README, encoding="utf-8") as f:
         names = list(blocks(f.read()))
     for name in names:

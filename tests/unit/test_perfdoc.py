@@ -19,6 +19,21 @@ def test_every_block_of_the_performance_doc_is_its_benchmarks_file():
         assert re.search(r"\d+ cores", body) and re.search(r"20\d\d-\d\d-\d\d", body), name
 
 
+def test_every_offline_figure_block_of_the_reproducing_doc_is_its_figures_table():
+    """docs/reproducing.md shows each offline figure's table as `figure --offline` wrote it
+    (figures/offline/<FIG>.md, its title left out), headed by the machine and the date."""
+    with open(perfdoc.REPRODUCING, encoding="utf-8") as f:
+        found = perfdoc.blocks(f.read())
+    assert "offline_fig17" in found
+    for name, body in found.items():
+        expected = perfdoc.offline_table(name)
+        assert expected is not None, f"{name}: no figures/offline table"
+        assert body == expected, (f"docs/reproducing.md's {name} table differs from its "
+                                  "figure's: run `python -m elastictrainer.experiments.perfdoc`")
+        assert re.search(r"\d+ cores", body) and re.search(r"20\d\d-\d\d-\d\d", body), name
+        assert "| scheme |" in body and "the paper" in body
+
+
 def test_update_rewrites_only_its_block(tmp_path):
     figures, doc = tmp_path / "figures", tmp_path / "performance.md"
     figures.mkdir()
