@@ -101,8 +101,8 @@ def rows(runs, key):
                "train_time_s": statistics.mean(r["train_time_s"] for r in members),
                "accuracy_diff": None, "time_ratio": None, "paper": None,
                # an elastic run's own estimate of its wall clock against full training's, from
-               # full steps timed in the same minutes: what a load that changed between the runs
-               # of a shared machine leaves out
+               # full steps timed in the same minutes: free of a shared machine's load changing
+               # between the runs
                "wall_ratio": _mean_known(r.get("wall_ratio") for r in members)}
         if full:
             row["accuracy_diff"] = row["best_accuracy"] - statistics.mean(
@@ -226,8 +226,9 @@ def markdown(data):
               "(summary.json's train_time_s), without the one profiling per model that the "
               "runs share; seeds averaged.  (in the run): an ElasticTrainer run's own estimate "
               "of its wall clock against full training's, from full steps it timed in the same "
-              "minutes (summary.json's wall_ratio), which a machine whose load changed between "
-              "the runs does not skew."]
+              "minutes (summary.json's wall_ratio): a load that changed between the runs does "
+              "not skew it, but it leaves out what each step costs outside its compiled step "
+              "(the input pipeline, the loop), which the ratio across runs holds."]
     return "\n".join(lines) + "\n"
 
 
