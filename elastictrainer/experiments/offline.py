@@ -163,7 +163,8 @@ def _seconds(s):
 
 
 def _points(diff):
-    return "n/a" if diff is None else f"{diff:+.1f} points"
+    # rounded first, so that a hair under zero reads +0.0, not -0.0
+    return "n/a" if diff is None else f"{round(diff, 1) + 0.0:+.1f} points"
 
 
 def _ratio(ratio):
@@ -193,6 +194,9 @@ def markdown(data):
              "", f"Ours: {_protocol_words(data)}."]
     if data["paper"]:
         lines.append(f"The paper's: {data['paper']}.")
+    else:
+        lines.append("The paper's numbers for this figure were not read off its plots: each "
+                     "row has the rule alone.")
     for model in data["not_offline"]:
         lines.append(f"{model} has no `--weights synthetic` pretraining: not run offline.")
     head = ["model", "scheme", "seeds", "best accuracy", "training time", "accuracy vs full",
