@@ -102,8 +102,8 @@ def rows(runs, key):
                "train_time_s": statistics.mean(r["train_time_s"] for r in members),
                "accuracy_diff": None, "time_ratio": None, "paper": None,
                # an elastic run's own estimate of its wall clock against full training's, from
-               # full steps timed in the same minutes: what a load that changed between the runs
-               # of a shared machine leaves out
+               # full steps timed in the same minutes: free of a shared machine's load changing
+               # between the runs
                "wall_ratio": _mean_known(r.get("wall_ratio") for r in members)}
         if full:
             row["accuracy_diff"] = row["best_accuracy"] - statistics.mean(
@@ -164,7 +164,8 @@ def _seconds(s):
 
 
 def _points(diff):
-    return "n/a" if diff is None else f"{diff:+.1f} points"
+    # rounded first, so that a hair under zero reads +0.0, not -0.0
+    return "n/a" if diff is None else f"{round(diff, 1) + 0.0:+.1f} points"
 
 
 def _ratio(ratio):
@@ -194,6 +195,9 @@ def markdown(data):
              "", f"Ours: {_protocol_words(data)}."]
     if data["paper"]:
         lines.append(f"The paper's: {data['paper']}.")
+    else:
+        lines.append("The paper's numbers for this figure were not read off its plots: each "
+                     "row has the rule alone.")
     for model in data["not_offline"]:
         lines.append(f"{model} has no `--weights synthetic` pretraining: not run offline.")
     head = ["model", "scheme", "seeds", "best accuracy", "training time", "accuracy vs full",
@@ -227,8 +231,9 @@ def markdown(data):
               "(summary.json's train_time_s), without the one profiling per model that the "
               "runs share; seeds averaged.  (in the run): an ElasticTrainer run's own estimate "
               "of its wall clock against full training's, from full steps it timed in the same "
-              "minutes (summary.json's wall_ratio), which a machine whose load changed between "
-              "the runs does not skew."]
+              "minutes (summary.json's wall_ratio): a load that changed between the runs does "
+              "not skew it, but it leaves out what each step costs outside its compiled step "
+              "(the input pipeline, the loop), which the ratio across runs holds."]
     return "\n".join(lines) + "\n"
 
 

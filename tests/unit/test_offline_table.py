@@ -82,6 +82,9 @@ def test_the_ordering_rules_and_seeds():
     # Fig. 19: no numbers read off the paper, the same rules
     rows = offline.rows(scripted_runs(), "fig19")
     assert all(r["paper"] is None for r in rows) and rows[0]["agrees"] is True
+    data = dict(figure_json(scripted_runs()), figure="fig19", paper=None, rows=rows)
+    assert "numbers for this figure were not read off its plots" in offline.markdown(data)
+    assert offline._points(-0.04) == "+0.0 points" and offline._points(-0.06) == "-0.1 points"
 
 
 def test_the_driver_writes_the_table_beside_the_figures(tmp_path):
