@@ -43,7 +43,6 @@ from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow fir
 
 import dataclasses
 import os
-import shutil
 import time
 
 import numpy as np
@@ -51,7 +50,7 @@ import tensorflow as tf
 
 from elastictrainer.flavors import compat
 from elastictrainer.prefix import persist
-from elastictrainer.prefix.store import CACHE_DIR, Store, StoreFull, example_keys, row_bytes
+from elastictrainer.prefix.store import Store, StoreFull, example_keys, row_bytes
 
 
 

@@ -8,13 +8,12 @@ the disk; under --cache_frozen_prefix auto the run must also
 outlast the passes that fill the cache.  When none does, one line says why, and no_cut_note
 gives it again for a refusal that follows from it."""
 import os
-import shutil
 import time
 import weakref
 
 from elastictrainer.prefix.cache import PrefixCache
 from elastictrainer.prefix.graph import FlatGraph
-from elastictrainer.prefix.store import CACHE_DIR, MAX_AUTO_VIEWS, free_disk_bytes, row_bytes
+from elastictrainer.prefix.store import MAX_AUTO_VIEWS, free_disk_bytes, row_bytes
 
 # A cut point whose prefix holds less than this share of the forward pass (by prefix_graph's
 # estimate) saves less than reading its rows costs: input rescaling, the first layer.
