@@ -10,7 +10,9 @@ that grows with d.  The per-tensor op times of the table are scaled
 so that training everything predicts the measured full step: with the profiler's calibration
 (profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
 fixed cost a partial step pays beyond its ops (fit_fixed_cost), otherwise both by one uniform
-scale.  The cost itself is defined once, in selector.eq3_parts; this module applies it
+scale.  --rho auto's objectives apply the same cost: the cheapest selection keeping a
+share of the importance (select_share, cheapest.py) or the most importance per ms of the
+predicted step time (select_rate, rate.py).  The cost itself is defined once, in selector.eq3_parts; this module applies it
 to tables in model.trainable_weights order.  NumPy only.
 """
 import copy
