@@ -17,7 +17,8 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
-from elastictrainer.elastic.budget import AUTO, DEFAULT_SHARE, parse_rho
+from elastictrainer.elastic.budget import (AUTO, DEFAULT_OBJECTIVE, DEFAULT_SHARE, OBJECTIVES,
+                                           parse_rho)
 from elastictrainer.errors import UserError
 from elastictrainer.runlog import rho_text
 from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
@@ -216,14 +217,18 @@ class Config:
     rho: Union[float, str] = field(default=0.5, metadata=flag(
         "requested elastic step time / full step time (0.5 = 2x faster); must be above the "
         "forward pass's share of a step and at most 1. auto: no ratio asked; each re-selection "
-        "trains the cheapest selection that keeps --rho_share of the estimated loss drop, and "
-        "the closed loop holds the ratio it amounts to (summary.json's selections say it)",
+        "trains the selection --rho_objective asks for (by default the cheapest that keeps "
+        "--rho_share of the estimated loss drop), and the closed loop holds the ratio it "
+        "amounts to (summary.json's selections say it and why)",
         parse=_parse_rho, metavar="RHO"))
     rho_share: float = field(default=DEFAULT_SHARE, metadata=flag(
         "with --rho auto: the share of the estimated loss drop (the positive importance of "
         "every tensor, eq. 4-6) each selection keeps (0.7: of 0.5, 0.7 and 0.9 the one whose "
         "runs came within 1 point of full training's best on the most seeds of "
         "scripts/bench_time_to_accuracy.py's configurations; 0.5 is faster where it does)"))
+    rho_objective: str = field(default=DEFAULT_OBJECTIVE, metadata=flag(
+        "with --rho auto, what each selection is: " + _options(OBJECTIVES),
+        choices=tuple(OBJECTIVES)))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
         "measured ratio misses rho by more than 5%, correct the time model and re-select "
@@ -357,6 +362,9 @@ class Config:
         if self.rho != AUTO and not (isinstance(self.rho, (int, float)) and 0 < self.rho <= 1):
             raise UserError(f"--rho is the elastic step time / full step time and must be in "
                             f"(0, 1], or auto; got {self.rho}")
+        if self.rho_objective not in OBJECTIVES:
+            raise UserError(f"unknown --rho_objective {self.rho_objective!r}; valid: "
+                            f"{', '.join(OBJECTIVES)}")
         if not 0 < self.rho_share <= 1:
             raise UserError(f"--rho_share is a share of the estimated loss drop and must be in "
                             f"(0, 1], got {self.rho_share}")
@@ -409,9 +417,10 @@ def same_as(name, **changes):
 # Config's fields, with Config's defaults): the run directory it writes when given none.
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
-FIT_CONFIG_FIELDS = ("rho", "rho_share", "interval", "train_type", "probe_batches", "rho_feedback",
-                     "economy", "dp_resolution", "timing_table", "bn_mode", "cache_frozen_prefix",
-                     "cache_budget_mb", "cache_views", "cache_dtype", "seed")
+FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "interval", "train_type",
+                     "probe_batches", "rho_feedback", "economy", "dp_resolution", "timing_table",
+                     "bn_mode", "cache_frozen_prefix", "cache_budget_mb", "cache_views",
+                     "cache_dtype", "seed")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,11 @@ ENERGY_JOULES = "energy/joules"  # per epoch, training energy so far (where a se
 NUM_SELECTED = "elastic/num_selected"
 PREDICTED_RATIO = "elastic/predicted_step_ratio"
 SELECTION_RHO = "elastic/selection_rho"  # the ratio each selection is held to (rho auto: its own)
+# rho auto: the share of the estimated loss drop each selection keeps, and the predicted ratio
+# and share of the objective's best selection of another deepest tensor (elastic/budget.py)
+SELECTION_IMPORTANCE_SHARE = "elastic/selection_importance_share"
+RUNNER_UP_RATIO = "elastic/runner_up_predicted_step_ratio"
+RUNNER_UP_IMPORTANCE_SHARE = "elastic/runner_up_importance_share"
 MEASURED_RATIO = "elastic/measured_step_ratio"  # median selection step / median full step, same run
 WALL_RATIO = "elastic/wall_clock_ratio"  # at the end: training time / full training's, estimated in the run (elastic.wall_ratio)
 CORRECTIONS = "elastic/rho_corrections"  # running count of closed-loop corrections (rho_control.py)

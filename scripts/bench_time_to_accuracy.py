@@ -27,7 +27,8 @@ Configurations (--configs):
                   warm in one process after a warm-up fit
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
-ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache).
+ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache), and
+with --rate, --rho auto's rate objective (--rho_objective rate).
 
 For the command-line configurations it also gives where each run's time went: its training
 time and, within it, filling the prefix cache, the timed full steps, compiling and the probes,
@@ -109,6 +110,9 @@ def build_parser():
                    help="ElasticTrainer's rho values")
     p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
                    help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
+    p.add_argument("--rate", action="store_true",
+                   help="also run --rho auto with --rho_objective rate (the most estimated loss "
+                        "drop per second of step) in every configuration")
     p.add_argument("--epochs", type=int, default=None,
                    help="epochs of every run (default: each configuration's own: "
                         + ", ".join(f"{n} {c.epochs}" for n, c in CONFIGS.items())
@@ -166,6 +170,9 @@ def cli_runs(name, seed, args, log):
              for rho in args.rhos]
     runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
               {"rho": "auto", "rho_share": share}) for share in args.shares]
+    if args.rate:
+        runs.append(("ElasticTrainer rho auto, rate", "elastic_training",
+                     {"rho": "auto", "rho_objective": "rate"}))
     curves, costs = {}, {}
     for label, train_type, extra in runs:
         slug = label.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
@@ -280,9 +287,12 @@ def fit_runs(name, seed, args, log):
 
     workdir = os.path.join(args.logdir, name)
     variants = [("plain_fit", None, None), ("hand_frozen", fit_task.LAST_STAGE, None)]
-    variants += [(f"ElasticCallback rho {rho:g}", None, (rho, 0.9)) for rho in args.rhos]
-    variants += [(f"ElasticCallback rho auto, share {share:g}", None, ("auto", share))
+    variants += [(f"ElasticCallback rho {rho:g}", None, (rho, 0.9, "share"))
+                 for rho in args.rhos]
+    variants += [(f"ElasticCallback rho auto, share {share:g}", None, ("auto", share, "share"))
                  for share in args.shares]
+    if args.rate:
+        variants.append(("ElasticCallback rho auto, rate", None, ("auto", 0.9, "rate")))
     record = os.path.join(workdir, f"curves_seed{seed}.json")
     done = _read_curves(record)
     if all(scheme in done for scheme, _, _ in variants):
@@ -298,13 +308,14 @@ def fit_runs(name, seed, args, log):
         clock = fit_task.epoch_clock(keras)
         callbacks = [clock]
         if rho is not None:
-            rho, share = rho
-            tag = f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}"
+            rho, share, objective = rho
+            tag = ("rhoauto_rate" if objective == "rate" else
+                   f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}")
             # each elastic run pays for its first profiling, as the command-line
             # configurations' runs do
             callbacks.append(fit_task.first_run_callback(
                 os.path.join(workdir, f"{tag}_seed{seed}"), rho=rho, rho_share=share,
-                bn_mode=args.fit_bn_mode))
+                rho_objective=objective, bn_mode=args.fit_bn_mode))
         try:
             model.fit(task.train, epochs=args.epochs or FIT_EPOCHS, validation_data=task.test,
                       verbose=0, callbacks=callbacks)
@@ -334,6 +345,7 @@ def markdown(results, args, machine):
              f"{_seeds_flags(args)}--rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
              f"{','.join(f'{r:g}' for r in args.shares)}"
+             f"{' --rate' if args.rate else ''}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]

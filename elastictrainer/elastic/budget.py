@@ -1,16 +1,29 @@
 """What each selection may cost: a step-time ratio rho the user asked for (eq. 3, the paper's),
-or `--rho auto` (not in the paper): each re-selection takes the cheapest selection that keeps
-a share of the estimated loss drop (method/cheapest.py, the dual of eq. 3, solved as exactly),
-and the ratio that selection amounts to becomes the closed loop's target until the next one.
+or `--rho auto` (not in the paper), where each re-selection solves one of two objectives and
+the ratio its selection amounts to becomes the closed loop's target until the next one:
+
+- share (--rho_objective share): the cheapest selection that keeps a share of the estimated
+  loss drop (method/cheapest.py, the dual of eq. 3, solved as exactly);
+- rate (--rho_objective rate): the selection with the most estimated loss drop per second of
+  step, its importance over its predicted step time (method/rate.py, exact by Dinkelbach's
+  method).
 
 Why: rho is a guess the user has to make.  Too high spends time on tensors that bring little;
 too low leaves out tensors that matter (a short, small-image run at rho 0.5 ended 5.9 points
 under full training).  The share asks instead how much of what training every tensor would
 bring a run keeps, which the importance estimate (eq. 4-6) answers at every re-selection, so
 the budget follows the run: large while much is to gain deep in the model, small once the head
-alone carries the loss drop.  Plain Python.
+alone carries the loss drop.  The share keeps that part whatever each tensor costs; the rate
+weighs each tensor's importance against its cost and needs no share.  Each auto selection
+says why it is what it is (Choice): the share of the loss drop it keeps, its predicted ratio,
+and the best selection of another deepest tensor.  Plain Python.
 """
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
+
+from elastictrainer import runlog
 
 AUTO = "auto"
 # --rho_share's default: the share that came within 1 point of full training's best on every
@@ -18,6 +31,14 @@ AUTO = "auto"
 # five seeds, smallcnn at 32 px, a pretrained Keras 3 CNN in model.fit); 0.5 was faster on
 # command 1 but ended 2.9 points under at 32 px (docs/performance.md)
 DEFAULT_SHARE = 0.7
+SHARE, RATE = "share", "rate"
+# --rho_objective's choices, in its help's words
+OBJECTIVES = {
+    SHARE: "the cheapest selection that keeps --rho_share of the estimated loss drop",
+    RATE: "the selection with the most estimated loss drop per second of step (its importance "
+          "over its predicted step time: each tensor's importance weighed against its cost; "
+          "--rho_share is not used)"}
+DEFAULT_OBJECTIVE = SHARE
 
 
 def parse_rho(value):
@@ -28,30 +49,64 @@ def parse_rho(value):
 
 
 class Budget:
-    """rho: the requested step-time ratio, or AUTO; share: with AUTO, the share of the positive
-    importance (the estimated loss drop) each selection keeps."""
+    """rho: the requested step-time ratio, or AUTO; share: with AUTO and the share objective,
+    the share of the positive importance (the estimated loss drop) each selection keeps;
+    objective: AUTO's objective, SHARE or RATE (module docstring)."""
 
-    def __init__(self, rho, share=DEFAULT_SHARE):
+    def __init__(self, rho, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE):
         self.auto = parse_rho(rho) == AUTO
         self.share = float(share)
         if self.auto and not 0 < self.share <= 1:
             raise ValueError(f"the share of rho auto must be in (0, 1], got {share}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown rho auto objective {objective!r}; valid: "
+                             f"{', '.join(OBJECTIVES)}")
+        self.objective = objective
         self.rho = None if self.auto else float(rho)
 
     @property
     def text(self):
-        """The budget in a line: "0.5", or "auto (90% of the estimated loss drop)"."""
-        return (f"{AUTO} ({self.share:.0%} of the estimated loss drop)" if self.auto
-                else f"{self.rho:g}")
+        """The budget in a line: "0.5", "auto (90% of the estimated loss drop)", or "auto
+        (the most estimated loss drop per second of step)"."""
+        if not self.auto:
+            return f"{self.rho:g}"
+        if self.objective == RATE:
+            return f"{AUTO} (the most estimated loss drop per second of step)"
+        return f"{AUTO} ({self.share:.0%} of the estimated loss drop)"
 
     def solve(self, model, importance, resolution):
-        """(mask, the ratio it is solved for): eq. 3 under rho, or the cheapest selection
-        keeping the share, whose predicted ratio is then the target."""
+        """(mask, the ratio it is solved for): eq. 3 under rho, or the auto objective's
+        selection, whose predicted ratio is then the target."""
         if not self.auto:
             return model.select(importance, self.rho, resolution=resolution), self.rho
-        mask = model.select_share(np.asarray(importance, float), self.share,
-                                  resolution=resolution)
+        mask = self._select(model, np.asarray(importance, float), resolution)
         return mask, model.predicted_ratio(mask)
+
+    def _select(self, model, importance, resolution, not_deepest=None):
+        if self.objective == RATE:
+            return model.select_rate(importance, not_deepest=not_deepest)
+        return model.select_share(importance, self.share, resolution=resolution,
+                                  not_deepest=not_deepest)
+
+    def explain(self, model, importance, mask, resolution):
+        """Why an auto selection `mask` is what it is (Choice): its share of the positive
+        importance, its predicted ratio, and the objective's best selection whose deepest
+        tensor is another (of positive importance): for the share the cheapest keeping it,
+        for the rate the one of the best rate.  None under a numeric rho or without
+        positive importance."""
+        importance = np.asarray(importance, float)
+        mask = np.asarray(mask, bool)
+        total = float(importance[importance > 0].sum())
+        if not self.auto or total <= 0 or not mask.any():
+            return None
+        other = self._select(model, importance, resolution, model.deepest(mask))
+
+        def described(m):
+            return Selected(tensors=int(m.sum()), deepest=model.deepest(m),
+                            importance_share=float(importance[m].sum()) / total,
+                            predicted_ratio=float(model.predicted_ratio(m)))
+        return Choice(self.objective, self.share, described(mask),
+                      None if other is None or not other.any() else described(other))
 
     def fallback(self, cheapest, importance, previous, n, log):
         """What trains when the solution is empty: the previous selection when no tensor has
@@ -69,3 +124,68 @@ class Budget:
             f"no tensor worth training fits rho {self.text} under this time model; training "
             f"the output-most (cheapest) tensor only")
         return mask
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A selection as an auto choice describes it: how many tensors, its deepest (trainable
+    index), its share of the positive importance (the estimated loss drop it keeps) and its
+    predicted step-time ratio; `rate`: the one over the other, the share of the loss drop per
+    full step's time (what the rate objective maximises)."""
+    tensors: int
+    deepest: int
+    importance_share: float
+    predicted_ratio: float
+
+    @property
+    def rate(self):
+        return self.importance_share / self.predicted_ratio if self.predicted_ratio > 0 else None
+
+    def to_dict(self):
+        return {"tensors": self.tensors, "deepest": self.deepest,
+                "importance_share": self.importance_share,
+                "predicted_ratio": self.predicted_ratio, "rate": self.rate}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Why an auto selection is what it is (Budget.explain): the objective, the share asked
+    (share objective), the selection and the runner-up (the objective's best of another
+    deepest tensor; None when there is none)."""
+    objective: str
+    share: float
+    chosen: Selected
+    runner_up: Optional[Selected]
+
+    def record_fields(self):
+        """The selection record's fields on it (summary.json's selections)."""
+        return {"objective": self.objective, "importance_share": self.chosen.importance_share,
+                "rate": self.chosen.rate,
+                "runner_up": None if self.runner_up is None else self.runner_up.to_dict()}
+
+    def events(self):
+        """Its TensorBoard points [(tag, value)] (runlog's tags)."""
+        points = [(runlog.SELECTION_IMPORTANCE_SHARE, self.chosen.importance_share)]
+        if self.runner_up is not None:
+            points += [(runlog.RUNNER_UP_RATIO, self.runner_up.predicted_ratio),
+                       (runlog.RUNNER_UP_IMPORTANCE_SHARE, self.runner_up.importance_share)]
+        return points
+
+    def line(self, num_tensors):
+        """The choice in one line."""
+        c, r = self.chosen, self.runner_up
+        rate = "" if c.rate is None else f", {c.rate:.2f} of it per full step's time"
+        head = (f"rho auto ({self.objective}"
+                + (f" {self.share:.0%}" if self.objective == SHARE else "")
+                + f"): {c.tensors} of {num_tensors} tensors, deepest {c.deepest}, keep "
+                  f"{c.importance_share:.0%} of the estimated loss drop at "
+                  f"{c.predicted_ratio:.3f} of a full step{rate}")
+        best = ("the cheapest keeping the share" if self.objective == SHARE
+                else "the best rate")
+        if r is None:
+            return head + ("; no selection with another deepest tensor keeps the share"
+                           if self.objective == SHARE else
+                           "; no other tensor of positive importance can be the deepest")
+        other = "" if r.rate is None else f", {r.rate:.2f}"
+        return (f"{head}; {best} with another deepest tensor ({r.deepest}, {r.tensors} "
+                f"tensors): {r.importance_share:.0%} at {r.predicted_ratio:.3f}{other}")

@@ -77,8 +77,9 @@ class RhoController:
         Under: measured below rho by more than the tolerance while the budget is what stopped
         the selection ("budget"); or, for a selection the model says cannot reach rho ("depth":
         budget unspent on purpose, time_model.limited_by; "forward floor": nothing is that
-        fast; "share": rho auto's, whose target is its own ratio), below its own `predicted`
-        ratio: the model overestimates it, and a corrected one might afford more.  Never when
+        fast; "share", "rate": rho auto's objectives, whose target is its own ratio), below its
+        own `predicted` ratio: the model overestimates it, and a corrected one might afford
+        more.  Never when
         every tensor left out scores <= 0 ("importance": done, however fast).  Once this re-selection has been over rho (`was_over`), under
         needs BACK_UP times the tolerance:
         going back up on marginal, noisy measurements swung between over and under, and under
@@ -92,7 +93,7 @@ class RhoController:
         if limited_by == "importance":
             return None
         target = self.rho
-        if limited_by in ("depth", "forward floor", "share") and predicted is not None:
+        if limited_by in ("depth", "forward floor", "share", "rate") and predicted is not None:
             target = predicted
         margin = self.tolerance * (BACK_UP if was_over else 1)
         return "under" if measured < target * (1 - margin) else None

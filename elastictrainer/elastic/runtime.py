@@ -30,7 +30,7 @@ import numpy as np
 
 from elastictrainer import runlog
 from elastictrainer.elastic import accounting
-from elastictrainer.elastic.budget import DEFAULT_SHARE, Budget
+from elastictrainer.elastic.budget import DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget
 from elastictrainer.elastic.economy import (ECONOMY_OFF, FULL_TRAINING, READOUT_FULL_STEPS,
                                             Economy)
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
@@ -46,8 +46,8 @@ FLOOR_MARGIN = 0.1
 class ElasticRuntime:
     """ElasticTrainer's runtime decisions for one run.
 
-    model: the run's TimeModel (eq. 3); rho, feedback: --rho (a ratio, or "auto" with `share`:
-    budget.py), --rho_feedback; steps_per_epoch,
+    model: the run's TimeModel (eq. 3); rho, feedback: --rho (a ratio, or "auto" with `share`
+    and `objective`: budget.py), --rho_feedback; steps_per_epoch,
     total_steps, interval: where re-selections fall; probe_batches: probe steps per
     re-selection; dp_resolution: the DP's; economy: --economy (economy.py), and
     economy_off_words how the run's user turns it off, in its lines; compile_ms: a
@@ -60,13 +60,14 @@ class ElasticRuntime:
     (time.perf_counter); log(message).
     """
 
-    def __init__(self, model, rho, *, share=DEFAULT_SHARE, feedback=True, steps_per_epoch,
+    def __init__(self, model, rho, *, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE,
+                 feedback=True, steps_per_epoch,
                  total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
                  compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
                  is_compiled: Callable = lambda selection: False, profiling_s=0.0,
                  profiled_in_clock=False, clock: Callable[[], float] = time.perf_counter,
                  log=print):
-        self.budget = Budget(rho, share)
+        self.budget = Budget(rho, share, objective)
         self.resolution = int(dp_resolution)
         # rho auto: the target is each selection's own; until the first, what the share would
         # amount to with every tensor alike in importance (auto_start), which the economy
@@ -362,14 +363,20 @@ class ElasticRuntime:
         s, model, mask = self._s, self.ctl.model, np.asarray(mask, bool)
         ratio = model.predicted_ratio(mask)
         importance = None if s.importance is None else np.asarray(s.importance, float)
+        choice = (None if importance is None else  # rho auto: why this selection (budget.py)
+                  self.budget.explain(model, importance, mask, self.resolution))
         record = SelectionRecord(
             step=int(global_step), epoch=global_step / self.steps_per_epoch, reason=reason,
             mask=[int(b) for b in mask], predicted_ratio=ratio,
-            limited_by="budget" if importance is None else "share" if self.budget.auto
+            limited_by="budget" if importance is None else self.budget.objective
+            if self.budget.auto
             else model.limited_by(mask, importance, self.rho, resolution=self.resolution),
             solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
             measured_before=measured_before, importance_ms=importance_ms,
-            full_step_ms=accounting.full_ms(s), cut=model.cut_name(mask), rho=self.rho)
+            full_step_ms=accounting.full_ms(s), cut=model.cut_name(mask), rho=self.rho,
+            **({} if choice is None else choice.record_fields()))
+        if choice is not None:
+            self.log(choice.line(self.n))
         everything = bool(mask.all())
         if everything:  # the full step itself: its ratio is 1, nothing to measure
             record.measured_ratio, record.limited_by = 1.0, "budget"
@@ -389,6 +396,8 @@ class ElasticRuntime:
         self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
         self._emit(runlog.SELECTION_RHO, self.rho, global_step)
         self._emit(runlog.SELECTION_MASK, s.mask, global_step)
+        for tag, value in choice.events() if choice is not None else ():
+            self._emit(tag, value, global_step)
 
     def _progress(self):
         return accounting.progress(self._s)

@@ -36,6 +36,13 @@ class SelectionRecord:
     cut: Optional[str] = None  # the cut its steps run from once its frozen prefix is cached
     fill_steps: int = 0  # its steps that stored images in the prefix cache (ran the prefix)
     rho: Optional[float] = None  # the ratio it was solved for: rho, or with rho auto its own
+    # rho auto only: why it is what it is (budget.Choice): the objective, its share of the
+    # positive importance, that over its predicted ratio, and the objective's best selection
+    # of another deepest tensor (budget.Selected's fields)
+    objective: Optional[str] = None
+    importance_share: Optional[float] = None
+    rate: Optional[float] = None
+    runner_up: Optional[dict] = None
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -64,7 +64,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     (it is a Keras 3 callback that also answers tf-keras' batch-hook questions).
 
     rho: the requested step-time ratio (elastic step / full step), or "auto" (each selection
-    the cheapest keeping `rho_share` of the estimated loss drop); interval: epochs between
+    what `rho_objective` asks for: "share", the cheapest keeping `rho_share` of the estimated
+    loss drop, or "rate", the most estimated loss drop per second of step); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
     probe_batches, rho_feedback, economy, dp_resolution, bn_mode, cache_frozen_prefix,
     cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
@@ -76,8 +77,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     clock: seconds, for step timing."""
 
     # the command line's settings with its defaults (config.py)
-    def __init__(self, rho=Config.rho, rho_share=Config.rho_share, interval=Config.interval,
-                 logdir=FIT_LOGDIR,
+    def __init__(self, rho=Config.rho, rho_share=Config.rho_share,
+                 rho_objective=Config.rho_objective, interval=Config.interval, logdir=FIT_LOGDIR,
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
@@ -91,6 +92,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                             f"one")
         logdir = os.path.normpath(os.fspath(logdir))
         self.cfg = Config(train_type=train_type, rho=_rho(rho), rho_share=float(rho_share),
+                          rho_objective=rho_objective,
                           interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
                           economy=bool(economy), dp_resolution=int(dp_resolution),
@@ -209,8 +211,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
-            time_model, cfg.rho, share=cfg.rho_share, feedback=cfg.rho_feedback,
-            steps_per_epoch=self.steps_per_epoch,
+            time_model, cfg.rho, share=cfg.rho_share, objective=cfg.rho_objective,
+            feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, economy_off_words="economy=False",

@@ -34,10 +34,11 @@ __all__ = ["cheapest_units", "select_cheapest"]
 _REL_TOL = 1e-12
 
 
-def cheapest_units(t_dy, t_dw, imp, target):
+def cheapest_units(t_dy, t_dw, imp, target, not_deepest=None):
     """The least-cost mask (bool array) whose importance reaches `target`, for integer unit
     times (int64 arrays, output first); the empty mask when target <= 0, None when no mask
-    reaches it."""
+    reaches it.  not_deepest: an index that may not be the deepest selected tensor (the
+    cheapest selection of another depth, a runner-up)."""
     n = imp.shape[0]
     mask = np.zeros(n, dtype=bool)
     if target <= 0:
@@ -55,7 +56,7 @@ def cheapest_units(t_dy, t_dw, imp, target):
         if imp[d] > 0:
             need = target - imp[d]
             c = 0 if need <= 0 else int(np.searchsorted(table, need, side="left"))
-            if c < table.size:
+            if c < table.size and d != not_deepest:
                 cost = int(chain[d] + t_dw[d] + c)
                 key = (cost, -(imp[d] + table[c]), d, c)
                 if best is None or key < best:
@@ -67,11 +68,14 @@ def cheapest_units(t_dy, t_dw, imp, target):
     return take_back(mask, take, t_dw, d, c)
 
 
-def select_cheapest(t_dw_ms, t_dy_ms, importance, share, resolution=1000, t_fw_ms=None):
+def select_cheapest(t_dw_ms, t_dy_ms, importance, share, resolution=1000, t_fw_ms=None,
+                    not_deepest=None):
     """The cheapest selection keeping `share` (0 < share <= 1) of the positive importance
     (module docstring), with float times in ms; one unit is the full backward cost over
-    `resolution`.  t_fw_ms: a cached prefix's forward increments by depth (selector.eq3_parts).
-    Returns a selector.SelectionResult whose budget_ms is the full backward cost."""
+    `resolution`.  t_fw_ms: a cached prefix's forward increments by depth (selector.eq3_parts);
+    not_deepest: as cheapest_units'.  Returns a selector.SelectionResult whose budget_ms is the
+    full backward cost, or None when no selection with another deepest tensor keeps the
+    share."""
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1], got {share}")
     t_dw, t_dy, t_fw, fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
@@ -81,6 +85,8 @@ def select_cheapest(t_dw_ms, t_dy_ms, importance, share, resolution=1000, t_fw_m
     n = t_dw.shape[0]
     target = share * float(imp[imp > 0].sum())
     if n == 0 or target <= 0 or full_ms <= 0:
+        if not_deepest is not None:  # one answer only: nothing, or every tensor for free
+            return None
         mask = np.zeros(n, dtype=bool) if full_ms > 0 or target <= 0 else imp > 0
         return SelectionResult(mask, float(imp[mask].sum()),
                                eq3_cost(t_dw, t_dy, mask, fw), full_ms)
@@ -89,7 +95,9 @@ def select_cheapest(t_dw_ms, t_dy_ms, importance, share, resolution=1000, t_fw_m
         raise ValueError(f"resolution must be >= 1, got {resolution}")
     dw_u = _ceil_units(t_dw, full_ms, resolution)
     dy_u = _ceil_units(chain, full_ms, resolution)
-    mask = cheapest_units(dy_u, dw_u, imp, target)
+    mask = cheapest_units(dy_u, dw_u, imp, target, not_deepest)
+    if mask is None and not_deepest is not None:
+        return None
     if mask is None:  # cannot happen for share <= 1; kept total for callers' sake
         mask = imp > 0
     sel = np.flatnonzero(mask)

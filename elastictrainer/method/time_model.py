@@ -10,7 +10,9 @@ that grows with d.  The per-tensor op times of the table are scaled
 so that training everything predicts the measured full step: with the profiler's calibration
 (profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
 fixed cost a partial step pays beyond its ops (fit_fixed_cost), otherwise both by one uniform
-scale.  The cost itself is defined once, in selector.eq3_parts; this module applies it
+scale.  --rho auto's objectives apply the same cost: the cheapest selection keeping a
+share of the importance (select_share, cheapest.py) or the most importance per ms of the
+predicted step time (select_rate, rate.py).  The cost itself is defined once, in selector.eq3_parts; this module applies it
 to tables in model.trainable_weights order.  NumPy only.
 """
 import copy
@@ -18,11 +20,15 @@ import math
 
 import numpy as np
 
-from elastictrainer.method import cheapest, selector
+from elastictrainer.method import cheapest, rate, selector
 
 # A selection "spends" its budget when the time model puts it within this fraction of rho; the
 # closed loop (rho_control.py) counts a measured ratio this far from its target as a miss.
 TOLERANCE = 0.05
+# The least step time, as a share of a full step, the rate objective (method/rate.py) prices a
+# selection at: a corrected model's intercept may reach zero or below (_intercept_ms), where
+# importance per ms would have no bound; a real step never takes less than 1% of a full one.
+RATE_FLOOR = 0.01
 
 
 def output_first(rank):
@@ -194,14 +200,42 @@ class TimeModel:
         mask[o] = np.asarray(res.mask, bool)
         return mask
 
-    def select_share(self, importance, share, resolution=10000):
+    def select_share(self, importance, share, resolution=10000, not_deepest=None):
         """The cheapest selection keeping `share` of the positive importance (--rho auto;
-        method/cheapest.py, exact like select); mask in trainable order."""
+        method/cheapest.py, exact like select); mask in trainable order.  not_deepest: a
+        tensor (trainable index) that may not be the deepest selected (a runner-up); None
+        when no other selection keeps the share."""
         o = self.order
         res = cheapest.select_cheapest(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
-                                       share, resolution=resolution, t_fw_ms=self.t_fw)
-        mask = np.zeros(len(o), bool)
-        mask[o] = np.asarray(res.mask, bool)
+                                       share, resolution=resolution, t_fw_ms=self.t_fw,
+                                       not_deepest=self._position(not_deepest))
+        return None if res is None else self._unorder(res.mask)
+
+    def select_rate(self, importance, not_deepest=None):
+        """The selection of the most importance per ms of predicted step time (--rho auto's
+        rate objective; method/rate.py, exact); mask in trainable order, empty when no tensor
+        has positive importance.  The step time is the one predicted_ratio prices (the
+        intercept, eq. 3's cost with the cached forward pass), never below RATE_FLOOR of a
+        full step.  not_deepest: as select_share's; None when no other selection exists."""
+        o = self.order
+        res = rate.best_rate(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
+                             max(self._intercept_ms, RATE_FLOOR * self.t_full),
+                             t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
+        if res is None:
+            return None if not_deepest is not None else np.zeros(len(o), bool)
+        return self._unorder(res.mask)
+
+    def deepest(self, mask):
+        """The deepest selected tensor of a mask (trainable index), None for an empty one."""
+        d = self._depth(mask)
+        return None if d is None else int(self.order[d])
+
+    def _position(self, k):
+        return None if k is None else int(np.flatnonzero(self.order == k)[0])
+
+    def _unorder(self, mask_output_first):
+        mask = np.zeros(len(self.order), bool)
+        mask[self.order] = np.asarray(mask_output_first, bool)
         return mask
 
     def limited_by(self, mask, importance, rho, resolution=10000):

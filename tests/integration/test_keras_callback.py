@@ -283,28 +283,39 @@ def test_bn_mode_inference_holds_the_moving_statistics_through_the_fit(tmp_path,
     assert not any(batchnorm.in_inference(layer) for layer in layers)
 
 
-@pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
-def test_rho_auto_in_model_fit(tmp_path, flavor):
+@pytest.mark.parametrize("flavor,objective", [("keras3", "share"), ("tf_keras", "rate")])
+def test_rho_auto_in_model_fit(tmp_path, flavor, objective):
     """ElasticCallback(rho="auto"): each selection the cheapest keeping rho_share of the
-    estimated loss drop, its ratio in summary.json; a bad rho is one line."""
+    estimated loss drop (or, rho_objective="rate", the one of the most per second of step),
+    its ratio and why in summary.json; a bad rho is one line."""
     model = _compile(_model(flavor), flavor)
     train, test = _data()
     lines = []
-    callback = _scripted_callback(tmp_path, model, rho="auto", rho_share=0.5)
+    callback = _scripted_callback(tmp_path, model, rho="auto", rho_share=0.5,
+                                  rho_objective=objective)
     callback.log = lines.append
     model.fit(train, epochs=2, validation_data=test, verbose=0, callbacks=[callback])
     summary = runlog.read_summary(str(tmp_path / "logs" / "run"))
     assert summary["rho"] == "auto" and summary["selections"]
     for s in summary["selections"]:
         importance, mask = np.asarray(s["importance"]), np.asarray(s["mask"], bool)
-        assert s["limited_by"] == "share" and s["rho"] == pytest.approx(s["predicted_ratio"])
-        assert importance[mask].sum() >= 0.5 * importance[importance > 0].sum() * (1 - 1e-9)
-    assert any("asked auto (50% of the estimated loss drop)" in line for line in lines)
+        assert s["limited_by"] == objective and s["objective"] == objective
+        assert s["rho"] == pytest.approx(s["predicted_ratio"])
+        kept = importance[mask].sum() / importance[importance > 0].sum()
+        assert s["importance_share"] == pytest.approx(kept)
+        if objective == "share":
+            assert kept >= 0.5 * (1 - 1e-9)
+        elif s["runner_up"] is not None:
+            assert s["runner_up"]["rate"] <= s["rate"] * (1 + 1e-9)
+    said = "asked auto (50% of the estimated loss drop)" if objective == "share" else \
+        "asked auto (the most estimated loss drop per second of step)"
+    assert any(said in line for line in lines)
+    assert any(line.startswith(f"rho auto ({objective}") for line in lines)
     # the recorder every driver writes through: TensorBoard's heat map, text and HParams too
     events = runlog.open_events(str(tmp_path / "logs" / "run"))
     tags = set(events.Tags()["tensors"]) | set(events.Tags()["scalars"])
     assert {runlog.SELECTION_IMAGE, runlog.CONFIG_TEXT, runlog.RESULT_TEXT,
-            runlog.BEST_ACCURACY, runlog.SELECTION_RHO} <= tags
+            runlog.BEST_ACCURACY, runlog.SELECTION_RHO, runlog.SELECTION_IMPORTANCE_SHARE} <= tags
     with pytest.raises(UserError, match="rho must be a number"):
         ElasticCallback(rho="fast")
     with pytest.raises(UserError, match="cache_frozen_prefix must be auto, true or false"):

@@ -643,10 +643,17 @@ def test_rho_auto_keeps_its_share_of_the_importance_and_says_the_ratio_it_took(w
     for s in summary["selections"]:
         importance = np.asarray(s["importance"])
         mask = np.asarray(s["mask"], bool)
-        assert s["limited_by"] == "share"
+        assert s["limited_by"] == "share" and s["objective"] == "share"
         assert importance[mask].sum() >= 0.6 * importance[importance > 0].sum() * (1 - 1e-9)
         assert s["rho"] == pytest.approx(s["predicted_ratio"])
+        # why: the share it keeps, and the cheapest keeping it with another deepest tensor
+        assert s["importance_share"] == pytest.approx(
+            importance[mask].sum() / importance[importance > 0].sum())
+        if s["runner_up"] is not None:
+            assert s["runner_up"]["importance_share"] >= 0.6 * (1 - 1e-9)
     assert any("step-time ratio asked auto (60% of the estimated loss drop)" in line
                for line in lines)
+    assert any(line.startswith("rho auto (share 60%)") for line in lines)
     acc = _scalars(workdir / "logs" / "auto")
-    assert runlog.SELECTION_RHO in set(acc.Tags()["scalars"]) | set(acc.Tags()["tensors"])
+    tags = set(acc.Tags()["scalars"]) | set(acc.Tags()["tensors"])
+    assert {runlog.SELECTION_RHO, runlog.SELECTION_IMPORTANCE_SHARE} <= tags

@@ -242,6 +242,17 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
     assert curves["bn_plus_bias_training"] == [(4.0, 50.0)]
     assert curves["ElasticTrainer rho 0.3"] == [(7.0, 50.0)]
     assert costs["ElasticTrainer rho 0.3"]["profiling_s"] == 3.0
+    assert {c.rho_objective for c in seen} == {"share"}
+    # --rate: one more run, rho auto with the rate objective
+    seen.clear()
+    args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
+                                            "--shares", "0.7", "--rate", "--logdir",
+                                            str(tmp_path / "rate")])
+    curves, _ = bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
+    assert [(c.rho, c.rho_objective) for c in seen[-2:]] == [("auto", "share"), ("auto", "rate")]
+    assert "ElasticTrainer rho auto, rate" in curves
+    assert "--shares 0.7 --rate" in bench.markdown({"date": "d", "configs": {}}, args, {
+        "cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
 
 
 def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(tmp_path,

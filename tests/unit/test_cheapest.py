@@ -58,3 +58,28 @@ def test_a_smaller_share_never_costs_more_and_float_times_round_up():
     assert costs == sorted(costs)  # the rounded problem's optimum grows with the share
     with pytest.raises(ValueError, match="share"):
         select_cheapest(t_dw, t_dy, imp, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_runner_up_is_the_cheapest_keeping_the_target_with_another_deepest_tensor(seed):
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 10))
+    t_dy, t_dw, imp = rng.integers(0, 6, n), rng.integers(0, 9, n), rng.normal(0.3, 1.0, n)
+    imp[0] = abs(imp[0])  # something to keep
+    target = float(rng.choice([0.3, 0.7, 0.9])) * imp[imp > 0].sum()
+    first = cheapest_units(t_dy, t_dw, imp, target)
+    d = int(np.flatnonzero(first)[-1])
+    second = cheapest_units(t_dy, t_dw, imp, target, not_deepest=d)
+    best = None  # by brute force, over masks whose deepest tensor is another of positive worth
+    for bits in itertools.product([False, True], repeat=n):
+        mask = np.array(bits)
+        if mask.any() and imp[mask].sum() >= target * (1 - 1e-12):
+            deepest = np.flatnonzero(mask)[-1]
+            if deepest != d and imp[deepest] > 0:
+                cost = eq3_cost(t_dw, t_dy, mask)
+                best = cost if best is None else min(best, cost)
+    if best is None:
+        assert second is None
+    else:
+        assert np.flatnonzero(second)[-1] != d and imp[second].sum() >= target * (1 - 1e-12)
+        assert eq3_cost(t_dw, t_dy, second) == best

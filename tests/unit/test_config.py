@@ -84,6 +84,16 @@ def test_the_cache_settings_parse_and_bad_ones_are_one_line_user_errors():
     Config(strategy="mirrored").validate()
 
 
+def test_rho_objective_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
+    from elastictrainer.errors import UserError
+
+    args = cli.train_parser().parse_args(["--rho", "auto", "--rho_objective", "rate"])
+    assert cli.config_from_args(args).rho_objective == "rate"
+    assert Config().rho_objective == "share"  # until measurements choose the default
+    with pytest.raises(UserError, match=r"^unknown --rho_objective 'fast'; valid: share, rate$"):
+        Config(rho_objective="fast").validate()
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--rho", "half"], "--rho"),
     (["--optimizer", "lamb"], "--optimizer"),
@@ -92,6 +102,7 @@ def test_the_cache_settings_parse_and_bad_ones_are_one_line_user_errors():
     (["--bn_mode", "training"], "--bn_mode"),
     (["--cache_frozen_prefix", "sometimes"], "--cache_frozen_prefix"),
     (["--cache_dtype", "int8"], "--cache_dtype"),
+    (["--rho", "auto", "--rho_objective", "fastest"], "--rho_objective"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -125,3 +125,81 @@ def test_auto_prices_its_start_at_the_share_with_every_tensor_alike_not_at_the_f
                  compile_ms=5e3)
     fixed.plan()
     assert "s at rho 0.6, not 1.5x" in logs[-1]
+
+
+@pytest.mark.parametrize("objective", ["share", "rate"])
+def test_each_auto_selection_says_why_and_summary_json_keeps_it(tmp_path, objective):
+    """Under either objective a selection records (and says in one line, and in TensorBoard)
+    its share of the estimated loss drop, its predicted ratio and the objective's best
+    selection of another deepest tensor; summary.json reads them back."""
+    model = TimeModel(table())
+    device = Device(model)
+    logs = []
+    rt = make(model, device, rho=AUTO, share=0.7, objective=objective, economy=False,
+              log=logs.append)
+    drive(rt, device, 10, IMPORTANCE)
+    record = rt.records[0]
+    mask = np.array(record.mask, bool)
+    expected = (model.select_rate(IMPORTANCE) if objective == "rate"
+                else model.select_share(IMPORTANCE, 0.7))
+    assert mask.tolist() == expected.tolist()
+    assert record.limited_by == objective and record.objective == objective
+    share = IMPORTANCE[mask].sum() / IMPORTANCE.sum()
+    assert record.importance_share == pytest.approx(share)
+    assert record.rate == pytest.approx(share / record.predicted_ratio)
+    d = model.deepest(mask)
+    other = (model.select_rate(IMPORTANCE, not_deepest=d) if objective == "rate"
+             else model.select_share(IMPORTANCE, 0.7, not_deepest=d))
+    up = record.runner_up
+    assert up["deepest"] == model.deepest(other) != d and up["tensors"] == int(other.sum())
+    assert up["predicted_ratio"] == pytest.approx(model.predicted_ratio(other))
+    assert up["importance_share"] == pytest.approx(IMPORTANCE[other].sum() / IMPORTANCE.sum())
+    if objective == "rate":  # the runner-up is the worse rate, and nothing beats the choice
+        assert up["rate"] <= record.rate
+    else:  # the runner-up keeps the share too, at no lower a cost
+        assert up["importance_share"] >= 0.7 * (1 - 1e-12)
+        assert up["predicted_ratio"] >= record.predicted_ratio
+    line = next(m for m in logs if m.startswith(f"rho auto ({objective}"))
+    assert (f"{int(mask.sum())} of {N} tensors, deepest {d}, keep {share:.0%} of the "
+            f"estimated loss drop at {record.predicted_ratio:.3f} of a full step") in line
+    assert f"another deepest tensor ({up['deepest']}, {up['tensors']} tensors)" in line
+    events = {tag: value for tag, value, _ in rt.take_events()}
+    assert events[runlog.SELECTION_IMPORTANCE_SHARE] == pytest.approx(share)
+    assert events[runlog.RUNNER_UP_RATIO] == pytest.approx(up["predicted_ratio"])
+    assert events[runlog.RUNNER_UP_IMPORTANCE_SHARE] == pytest.approx(up["importance_share"])
+    summary = runlog.RunSummary(train_type="elastic_training", model="m", dataset="d",
+                                rho=AUTO, seed=0, num_tensors=N, tensor_names=[], timing_table=None,
+                                steps_per_epoch=100, selections=[r.to_dict() for r in rt.records])
+    runlog.write_json(str(tmp_path / runlog.SUMMARY_FILE), summary.to_dict())
+    back = runlog.read_summary(str(tmp_path))["selections"][0]
+    assert back["objective"] == objective and back["runner_up"] == up
+    assert back["importance_share"] == pytest.approx(share)
+    # a numeric rho records none of it, and says no such line
+    fixed_logs = []
+    fixed = make(model, Device(model), rho=0.6, economy=False, log=fixed_logs.append)
+    drive(fixed, Device(model), 10, IMPORTANCE)
+    assert fixed.records[0].objective is None and fixed.records[0].runner_up is None
+    assert not any(m.startswith("rho auto") for m in fixed_logs)
+
+
+def test_the_rate_objective_is_named_in_the_budget_and_a_bad_one_is_refused():
+    assert Budget(AUTO, 0.7, "rate").text == ("auto (the most estimated loss drop per second "
+                                              "of step)")
+    assert Budget(AUTO, 0.7).objective == "share"
+    with pytest.raises(ValueError, match="objective"):
+        Budget(AUTO, 0.7, "fastest")
+
+
+def test_a_rate_run_holds_its_selection_to_its_own_ratio_and_resumes_it():
+    model = TimeModel(table())
+    device = Device(model)
+    rt = make(model, device, rho=AUTO, objective="rate", economy=False)
+    drive(rt, device, 60, IMPORTANCE)
+    record = rt.records[0]
+    assert record.rho == pytest.approx(record.predicted_ratio)
+    assert record.measured_ratio == pytest.approx(record.rho, rel=0.05) and not rt.corrections
+    assert rt.finish(device.now).closing.startswith(
+        "step-time ratio asked auto (the most estimated loss drop per second of step), measured")
+    again = make(model, Device(model), rho=AUTO, objective="rate", economy=False)
+    again.load_state(rt.state())
+    assert again.rho == pytest.approx(record.rho)
