@@ -188,3 +188,15 @@ def test_phases_text_gives_the_total_and_the_largest_first():
     line = phases_text({"child_start": 2.5, "trace_compile": 4.0, "setup": 0.01}, "in a child")
     assert line == "profiled in a child in 6.5 s: trace compile 4.0 s, child start 2.5 s"
     assert phases_text(None, "in this process") == "profiled in this process"
+
+
+def test_timed_repeats_settle_only_when_every_series_agrees_after_the_minimum():
+    from elastictrainer.profiler.calibration import settled
+
+    steady, noisy = [100.0, 103.0, 98.0], [100.0, 130.0, 98.0]
+    assert settled([steady, [0.5, 0.51, 0.5]], min_rounds=3, spread=0.08)
+    assert not settled([steady[:2]], min_rounds=3, spread=0.08)  # too few rounds yet
+    assert not settled([steady, noisy], min_rounds=3, spread=0.08)  # one series disagrees
+    assert not settled([[0.0, 0.0, 0.0]], min_rounds=3, spread=0.08)
+    # a loaded machine's rounds run to the maximum: the caller stops at its own count
+    assert settled([noisy + [101.0, 99.0]], min_rounds=3, spread=0.4)
