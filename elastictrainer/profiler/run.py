@@ -144,6 +144,8 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         shutil.rmtree(trace_dir, ignore_errors=True)
     phases.mark("parse_trace")
     att = attribution.attribute(info, op_times, kernel_type, num_iterations)
+    fp_layers = attribution.forward_by_layer(info, op_times, num_iterations,
+                                             _leaf_layer_names(model))
     phases.mark("attribution")
     references, compile_ms = {}, None
     if n_refs:
@@ -184,6 +186,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "t_grads_ms": statistics.median(grads) * 1e3,
         "t_fp_ops_ms": att["t_fp_ops_ms"],
         "t_bp_ops_ms": att["t_bp_ops_ms"],
+        "t_fp_layers_ms": fp_layers,
         "coverage": att["coverage"],
         "unattributed": att["unattributed"][:50],
         "num_iterations": int(num_iterations),
@@ -207,6 +210,16 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "peak_rss_mb": peak_rss_mb(),
         "profiled_pid": os.getpid(),
     }
+
+
+def _leaf_layer_names(model):
+    """Names of the layers a model's call runs, nested models' layers included (not the
+    nested models themselves: their scopes hold their layers' scopes)."""
+    names = []
+    for layer in model.layers:
+        inner = getattr(layer, "layers", None)
+        names += _leaf_layer_names(layer) if inner else [layer.name]
+    return names
 
 
 def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
