@@ -4,9 +4,9 @@ A selection whose deepest tensor (from the output back) is d costs
     T(sel) = t_fp + sum_{k in sel} t_dw[k] + sum_{j <= d} t_dy[j]        (ms)
 and ElasticTrainer keeps T(sel) <= rho * t_full.  With the frozen prefix cached
 (--cache_frozen_prefix, prefix/cache.py; not in the paper) t_fp becomes the forward pass of
-the suffix above the cut below d: the timed forward pass less its prefix's share (the traced
-forward op time of the prefix's layers, or a FLOP estimate for a table without it), plus the
-fixed cost; selector.eq3_parts adds it to eq. 3 as a term
+the suffix above the cut below d: the timed forward pass less its prefix's share (from the
+traced forward op time of the prefix's layers and a FLOP estimate, or the estimate alone for
+a table without the former), plus the fixed cost; selector.eq3_parts adds it to eq. 3 as a term
 that grows with d.  The per-tensor op times of the table are scaled
 so that training everything predicts the measured full step: with the profiler's calibration
 (profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
@@ -28,6 +28,9 @@ TOLERANCE = 0.05
 # layers hold at least this share of it (a table of a model whose layers are named otherwise
 # does not price this one's cuts).
 MATCHED_SHARE = 0.5
+# The weight of the trace's share in a cut's prefix share, the FLOP estimate's the rest
+# (TimeModel.prefix_shares says why both, and what the mean matched).
+TRACE_WEIGHT = 0.5
 
 
 def output_first(rank):
@@ -84,12 +87,17 @@ class TimeModel:
         self.use_cache(cache, float(table["t_fp_ms"]))
 
     def prefix_shares(self, cache):
-        """Each cut's prefix share of the forward pass: its layers' traced forward op time over
-        the traced forward's, when the table has it for this model's layers; otherwise the
-        cut's estimate (1 - its suffix's FLOP share).  The trace prices what FLOPs miss: the
-        augmenting layers (a flip and a rotation, about a tenth of MobileNetV2's forward ops
-        at 96 px, batch 8, and no FLOPs) and the early, memory-bound layers at full
-        resolution, all of which a cached step skips."""
+        """Each cut's prefix share of the forward pass: the mean of its layers' share of the
+        trace's forward op time and its FLOP estimate (1 - its suffix's FLOP share), when the
+        table has the trace's times for this model's layers; the FLOP estimate alone
+        otherwise.  FLOPs miss what a cached step skips beyond multiply-adds: the augmenting
+        layers (a flip and a rotation, about a tenth of MobileNetV2's forward ops at 96 px,
+        batch 8) and the memory-bound work of the early layers at full resolution.  The
+        trace's op times, taken inside a training step, overstate the early layers instead:
+        on that MobileNetV2, forward passes of the suffix above five cuts, timed against the
+        whole forward pass, left out 0.32-0.82 of it where the trace's shares said 0.40-0.84
+        (0.44-0.85 on a busier profile) and the FLOPs 0.22-0.80; the mean of the two was
+        within 0.02 of every one (TRACE_WEIGHT)."""
         estimated = [1.0 - c["forward_share"] for c in cache["cuts"]]
         layers, total = self.fp_layers_ms, self.fp_ops_ms
         names = cache.get("layers")
@@ -99,8 +107,9 @@ class TimeModel:
         # a table profiled on a model whose layers are named otherwise prices nothing here
         if sum(layers.get(n, 0.0) for n in set(names)) < MATCHED_SHARE * sum(layers.values()):
             return estimated
-        return [min(sum(layers.get(n, 0.0) for n in set(c["prefix_layers"])) / total, 1.0)
-                for c in cache["cuts"]]
+        traced = [min(sum(layers.get(n, 0.0) for n in set(c["prefix_layers"])) / total, 1.0)
+                  for c in cache["cuts"]]
+        return [TRACE_WEIGHT * t + (1.0 - TRACE_WEIGHT) * e for t, e in zip(traced, estimated)]
 
     def use_cache(self, cache, fp_ms):
         """The forward increments by depth (eq3_parts' t_fw, output-first) and what the cut of
