@@ -75,13 +75,16 @@ def fill_estimates(t_dw, covered, flops):
 _UNIQUIFIED = re.compile(r"^(.*)_\d+$")
 
 
-def forward_by_layer(info, op_times, num_steps, layer_names):
+def forward_by_layer(info, op_times, num_steps, layer_names, suffixed=False):
     """Traced forward op time (ms per step) of each layer in `layer_names`: every forward op is
-    charged to the innermost scope of its name that is a layer's (a scope TensorFlow made
-    unique with a "_<n>" suffix counts as its layer's).  Ops of no layer (the loss) are left
-    out, so the values sum to at most the traced forward time.  What a cached step leaves out
-    of the forward pass is the time of its prefix's layers, measured here, augmentation
-    included, rather than estimated from FLOPs."""
+    charged to the innermost scope of its name that is a layer's.  `suffixed`: the scopes are
+    the layers' names with a "_<n>" suffix (Keras 3 makes each layer's scope unique: layer
+    "conv2d" runs in "conv2d_1", layer "conv2d_1" in "conv2d_1_1"), so a scope names the layer
+    without its suffix; otherwise a scope is its layer's name, or that name made unique by
+    TensorFlow when nothing else has it.  Ops of no layer (the loss) are left out, so the
+    values sum to at most the traced forward time.  What a cached step leaves out of the
+    forward pass is, in part, the time of its prefix's layers, measured here, augmentation
+    included, where FLOP estimates have none."""
     names = set(layer_names)
     out = defaultdict(float)
     for name, total in op_times.items():
@@ -89,8 +92,8 @@ def forward_by_layer(info, op_times, num_steps, layer_names):
             continue
         for scope in reversed(name.split("/")[:-1]):
             m = _UNIQUIFIED.match(scope)
-            layer = scope if scope in names else (m.group(1) if m and m.group(1) in names
-                                                  else None)
+            stripped = m.group(1) if m and m.group(1) in names else None
+            layer = stripped if suffixed else (scope if scope in names else stripped)
             if layer is not None:
                 out[layer] += total / num_steps
                 break

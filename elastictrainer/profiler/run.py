@@ -144,8 +144,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         shutil.rmtree(trace_dir, ignore_errors=True)
     phases.mark("parse_trace")
     att = attribution.attribute(info, op_times, kernel_type, num_iterations)
-    fp_layers = attribution.forward_by_layer(info, op_times, num_iterations,
-                                             _leaf_layer_names(model))
+    fp_layers = attribution.forward_by_layer(
+        info, op_times, num_iterations, _leaf_layer_names(model),
+        suffixed=flavors.for_model(model).NAME == "keras3")
     phases.mark("attribution")
     references, compile_ms = {}, None
     if n_refs:

@@ -216,6 +216,13 @@ def test_forward_ops_are_charged_to_the_innermost_layer_of_their_name():
            "gradient_tape/m/backbone/block_1/Conv2DBackpropFilter": 50.0}
     got = forward_by_layer(Info(), ops, 2, ["augment_rotation", "block_1", "block_2"])
     assert got == pytest.approx({"augment_rotation": 3.0, "block_1": 3.0, "block_2": 4.0})
+    # Keras 3's scopes: every layer's name with a suffix, even where another layer has the
+    # suffixed name
+    keras3 = {"m/conv2d_1/convolution": 4.0, "m/conv2d_1_1/convolution": 6.0,
+              "m/random_flip_1/stateless_random_flip_left_right": 2.0}
+    assert forward_by_layer(Info(), keras3, 1, ["conv2d", "conv2d_1", "random_flip"],
+                            suffixed=True) == pytest.approx(
+        {"conv2d": 4.0, "conv2d_1": 6.0, "random_flip": 2.0})
 
 
 def test_a_table_without_traced_forward_layers_reads_and_a_bad_one_does_not(tmp_path):
