@@ -439,7 +439,8 @@ class ProfileConfig:
         help="imagenet | synthetic | none | PATH; timings do not depend on the values, so the "
              "default avoids a download")
     num_iterations: int = field(default=5, metadata=flag(
-        "profiled training steps (also the number of timed steps)"))
+        "profiled training steps (also the most timed steps and calibration rounds, which "
+        "stop after 3 once their repeats agree within 8%)"))
     calibrate: bool = field(default=True, metadata=flag(
         "also time a few real partial selections and fit separate t_dw / t_dy scales, so that "
         "rho holds when ops overlap (adds about 3 compiles and 10 steps per selection)"))

@@ -4,8 +4,9 @@ A selection whose deepest tensor (from the output back) is d costs
     T(sel) = t_fp + sum_{k in sel} t_dw[k] + sum_{j <= d} t_dy[j]        (ms)
 and ElasticTrainer keeps T(sel) <= rho * t_full.  With the frozen prefix cached
 (--cache_frozen_prefix, prefix/cache.py; not in the paper) t_fp becomes the forward pass of
-the suffix above the cut below d: the part of the timed forward pass the suffix holds
-(its estimated share), plus the fixed cost; selector.eq3_parts adds it to eq. 3 as a term
+the suffix above the cut below d: the timed forward pass less its prefix's share (from the
+traced forward op time of the prefix's layers and a FLOP estimate, or the estimate alone for
+a table without the former), plus the fixed cost; selector.eq3_parts adds it to eq. 3 as a term
 that grows with d.  The per-tensor op times of the table are scaled
 so that training everything predicts the measured full step: with the profiler's calibration
 (profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
@@ -29,6 +30,13 @@ TOLERANCE = 0.05
 # selection at: a corrected model's intercept may reach zero or below (_intercept_ms), where
 # importance per ms would have no bound; a real step never takes less than 1% of a full one.
 RATE_FLOOR = 0.01
+# A cut's prefix is priced by the table's traced forward time per layer only when the model's
+# layers hold at least this share of it (a table of a model whose layers are named otherwise
+# does not price this one's cuts).
+MATCHED_SHARE = 0.5
+# The weight of the trace's share in a cut's prefix share, the FLOP estimate's the rest
+# (TimeModel.prefix_shares says why both, and what the mean matched).
+TRACE_WEIGHT = 0.5
 
 
 def output_first(rank):
@@ -79,12 +87,40 @@ class TimeModel:
         # steps; 1 for tables without t_grads_ms (the update's share then counts as nothing)
         grads = table.get("t_grads_ms")
         self.full_over_grads = max(self.t_full / grads, 1.0) if grads else 1.0
+        # the trace's forward op time by layer, and in all (what a cut's prefix share is of)
+        self.fp_layers_ms = table.get("t_fp_layers_ms") or {}
+        self.fp_ops_ms = float(table.get("t_fp_ops_ms") or 0.0)
         self.use_cache(cache, float(table["t_fp_ms"]))
+
+    def prefix_shares(self, cache):
+        """Each cut's prefix share of the forward pass: the mean of its layers' share of the
+        trace's forward op time and its FLOP estimate (1 - its suffix's FLOP share), when the
+        table has the trace's times for this model's layers; the FLOP estimate alone
+        otherwise.  FLOPs miss what a cached step skips beyond multiply-adds: the augmenting
+        layers (a flip and a rotation, about a tenth of MobileNetV2's forward ops at 96 px,
+        batch 8) and the memory-bound work of the early layers at full resolution.  The
+        trace's op times, taken inside a training step, overstate the early layers instead:
+        on that MobileNetV2, forward passes of the suffix above five cuts, timed against the
+        whole forward pass, left out 0.32-0.82 of it where the trace's shares said 0.40-0.84
+        (0.44-0.85 on a busier profile) and the FLOPs 0.22-0.80; the mean of the two was
+        within 0.02 of every one (TRACE_WEIGHT)."""
+        estimated = [1.0 - c["forward_share"] for c in cache["cuts"]]
+        layers, total = self.fp_layers_ms, self.fp_ops_ms
+        names = cache.get("layers")
+        if not layers or total <= 0 or names is None or any(
+                "prefix_layers" not in c for c in cache["cuts"]):
+            return estimated
+        # a table profiled on a model whose layers are named otherwise prices nothing here
+        if sum(layers.get(n, 0.0) for n in set(names)) < MATCHED_SHARE * sum(layers.values()):
+            return estimated
+        traced = [min(sum(layers.get(n, 0.0) for n in set(c["prefix_layers"])) / total, 1.0)
+                  for c in cache["cuts"]]
+        return [TRACE_WEIGHT * t + (1.0 - TRACE_WEIGHT) * e for t, e in zip(traced, estimated)]
 
     def use_cache(self, cache, fp_ms):
         """The forward increments by depth (eq3_parts' t_fw, output-first) and what the cut of
-        each depth saves of the forward pass (`saved`), from the cuts' suffix shares of the
-        timed forward pass `fp_ms`."""
+        each depth saves of the forward pass (`saved`), from the cuts' prefix shares
+        (prefix_shares) of the timed forward pass `fp_ms`."""
         self.cache = cache
         n = len(self.order)
         self.cut_at = np.full(n, -1)
@@ -96,8 +132,9 @@ class TimeModel:
         # the cut for depth j must hold every tensor from the output down to j in its suffix
         self.cut_at = np.minimum.accumulate(cut)
         # a cut saves the forward pass below it, less the host work of reading its rows
-        saved = np.array([(1.0 - c["forward_share"]) * fp_ms - c.get("lookup_ms", 0.0)
-                          for c in cache["cuts"]] + [0.0])
+        saved = np.array([share * fp_ms - c.get("lookup_ms", 0.0)
+                          for share, c in zip(self.prefix_shares(cache), cache["cuts"])]
+                         + [0.0])
         # a deeper selection never saves more (conservative where reading costs more)
         self.saved = np.minimum.accumulate(np.maximum(saved[self.cut_at], 0.0))
         self.t_fw = np.concatenate([[0.0], self.saved[:-1] - self.saved[1:]])

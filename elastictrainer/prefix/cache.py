@@ -110,10 +110,15 @@ class PrefixCache:
             self.lookup_ms[i] = 1e3 * float(np.median(times))
 
     def for_time_model(self):
-        """The cuts as time_model.TimeModel takes them (plain data)."""
+        """The cuts as time_model.TimeModel takes them (plain data): with the names of the
+        layers each cut's prefix runs, which the timing table's traced forward times price."""
+        calls = self.graph.calls
         return {"cuts": [{"name": c.name, "forward_share": c.forward_share, "lookup_ms": ms,
-                          "views": v}
+                          "views": v,
+                          "prefix_layers": [calls[j].layer.name for j in range(len(calls))
+                                            if j not in c.suffix]}
                          for c, ms, v in zip(self.cuts, self.lookup_ms, self.views)],
+                "layers": [c.layer.name for c in calls],
                 "tensor_cut": list(self.tensor_cut)}
 
     def cut_of(self, selection):

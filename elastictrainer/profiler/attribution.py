@@ -6,6 +6,7 @@ The paper's time model (eq. 3) needs, for every trainable tensor k ordered from 
            trains,
 so that a selection whose deepest tensor is d costs  T_fp + sum_sel t_dw + sum_{j<=d} t_dy[j].
 """
+import re
 from collections import defaultdict
 
 def attribute(info, op_times, kernel_type, num_steps):
@@ -69,3 +70,31 @@ def fill_estimates(t_dw, covered, flops):
         if est:
             t_dw[k] = flops[k] * rate
     return t_dw, estimated
+
+
+_UNIQUIFIED = re.compile(r"^(.*)_\d+$")
+
+
+def forward_by_layer(info, op_times, num_steps, layer_names, suffixed=False):
+    """Traced forward op time (ms per step) of each layer in `layer_names`: every forward op is
+    charged to the innermost scope of its name that is a layer's.  `suffixed`: the scopes are
+    the layers' names with a "_<n>" suffix (Keras 3 makes each layer's scope unique: layer
+    "conv2d" runs in "conv2d_1", layer "conv2d_1" in "conv2d_1_1"), so a scope names the layer
+    without its suffix; otherwise a scope is its layer's name, or that name made unique by
+    TensorFlow when nothing else has it.  Ops of no layer (the loss) are left out, so the
+    values sum to at most the traced forward time.  What a cached step leaves out of the
+    forward pass is, in part, the time of its prefix's layers, measured here, augmentation
+    included, where FLOP estimates have none."""
+    names = set(layer_names)
+    out = defaultdict(float)
+    for name, total in op_times.items():
+        if info.lookup(name)[0] != "forward":
+            continue
+        for scope in reversed(name.split("/")[:-1]):
+            m = _UNIQUIFIED.match(scope)
+            stripped = m.group(1) if m and m.group(1) in names else None
+            layer = stripped if suffixed else (scope if scope in names else stripped)
+            if layer is not None:
+                out[layer] += total / num_steps
+                break
+    return dict(out)

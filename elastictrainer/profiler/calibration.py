@@ -12,6 +12,24 @@ from elastictrainer.method.time_model import selection_sums, uniform_scale
 # more would say the forward pass is nearly free, which no measurement here has shown (the
 # largest seen took 23% off).
 MIN_FORWARD_SHARE = 0.5
+# Timed repeats stop early, after MIN_ROUNDS, once every series agrees with itself: its range
+# within STEADY_SPREAD of its median.  The median of agreeing repeats moves little with more of
+# them (MobileNetV2 at 96 px, batch 8: the reference ratios of the first 3 of 8 rounds were
+# within 1.3% of all 8's), and on a loaded machine, where they disagree, every repeat is run.
+MIN_ROUNDS, STEADY_SPREAD = 3, 0.08
+
+
+def settled(series, min_rounds=MIN_ROUNDS, spread=STEADY_SPREAD):
+    """Whether timed repeats may stop: each of `series` (lists of timings or ratios, one entry
+    per round so far) has at least `min_rounds` entries and spans at most `spread` of its
+    median."""
+    for values in series:
+        if len(values) < min_rounds:
+            return False
+        mid = statistics.median(values)
+        if not mid > 0 or (max(values) - min(values)) > spread * mid:
+            return False
+    return True
 
 
 def reference_selections(rank):
@@ -101,7 +119,7 @@ def fit_fixed_cost(t_dw, t_dy, rank, t_fp, t_full, measured):
 
 
 def time_reference_selections(model, optimizer, loss_fn, variables, full_step, rank, x, y,
-                               rounds, bar, clock=time.perf_counter):
+                               rounds, bar, clock=time.perf_counter, min_rounds=MIN_ROUNDS):
     """Median step time of each reference selection over the full step's, interleaved, as
     {name: (mask, ratio)}; and the longest time compiling a reference selection's step took
     (its first call beyond its second), in ms: what a run may pay for a new selection.  The
@@ -109,7 +127,8 @@ def time_reference_selections(model, optimizer, loss_fn, variables, full_step, r
     its input pipeline shares the cores (MobileNetV2 at 224 px: the references 0.7-1.5 s here,
     a 32-tensor selection 1.1 s alone and 1.55 s inside a run), and the economy's promise that
     a short run is not slower than full training rests on it.  `clock`: seconds
-    (profile_model's)."""
+    (profile_model's).  At most `rounds` rounds, fewer once the ratios have `settled` after
+    `min_rounds`."""
     from elastictrainer.train import steps as train_steps
 
     refs = reference_selections(rank)
@@ -139,5 +158,7 @@ def time_reference_selections(model, optimizer, loss_fn, variables, full_step, r
         for name in refs:  # ratios within a round, so load that comes and goes cancels out
             ratios[name].append(times[name] / times["full"])
         bar.update(1)
+        if settled(ratios.values(), min_rounds):
+            break
     return ({name: (mask, statistics.median(ratios[name])) for name, mask in refs.items()},
             max(compile_s) * 1e3 if compile_s else None)

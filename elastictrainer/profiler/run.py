@@ -38,7 +38,8 @@ FIRST_WARMUP, FIRST_ITERATIONS = 2, 5
 
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
                   warmup=2, trace_dir=None, seed=0, progress=True, calibrate=True,
-                  optimizer="sgd", clock=time.perf_counter, batch=None, loss_fn=None):
+                  optimizer="sgd", clock=time.perf_counter, batch=None, loss_fn=None,
+                  min_rounds=calibration.MIN_ROUNDS):
     """Profile full training steps of `model` and return the timing table (a JSON-able dict).
 
     Runs `warmup` steps, then times forward-only and full training steps interleaved
@@ -52,6 +53,9 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     around every timed step (a test's fake clock decides what the timings say).  `batch`: an
     (x, y) batch to time on instead of random images of input_size (model.fit's, for one);
     `loss_fn(y, y_pred)`: the loss instead of sparse categorical cross-entropy on logits.
+    The timed steps and the calibration's rounds stop after `min_rounds` of their
+    `num_iterations` once their times agree (calibration.settled); the traced steps are always
+    `num_iterations`.
     """
     from tqdm import tqdm
 
@@ -120,6 +124,8 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         train_steps.first_output(gradients(x, y)).numpy()
         grads.append(clock() - t0)
         bar.update(1)
+        if calibration.settled((fp, full, grads), min_rounds):
+            break
     phases.mark("timed_steps")
 
     own_dir = trace_dir is None
@@ -138,11 +144,15 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         shutil.rmtree(trace_dir, ignore_errors=True)
     phases.mark("parse_trace")
     att = attribution.attribute(info, op_times, kernel_type, num_iterations)
+    fp_layers = attribution.forward_by_layer(
+        info, op_times, num_iterations, _leaf_layer_names(model),
+        suffixed=flavors.for_model(model).NAME == "keras3")
     phases.mark("attribution")
     references, compile_ms = {}, None
     if n_refs:
         references, compile_ms = calibration.time_reference_selections(
-            model, opt, loss_fn, variables, step, info.rank, x, y, num_iterations, bar, clock)
+            model, opt, loss_fn, variables, step, info.rank, x, y, num_iterations, bar, clock,
+            min_rounds)
         phases.mark("calibration")
     bar.close()
     model.set_weights(saved)
@@ -177,6 +187,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "t_grads_ms": statistics.median(grads) * 1e3,
         "t_fp_ops_ms": att["t_fp_ops_ms"],
         "t_bp_ops_ms": att["t_bp_ops_ms"],
+        "t_fp_layers_ms": fp_layers,
         "coverage": att["coverage"],
         "unattributed": att["unattributed"][:50],
         "num_iterations": int(num_iterations),
@@ -200,6 +211,16 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "peak_rss_mb": peak_rss_mb(),
         "profiled_pid": os.getpid(),
     }
+
+
+def _leaf_layer_names(model):
+    """Names of the layers a model's call runs, nested models' layers included (not the
+    nested models themselves: their scopes hold their layers' scopes)."""
+    names = []
+    for layer in model.layers:
+        inner = getattr(layer, "layers", None)
+        names += _leaf_layer_names(layer) if inner else [layer.name]
+    return names
 
 
 def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):

@@ -190,6 +190,8 @@ _SCALARS = {
     "t_fp_ops_ms": (lambda v: v is None or _finite(v), "a finite number"),
     "t_bp_ops_ms": (lambda v: v is None or _finite(v), "a finite number"),
     "coverage": (_finite, "a finite number"),
+    "t_fp_layers_ms": (lambda v: v is None or (isinstance(v, dict) and all(
+        _finite(x) and x >= 0 for x in v.values())), "a JSON object of ms >= 0"),
     "num_iterations": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer"),
     "timing_note": (lambda v: v is None or isinstance(v, str), "a string"),
     "created": (lambda v: v is None or isinstance(v, str), "a string"),
@@ -222,6 +224,7 @@ class TimingTable(_Record):
     t_grads_ms: float | None       # a full step without the optimizer's update (None: not timed)
     t_fp_ops_ms: float | None      # traced forward op time
     t_bp_ops_ms: float | None      # traced backward and update op time
+    t_fp_layers_ms: dict | None    # traced forward op time by layer name (None: not recorded)
     coverage: float                # share of t_bp_ops_ms attributed to tensors
     unattributed: list[UnattributedOp]   # the largest ops not attributed, largest first
     num_iterations: int | None     # steps timed and traced
@@ -306,7 +309,8 @@ _TABLE_DEFAULTS = {
     "peak_rss_mb": None,             # provenance not recorded ...
     "profiled_pid": None,
     # ... and provenance a hand-written table need not give
-    "t_fp_ops_ms": None, "t_bp_ops_ms": None, "num_iterations": None, "created": None,
+    "t_fp_ops_ms": None, "t_bp_ops_ms": None, "t_fp_layers_ms": None, "num_iterations": None,
+    "created": None,
     "host": None, "trace": None, "profiling_wall_s": None, "profiling_phases_s": None,
 }
 _TENSOR_DEFAULTS = {"shape": None, "estimated": False}  # a hand-written table's tensors

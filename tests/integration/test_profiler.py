@@ -79,6 +79,16 @@ def test_step_times_are_what_the_clock_measured_on_each_step(monkeypatch):
     assert table["t_bp_ms"] == pytest.approx(70.0) and table["timing_note"] is None
 
 
+def test_forward_op_time_is_recorded_by_layer(cnn_table):
+    """Every weighted layer of the traced forward pass gets its op time, and the layers hold
+    most of the traced forward (the loss and the input's cast hold the rest)."""
+    _, table = cnn_table
+    layers = table["t_fp_layers_ms"]
+    assert {"c1", "bn1", "dw", "c2", "fc"} <= set(layers)
+    assert all(v > 0 for v in layers.values())
+    assert 0.5 * table["t_fp_ops_ms"] <= sum(layers.values()) <= table["t_fp_ops_ms"] * (1 + 1e-9)
+
+
 def test_rank_runs_from_output_back(cnn_table):
     model, table = cnn_table
     rank = {t["name"]: t["rank"] for t in table["tensors"]}

@@ -227,3 +227,28 @@ def test_a_correction_that_leaves_the_forward_less_than_a_cut_saves_predicts_wha
     importance = np.where(mask, 1.0, 0.0)
     assert corrected.select(importance, measured * 1.001, resolution=100000)[mask].all()
     assert corrected.rho_floor >= 0.0
+
+
+def test_a_cut_is_priced_by_the_traced_forward_time_of_its_prefixs_layers():
+    # The traced forward: augmentation (no FLOPs, 2 ms) and a costly early layer before cut
+    # "low", whose FLOP estimate (CACHE's shares) says it saves 30% of the forward, the trace
+    # 50%; cut "high": 75% and 70%.  A cut's share is the mean of the two.
+    layers = {"augment": 2.0, "early": 3.0, "mid": 2.0, "late": 2.0}  # + 1 ms of loss ops
+    table = dict(chain_table(), t_fp_layers_ms=layers, t_fp_ops_ms=10.0)
+    cache = {"cuts": [dict(CACHE["cuts"][0], prefix_layers=["augment", "early"]),
+                      dict(CACHE["cuts"][1], prefix_layers=["augment", "early", "mid"])],
+             "layers": list(layers), "tensor_cut": CACHE["tensor_cut"]}
+    fp, full = table["t_fp_ms"], table["t_full_ms"]
+    traced, plain = TimeModel(table, cache=cache), TimeModel(table)
+    assert traced.prefix_shares(cache) == pytest.approx([0.4, 0.725])
+    high = np.array([0, 0, 0, 0, 0, 0, 1, 1], bool)
+    low = np.array([0, 0, 0, 1, 0, 0, 0, 1], bool)
+    assert traced.forward_saved(high) == pytest.approx(0.725 * fp - 0.2)
+    assert traced.forward_saved(low) == pytest.approx(0.4 * fp - 0.5)
+    assert traced.predicted_ratio(low) == pytest.approx(
+        plain.predicted_ratio(low) - (0.4 * fp - 0.5) / full)
+    assert traced.predicted_ratio(np.ones(8, bool)) == pytest.approx(1.0)
+    # an older table (no traced layers), or one whose layers this model does not have, keeps
+    # the FLOP estimates
+    for other in (chain_table(), dict(table, t_fp_layers_ms={"conv2d_7": 9.0})):
+        assert TimeModel(other, cache=cache).forward_saved(low) == pytest.approx(0.3 * fp - 0.5)

@@ -188,3 +188,57 @@ def test_phases_text_gives_the_total_and_the_largest_first():
     line = phases_text({"child_start": 2.5, "trace_compile": 4.0, "setup": 0.01}, "in a child")
     assert line == "profiled in a child in 6.5 s: trace compile 4.0 s, child start 2.5 s"
     assert phases_text(None, "in this process") == "profiled in this process"
+
+
+def test_timed_repeats_settle_only_when_every_series_agrees_after_the_minimum():
+    from elastictrainer.profiler.calibration import settled
+
+    steady, noisy = [100.0, 103.0, 98.0], [100.0, 130.0, 98.0]
+    assert settled([steady, [0.5, 0.51, 0.5]], min_rounds=3, spread=0.08)
+    assert not settled([steady[:2]], min_rounds=3, spread=0.08)  # too few rounds yet
+    assert not settled([steady, noisy], min_rounds=3, spread=0.08)  # one series disagrees
+    assert not settled([[0.0, 0.0, 0.0]], min_rounds=3, spread=0.08)
+    # a loaded machine's rounds run to the maximum: the caller stops at its own count
+    assert settled([noisy + [101.0, 99.0]], min_rounds=3, spread=0.4)
+
+
+def test_forward_ops_are_charged_to_the_innermost_layer_of_their_name():
+    from elastictrainer.profiler.attribution import forward_by_layer
+
+    class Info:  # the dataflow's verdict on each op name: only forward ops count
+        def lookup(self, name):
+            return ("backward" if name.startswith("gradient_tape") else "forward"), 0
+
+    ops = {"m/augment_rotation/transform/ImageProjectiveTransformV3": 6.0,
+           "m/backbone/block_1/Conv2D": 4.0, "m/backbone/block_1/Relu": 2.0,
+           "m/backbone_1/block_2_1/Conv2D": 8.0,  # scopes made unique by TensorFlow
+           "m/sparse_categorical_crossentropy/Sum": 1.0,  # no layer's
+           "gradient_tape/m/backbone/block_1/Conv2DBackpropFilter": 50.0}
+    got = forward_by_layer(Info(), ops, 2, ["augment_rotation", "block_1", "block_2"])
+    assert got == pytest.approx({"augment_rotation": 3.0, "block_1": 3.0, "block_2": 4.0})
+    # Keras 3's scopes: every layer's name with a suffix, even where another layer has the
+    # suffixed name
+    keras3 = {"m/conv2d_1/convolution": 4.0, "m/conv2d_1_1/convolution": 6.0,
+              "m/random_flip_1/stateless_random_flip_left_right": 2.0}
+    assert forward_by_layer(Info(), keras3, 1, ["conv2d", "conv2d_1", "random_flip"],
+                            suffixed=True) == pytest.approx(
+        {"conv2d": 4.0, "conv2d_1": 6.0, "random_flip": 2.0})
+
+
+def test_a_table_without_traced_forward_layers_reads_and_a_bad_one_does_not(tmp_path):
+    import json
+
+    from elastictrainer.errors import UserError
+    from elastictrainer.profiler import table as tables
+
+    old = {"model": "m", "input_size": 8, "batch_size": 2, "num_classes": 2, "t_fp_ms": 1.0,
+           "t_full_ms": 3.0, "t_bp_ms": 2.0, "coverage": 1.0, "unattributed": [],
+           "tensors": [{"name": "w", "rank": 0, "t_dw_ms": 1.0, "t_dy_ms": 1.0}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(old))
+    assert tables.load_table(str(path))["t_fp_layers_ms"] is None
+    path.write_text(json.dumps(dict(old, t_fp_layers_ms={"a": 1.5})))
+    assert tables.load_table(str(path))["t_fp_layers_ms"] == {"a": 1.5}
+    path.write_text(json.dumps(dict(old, t_fp_layers_ms={"a": -1.0})))
+    with pytest.raises(UserError, match="t_fp_layers_ms"):
+        tables.load_table(str(path))
