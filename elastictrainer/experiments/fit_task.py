@@ -84,6 +84,9 @@ class FitTask:
     optimizer: object = _adam
     shift: object = None
     pretrain_batch: int = None  # None: the fine-tune's batch
+    # batches after pretraining that set BatchNorm's moving statistics to the final weights'
+    # (recalibrate_batchnorm; 0: none)
+    recalibrate_batches: int = 0
 
     def dataset(self, n, seed, split, source=False):
         """Batched synthetic examples (data/synthetic.py), the target's shifted: split 0 is
@@ -108,7 +111,7 @@ CNN = FitTask(SIZE, BATCH, TRAIN, TEST, SOURCE, PRETRAIN_EPOCHS, build_model, LA
 SHIFT_LEARNING_RATE = 0.01
 SHIFTED_MOBILENETV2 = FitTask(MNV2_SIZE, 16, 1600, 512, 8000, 10, build_mobilenetv2,
                               "block_13_", optimizer=_sgd, pretrain_batch=32,
-                              shift=DomainShift(rotation_deg=30.0, colour=True, noise=0.2,
+                              recalibrate_batches=50, shift=DomainShift(rotation_deg=30.0, colour=True, noise=0.2,
                                                 seed=0))
 
 
@@ -161,6 +164,24 @@ def frozen_before(layers, prefix):
     return [layer for layer in layers[:first] if layer.weights]
 
 
+def recalibrate_batchnorm(keras, model, batches, momentum=0.9):
+    """Sets every BatchNorm layer's moving statistics to those of `model`'s current weights, by
+    forward passes over `batches` in training mode (no weight changes), each moving average
+    taking `momentum` for the passes.  Why: keras.applications' BatchNorm keeps 0.999 of its
+    average per step, so after a pretraining of a few thousand steps the averages lag the
+    weights, which still classify well on batch statistics but near chance on the moving ones
+    a fine-tune's frozen layers and every evaluation use."""
+    norms = [layer for layer in model.layers
+             if isinstance(layer, keras.layers.BatchNormalization)]
+    kept = [layer.momentum for layer in norms]
+    for layer in norms:
+        layer.momentum = momentum
+    for x, _ in batches:
+        model(x, training=True)
+    for layer, m in zip(norms, kept):
+        layer.momentum = m
+
+
 class PretrainedTask:
     """The task for one seed: the source model pretrained once into `workdir` (read back
     when it is there), the target data, and fresh models from those weights."""
@@ -182,6 +203,9 @@ class PretrainedTask:
             t0 = time.perf_counter()
             self.source.fit(task.dataset(task.source, seed, 0, source=True),
                             epochs=task.pretrain_epochs, verbose=0)
+            if task.recalibrate_batches:
+                recalibrate_batchnorm(keras, self.source, task.dataset(
+                    task.source, seed, 0, source=True).take(task.recalibrate_batches))
             seconds = time.perf_counter() - t0
             # how well it learned its own domain, on images it did not train on
             _, accuracy = self.source.evaluate(task.dataset(task.test, seed, 1, source=True),

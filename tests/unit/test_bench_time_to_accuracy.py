@@ -410,3 +410,26 @@ def test_the_shifted_tasks_mobilenetv2_has_its_last_stage_where_the_baseline_cut
     frozen = {layer.name for layer in fit_task.frozen_before(model.layers, task.last_stage)}
     assert "block_12_project_BN" in frozen and "Conv1" in frozen
     assert not any(n.startswith(("block_13", "block_16", "Conv_1")) for n in frozen)
+
+
+def test_after_pretraining_batchnorms_moving_statistics_are_the_final_weights():
+    """recalibrate_batchnorm: the moving mean and variance come to the batches' own, the
+    weights stay, and each layer's momentum is put back."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from elastictrainer.experiments import fit_task
+
+    inputs = keras.Input((4,))
+    norm = keras.layers.BatchNormalization(momentum=0.999)
+    model = keras.Model(inputs, keras.layers.Dense(2)(norm(inputs)))
+    weights = [w.numpy().copy() for w in model.trainable_weights]
+    rng = np.random.default_rng(0)
+    x = tf.constant(5.0 + 2.0 * rng.standard_normal((256, 4)), tf.float32)
+    batches = [(x[i:i + 32], None) for i in range(0, 256, 32)] * 6
+    fit_task.recalibrate_batchnorm(keras, model, batches)
+    np.testing.assert_allclose(norm.moving_mean.numpy(), x.numpy().mean(axis=0), atol=0.3)
+    np.testing.assert_allclose(norm.moving_variance.numpy(), x.numpy().var(axis=0), rtol=0.25)
+    assert norm.momentum == 0.999
+    assert all(np.array_equal(w, v.numpy()) for w, v in zip(weights, model.trainable_weights))
