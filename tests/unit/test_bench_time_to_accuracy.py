@@ -398,7 +398,8 @@ def test_the_hand_frozen_baseline_freezes_the_layers_with_weights_before_the_las
 
 def test_the_shifted_tasks_mobilenetv2_has_its_last_stage_where_the_baseline_cuts():
     """Keras' own MobileNetV2, flat, with the layers named block_13_ onwards and the head
-    trained by hand (the last resolution stage)."""
+    trained by hand (the last resolution stage), its BatchNorm averages not trailing a short
+    fine-tune."""
     import keras
 
     from elastictrainer.experiments import fit_task
@@ -410,6 +411,9 @@ def test_the_shifted_tasks_mobilenetv2_has_its_last_stage_where_the_baseline_cut
     frozen = {layer.name for layer in fit_task.frozen_before(model.layers, task.last_stage)}
     assert "block_12_project_BN" in frozen and "Conv1" in frozen
     assert not any(n.startswith(("block_13", "block_16", "Conv_1")) for n in frozen)
+    # BatchNorm at the layer's default momentum, not the application's 0.999
+    norms = [x for x in model.layers if isinstance(x, keras.layers.BatchNormalization)]
+    assert len(norms) == 52 and {x.momentum for x in norms} == {fit_task.MNV2_BN_MOMENTUM}
 
 
 def test_after_pretraining_batchnorms_moving_statistics_are_the_final_weights():
