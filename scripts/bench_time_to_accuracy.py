@@ -25,6 +25,16 @@ Configurations (--configs):
                   on its moving statistics, as Keras 3 runs a frozen one), ElasticCallback at
                   each rho and rho auto at each share (with --fit_bn_mode, the default cache);
                   warm in one process after a warm-up fit
+  domain_shift_fit
+                  a domain-shift fine-tune through model.fit, where the lower layers must
+                  move: Keras' own MobileNetV2 (keras.applications, weights=None, 64 px, alpha
+                  0.35) pretrained in plain Keras on the synthetic source task, fine-tuned with
+                  SGD (momentum 0.9), batch 16, 8 epochs, on the synthetic dataset's classes
+                  rotated, with colours permuted and inverted and noise added
+                  (data/domain_shift.py): plain fit on all weights, the last stage (blocks
+                  13-16) by hand, ElasticCallback(rho="auto") with every other setting at its
+                  default, and ElasticCallback(rho=0.3, bn_mode="inference"); not --rhos,
+                  --shares nor --fit_bn_mode
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
 ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache), and
@@ -37,7 +47,7 @@ the timing table is read, as a second run of the same model and batch shape read
 
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
-Finished runs under --logdir are read, not run again (a keras3_fit seed from its curves file);
+Finished runs under --logdir are read, not run again (a model.fit seed from its curves file);
 run nothing else on the machine meanwhile.
 """
 import dataclasses
@@ -50,6 +60,8 @@ from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: -
 from elastictrainer import runlog
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import perfdoc, time_to_accuracy as tta
+from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
+    FIT_CONFIGS, fit_runs, fit_settings, slug)
 from elastictrainer.experiments.protocols import OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import register_fixed_from
@@ -88,9 +100,8 @@ CONFIGS = {
                                     learning_rate=OFFLINE.learning_rate), 134,
                                epochs=OFFLINE.num_epochs, baselines=("bn_plus_bias_training",)),
 }
-FIT_CONFIG = "keras3_fit"
-FIT_EPOCHS = 12
-CONFIG_NAMES = list(CONFIGS) + [FIT_CONFIG]
+
+CONFIG_NAMES = list(CONFIGS) + list(FIT_CONFIGS)
 LABELS = {"full_training": "Full training", "traditional_tl_training": "Traditional TL",
           "bn_plus_bias_training": "BN+Bias",
           "plain_fit": "model.fit, all weights", "hand_frozen": "model.fit, last stage by hand"}
@@ -115,8 +126,9 @@ def build_parser():
                         "drop per second of step) in every configuration")
     p.add_argument("--epochs", type=int, default=None,
                    help="epochs of every run (default: each configuration's own: "
-                        + ", ".join(f"{n} {c.epochs}" for n, c in CONFIGS.items())
-                        + f", {FIT_CONFIG} {FIT_EPOCHS})")
+                        + ", ".join(f"{n} {c.epochs}" for n, c in {**CONFIGS,
+                                                                  **FIT_CONFIGS}.items())
+                        + ")")
     p.add_argument("--fit_bn_mode", default="inference", choices=("model", "inference"),
                    help="keras3_fit's ElasticCallback(bn_mode=...): inference holds BatchNorm on "
                         "its moving statistics, as the hand-frozen layers run theirs, which lets "
@@ -175,8 +187,8 @@ def cli_runs(name, seed, args, log):
                      {"rho": "auto", "rho_objective": "rate"}))
     curves, costs = {}, {}
     for label, train_type, extra in runs:
-        slug = label.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
-        cfg = dataclasses.replace(base, train_type=train_type, run_name=f"{slug}_seed{seed}",
+        cfg = dataclasses.replace(base, train_type=train_type,
+                                  run_name=f"{slug(label)}_seed{seed}",
                                   **extra)
         try:
             summary = _read_or_run(cfg, log, f"{name} seed {seed}: {label}")
@@ -276,77 +288,14 @@ def _warm_up(cfg, steps=WARM_UP_STEPS):
         step(x, y)[0].numpy()
 
 
-# The Keras 3 configuration: experiments/fit_task.py's pretrained CNN, fine-tuned on the
-# target's classes
-def fit_runs(name, seed, args, log):
-    """({scheme: curve}, {}) of one seed of the Keras 3 model.fit configuration, in one process
-    after a warm-up fit: plain fit on all weights, the last stage and head trained by hand,
-    ElasticCallback.  A seed whose every scheme has run is read from its curves file (a fit
-    leaves no run directory to read back), not run again."""
-    from elastictrainer.experiments import fit_task
-
-    workdir = os.path.join(args.logdir, name)
-    variants = [("plain_fit", None, None), ("hand_frozen", fit_task.LAST_STAGE, None)]
-    variants += [(f"ElasticCallback rho {rho:g}", None, (rho, 0.9, "share"))
-                 for rho in args.rhos]
-    variants += [(f"ElasticCallback rho auto, share {share:g}", None, ("auto", share, "share"))
-                 for share in args.shares]
-    if args.rate:
-        variants.append(("ElasticCallback rho auto, rate", None, ("auto", 0.9, "rate")))
-    record = os.path.join(workdir, f"curves_seed{seed}.json")
-    done = _read_curves(record)
-    if all(scheme in done for scheme, _, _ in variants):
-        return {scheme: done[scheme] for scheme, _, _ in variants}, {}
-    import keras
-
-    task = fit_task.PretrainedTask(keras, workdir, seed, log=log)
-    task.warm_up()
-    curves = {}
-    for scheme, frozen_below, rho in variants:
-        log(f"--- {name} seed {seed}: {scheme}")
-        model = task.fresh(frozen_below)
-        clock = fit_task.epoch_clock(keras)
-        callbacks = [clock]
-        if rho is not None:
-            rho, share, objective = rho
-            tag = ("rhoauto_rate" if objective == "rate" else
-                   f"rho{rho}_{share:g}" if rho == "auto" else f"rho{rho:g}")
-            # each elastic run pays for its first profiling, as the command-line
-            # configurations' runs do
-            callbacks.append(fit_task.first_run_callback(
-                os.path.join(workdir, f"{tag}_seed{seed}"), rho=rho, rho_share=share,
-                rho_objective=objective, bn_mode=args.fit_bn_mode))
-        try:
-            model.fit(task.train, epochs=args.epochs or FIT_EPOCHS, validation_data=task.test,
-                      verbose=0, callbacks=callbacks)
-        except UserError as e:  # a rho below the forward floor, say: the row says so
-            log(f"    refused: {e}")
-            curves[scheme] = tta.Refused(str(e))
-            continue
-        curves[scheme] = clock.points
-    os.makedirs(workdir, exist_ok=True)
-    runlog.write_json(record, curves)
-    return curves, {}
-
-
-def _read_curves(path):
-    """{scheme: curve or Refused} from a curves file, or {} when there is none."""
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    return {name: tta.Refused(c) if isinstance(c, str) else [tuple(p) for p in c]
-            for name, c in data.items()}
-
-
 def markdown(results, args, machine):
     lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
              f"{_seeds_flags(args)}--rhos "
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
              f"{','.join(f'{r:g}' for r in args.shares)}"
-             f"{' --rate' if args.rate else ''}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
+             f"{' --rate' if args.rate else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
@@ -415,7 +364,7 @@ def main(argv=None):
     first_seed_curves = {}
     for name in args.configs:
         seeds = args.seeds if name == "command1" else args.other_seeds
-        runs = fit_runs if name == FIT_CONFIG else cli_runs
+        runs = fit_runs if name in FIT_CONFIGS else cli_runs
         per_seed, per_seed_costs = zip(*[runs(name, seed, args, log) for seed in seeds])
         reference = next(iter(per_seed[0]))  # each configuration lists its reference first
         curves = {scheme: [run[scheme] for run in per_seed] for scheme in per_seed[0]}
@@ -430,6 +379,8 @@ def main(argv=None):
         if name in CONFIGS:  # what the runs were given, for the README's excerpt
             results["configs"][name]["settings"] = {
                 **CONFIGS[name].fields, "epochs": args.epochs or CONFIGS[name].epochs}
+        if name in FIT_CONFIGS:
+            results["configs"][name]["settings"] = fit_settings(name, args)
         if args.lr_sweep and name in CONFIGS:
             results["configs"][name]["lr_sweep"] = lr_sweep(name, seeds[0], args, log)
         first_seed_curves[name] = {scheme: runs[0] for scheme, runs in curves.items()}

@@ -306,3 +306,145 @@ def test_the_paper_regime_is_the_offline_figures_protocol():
     flags = OFFLINE.flags("mobilenetv2")
     assert {k: flags[k] for k in setup.fields if k in flags} == {
         k: v for k, v in setup.fields.items() if k in flags}
+
+
+def test_the_domain_shift_configuration_runs_the_users_schemes_on_its_own_task():
+    """domain_shift_fit: Keras' MobileNetV2 on shifted target images, its schemes the user's
+    (plain fit, the last stage by hand, ElasticCallback(rho="auto") at its defaults and
+    rho=0.3 with bn_mode inference) whatever --rhos, --shares and --fit_bn_mode say, while
+    keras3_fit's still follow them."""
+    from elastictrainer.experiments import fit_configs, fit_task
+
+    bench = load_script("bench_time_to_accuracy")
+    assert {"keras3_fit", "domain_shift_fit"} <= set(bench.CONFIG_NAMES)
+    args = bench.build_parser().parse_args(["--configs", "domain_shift_fit", "--rhos", "0.5",
+                                            "--shares", "0.9", "--fit_bn_mode", "model"])
+    variants = fit_configs.fit_variants("domain_shift_fit", args)
+    assert variants == [("plain_fit", None, None), ("hand_frozen", "block_13_", None),
+                        ("ElasticCallback rho auto", None, {"rho": "auto"}),
+                        ("ElasticCallback rho 0.3, bn_mode inference", None,
+                         {"rho": 0.3, "bn_mode": "inference"})]
+    assert [v[0] for v in fit_configs.fit_variants("keras3_fit", args)] == [
+        "plain_fit", "hand_frozen", "ElasticCallback rho 0.5",
+        "ElasticCallback rho auto, share 0.9"]
+    assert fit_configs.fit_variants("keras3_fit", args)[2][2] == {"rho": 0.5,
+                                                                  "bn_mode": "model"}
+    settings = fit_configs.fit_settings("domain_shift_fit", args)
+    assert settings["epochs"] == 8 and settings["batch_size"] == 16
+    assert settings["domain_shift"]["colour"] and settings["domain_shift"]["noise"] > 0
+    assert fit_configs.fit_settings("keras3_fit", args)["domain_shift"] is None
+    task = fit_task.SHIFTED_MOBILENETV2
+    assert task.shift is not None and fit_task.CNN.shift is None
+    assert task.optimizer is not fit_task.CNN.optimizer  # SGD with momentum, not Adam
+
+
+def test_a_model_fit_seed_trains_each_scheme_on_its_configurations_task(tmp_path,
+                                                                        monkeypatch):
+    """fit_runs with the task stubbed: the configuration's task is the one pretrained, the hand
+    baseline freezes below its last stage, each callback gets its settings, and the seed's
+    curves are written, then read back."""
+    import json
+
+    import keras
+
+    from elastictrainer.experiments import fit_configs, fit_task
+
+    bench = load_script("bench_time_to_accuracy")
+    built, frozen, callbacks = [], [], []
+
+    class Model:
+        def fit(self, train, epochs, validation_data, verbose, callbacks):
+            clock = callbacks[0]
+            clock.on_train_begin()
+            for epoch in range(epochs):
+                clock.on_epoch_begin(epoch)
+                clock.on_train_batch_end(0)
+                clock.on_epoch_end(epoch, {"val_accuracy": 0.1 * (epoch + 1)})
+
+    class Task:
+        def __init__(self, keras_, workdir, seed, log, task):
+            built.append(task)
+            self.train = self.test = None
+
+        def warm_up(self):
+            pass
+
+        def fresh(self, frozen_below=None):
+            frozen.append(frozen_below)
+            return Model()
+
+    monkeypatch.setattr(fit_task, "PretrainedTask", Task)
+    monkeypatch.setattr(fit_task, "first_run_callback",
+                        lambda logdir, log=None, **s: callbacks.append(s) or keras.callbacks.Callback())
+    args = bench.build_parser().parse_args(["--configs", "domain_shift_fit", "--epochs", "2",
+                                            "--logdir", str(tmp_path)])
+    curves, costs = bench.fit_runs("domain_shift_fit", 0, args, log=lambda m: None)
+    assert built == [fit_task.SHIFTED_MOBILENETV2] and costs == {}
+    assert frozen == [None, "block_13_", None, None]
+    assert callbacks == [{"rho": "auto"}, {"rho": 0.3, "bn_mode": "inference"}]
+    assert [a for _, a in curves["ElasticCallback rho auto"]] == [10.0, 20.0]
+    kept = json.loads((tmp_path / "domain_shift_fit" / "curves_seed0.json").read_text())
+    assert list(kept) == list(curves)
+    assert fit_configs.fit_runs("domain_shift_fit", 0, args, log=lambda m: None)[0] == curves
+    assert len(built) == 1  # read back, not run again
+
+
+def test_the_hand_frozen_baseline_freezes_the_layers_with_weights_before_the_last_stage():
+    from types import SimpleNamespace
+
+    from elastictrainer.experiments import fit_task
+
+    def layer(name, weights=True):
+        return SimpleNamespace(name=name, weights=[0] if weights else [])
+
+    layers = [layer("input", False), layer("stage0_conv0"), layer("re_lu", False),
+              layer("stage1_bn0"), layer("stage2_conv0"), layer("stage2_bn0"), layer("head")]
+    assert [x.name for x in fit_task.frozen_before(layers, "stage2")] == ["stage0_conv0",
+                                                                          "stage1_bn0"]
+    import pytest
+
+    with pytest.raises(ValueError, match="no layer is named block_13_"):
+        fit_task.frozen_before(layers, "block_13_")
+
+
+def test_the_shifted_tasks_mobilenetv2_has_its_last_stage_where_the_baseline_cuts():
+    """Keras' own MobileNetV2, flat, with the layers named block_13_ onwards and the head
+    trained by hand (the last resolution stage), its BatchNorm averages not trailing a short
+    fine-tune."""
+    import keras
+
+    from elastictrainer.experiments import fit_task
+
+    task = fit_task.SHIFTED_MOBILENETV2
+    model = task.build(keras, 10)
+    names = [layer.name for layer in model.layers]
+    assert names[-1] == "head" and "block_16_project" in names and "Conv1" in names
+    frozen = {layer.name for layer in fit_task.frozen_before(model.layers, task.last_stage)}
+    assert "block_12_project_BN" in frozen and "Conv1" in frozen
+    assert not any(n.startswith(("block_13", "block_16", "Conv_1")) for n in frozen)
+    # BatchNorm at the layer's default momentum, not the application's 0.999
+    norms = [x for x in model.layers if isinstance(x, keras.layers.BatchNormalization)]
+    assert len(norms) == 52 and {x.momentum for x in norms} == {fit_task.MNV2_BN_MOMENTUM}
+
+
+def test_after_pretraining_batchnorms_moving_statistics_are_the_final_weights():
+    """recalibrate_batchnorm: the moving mean and variance come to the batches' own, the
+    weights stay, and each layer's momentum is put back."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from elastictrainer.experiments import fit_task
+
+    inputs = keras.Input((4,))
+    norm = keras.layers.BatchNormalization(momentum=0.999)
+    model = keras.Model(inputs, keras.layers.Dense(2)(norm(inputs)))
+    weights = [w.numpy().copy() for w in model.trainable_weights]
+    rng = np.random.default_rng(0)
+    x = tf.constant(5.0 + 2.0 * rng.standard_normal((256, 4)), tf.float32)
+    batches = [(x[i:i + 32], None) for i in range(0, 256, 32)] * 6
+    fit_task.recalibrate_batchnorm(keras, model, batches)
+    np.testing.assert_allclose(norm.moving_mean.numpy(), x.numpy().mean(axis=0), atol=0.3)
+    np.testing.assert_allclose(norm.moving_variance.numpy(), x.numpy().var(axis=0), rtol=0.25)
+    assert norm.momentum == 0.999
+    assert all(np.array_equal(w, v.numpy()) for w, v in zip(weights, model.trainable_weights))
