@@ -20,8 +20,9 @@ knows.  After the probes it solves eq. 3 (the exact DP of time_model/selector, t
 rho_control.prefer_measured).  Every second is booked by accounting.py (the run's wall-clock
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
 its Economy component (economy.py, --economy), except that a selection whose training loss
-did not fall over its interval is replaced whatever the budget says (trend.py).  Its state is one typed object (ElasticState)
-that a checkpoint keeps, and its clock is injected, so tests script step times.
+did not fall over its interval is replaced whatever the budget says (trend.py).  Its state is
+one typed object (ElasticState) that a checkpoint keeps, and its clock is injected, so tests
+script step times.
 
 What it gives out is read-only and typed: the plan (Plan), the selections and corrections so
 far (SelectionRecord, Correction), the current selection, the TensorBoard points it queued
@@ -179,7 +180,9 @@ class ElasticRuntime:
     # ------------------------------------------------------------------ what to run
     def reselect_due(self, global_step):
         """Whether a re-selection starts at `global_step`.  One the overhead budget cannot pay
-        for is skipped here (economy.py): the selection is kept until the next."""
+        for is skipped here (economy.py): the selection is kept until the next, unless its
+        loss did not fall (trend.py).  A fresh run's first call opens the head warm-up, if
+        any, and none starts before it ends."""
         s = self._s
         if s.selection is None and not s.settled and self.warmup_steps:
             self._warm_up(global_step)
