@@ -240,6 +240,12 @@ class Config:
         "run re-selects and corrects less, and trains every tensor when no selection would pay "
         "for its compile); false: re-select and correct as the paper does, whatever the run's "
         "length"))
+    head_warmup: float = field(default=0.1, metadata=flag(
+        "share of the first --interval in which a newly initialised classifier head (the "
+        "output layer's tensors) trains alone before the first importance probes, as "
+        "linear-probe-then-fine-tune does: importance measured through a random head picks "
+        "tensors that do not lower the loss. A selection of its own, booked and logged as "
+        "'head warm-up'; 0: probe at the first step, as the paper does"))
     cache_frozen_prefix: Union[bool, str] = field(default=AUTO, metadata=flag(
         "when every tensor below a cut point (a block's output) is frozen for the current "
         "selection, keep that point's activations for each training example once computed, and "
@@ -353,6 +359,9 @@ class Config:
         if not self.interval > 0:
             raise UserError(f"--interval must be positive (epochs between re-selections), "
                             f"got {self.interval}")
+        if not 0 <= self.head_warmup < 1:
+            raise UserError(f"--head_warmup is a share of the first interval and must be in "
+                            f"[0, 1), got {self.head_warmup}")
         if not self.checkpoint_minutes >= 0:
             raise UserError(f"--checkpoint_minutes must be >= 0 (0: at epoch ends only), got "
                             f"{self.checkpoint_minutes}")
@@ -418,9 +427,9 @@ def same_as(name, **changes):
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
 FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "interval", "train_type",
-                     "probe_batches", "rho_feedback", "economy", "dp_resolution", "timing_table",
-                     "bn_mode", "cache_frozen_prefix", "cache_budget_mb", "cache_views",
-                     "cache_dtype", "seed")
+                     "probe_batches", "rho_feedback", "economy", "head_warmup", "dp_resolution",
+                     "timing_table", "bn_mode", "cache_frozen_prefix", "cache_budget_mb",
+                     "cache_views", "cache_dtype", "seed")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@
   a selection left unmeasured still has its step ratio read out when that is cheap.
 - accounting.py, where each second goes: the re-selection overhead and its parts, and the
   wall clock against full training's (wall_ratio).
+- trend.py, whether a selection pays in training loss: one whose loss did not fall over an
+  interval is replaced whatever the overhead budget says (runtime.py also warms a new
+  classifier head up alone before the first probes, --head_warmup).
 - state.py, its records, end result and state as typed objects (summary.json, checkpoints).
 - driver.py, the TensorFlow side: runs the probe, full and selection steps the decisions ask
   for, times them, and reports back.  Every training loop (runs/loop.py, fit/callback.py, the
@@ -22,5 +25,5 @@ from elastictrainer.elastic.rho_control import RhoController, prefer_measured  #
 from elastictrainer.elastic.accounting import wall_ratio  # noqa: F401
 from elastictrainer.elastic.runtime import ElasticRuntime  # noqa: F401
 from elastictrainer.elastic.state import (  # noqa: F401
-    OVERHEAD_PARTS, SHORT_RUN, STATE_VERSION, Correction, ElasticState, EndResult, Plan,
+    HEAD_WARMUP, OVERHEAD_PARTS, SHORT_RUN, STATE_VERSION, Correction, ElasticState, EndResult, Plan,
     SelectionRecord)

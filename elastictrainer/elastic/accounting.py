@@ -24,6 +24,7 @@ runtime (runtime.py) calls them.
 import statistics
 
 from elastictrainer.elastic.economy import Progress
+from elastictrainer.elastic.state import HEAD_WARMUP
 
 
 def book_overhead(s, part, seconds):
@@ -67,10 +68,11 @@ def book_full(s, seconds, compiled, probe, table):
             s.records[-1]["full_steps"] += 1
 
 
-def book_selection_step(s, seconds, compiled):
+def book_selection_step(s, seconds, compiled, prices=True):
     """One step of the current selection, in its record and window; True for its first
     (which may include compiling its step: kept apart, and the compile taken from it once a
-    second step shows a typical one)."""
+    second step shows a typical one).  prices: whether that compile prices the run's next
+    switches (not the head warm-up's: a head alone compiles faster than a selection)."""
     s.records[-1]["steps"] += 1
     s.windows[-1][0] += seconds
     if s.first_step_s is None:
@@ -86,14 +88,16 @@ def book_selection_step(s, seconds, compiled):
         s.windows[-1][0] += typical - seconds
         seconds = typical
     s.times.append(seconds)
-    if len(s.times) == 1 and not all(s.mask) and s.first_compiled:
+    if len(s.times) == 1 and not all(s.mask) and s.first_compiled and prices:
         s.selection_compile_s = max(s.first_step_s - seconds, 0.0)
     return False
 
 
 def progress(s):
-    """The run so far as the books hold it, for the economy (economy.Progress)."""
-    last = s.records[-1] if s.records else None
+    """The run so far as the books hold it, for the economy (economy.Progress).  The head
+    warm-up is no selection of the economy's: its steps and compile are booked, but the
+    current ratio and cut are the last selection's, and `selected` waits for the first probes."""
+    last = next((r for r in reversed(s.records) if r["reason"] != HEAD_WARMUP), None)
     return Progress(
         full_step_s=statistics.median(s.full_times) if s.full_times else None,
         overhead_s=overhead_s(s) + pending_compile_s(s),
@@ -102,7 +106,7 @@ def progress(s):
         selection_compile_s=s.selection_compile_s,
         current_ratio=None if last is None else last["measured_ratio"] or last["predicted_ratio"],
         current_cut=None if last is None else last.get("cut"),
-        selected=s.selection is not None)
+        selected=s.importance is not None)
 
 
 def remember(s, selection, measured):

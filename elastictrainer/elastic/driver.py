@@ -99,8 +99,14 @@ class ElasticDriver:
         if self._cache_on and self._cache.off:  # a cache that failed: price without it
             self._cache_on = False
             self.rt.cache_off()
+        # the step's loss (its first output, fetched already by the timing): whether the
+        # selection pays (trend.py)
+        loss = None
+        if kind == "selection" and outputs[0] is not None:
+            value = outputs[0]
+            loss = float(np.mean(value.numpy() if hasattr(value, "numpy") else value))
         changed = self.rt.step_done(global_step, kind, seconds, compiled=compiled,
-                                    terms=terms, filled=filled, fill_s=fill_s)
+                                    terms=terms, filled=filled, fill_s=fill_s, loss=loss)
         self.flush_events()
         return changed
 

@@ -30,7 +30,11 @@ later switches.
   selection (and re-check it), and a switch to a selection not compiled yet happen only while
   the run's re-selection overhead, that spending included, stays within PLANNED_SHARE of its
   training time.  What the budget leaves out is skipped: the selection is kept, or trained
-  without the closed loop's measurement, and the run says so once.
+  without the closed loop's measurement, and the run says so.  Except for a selection whose
+  training loss did not fall over its interval (trend.py): it is re-probed and replaced
+  whatever the budget says, unless the probes choose it again or the steps left are too few
+  to pay for re-selecting (its probes, compile and refill above OVERHEAD_SHARE of the time
+  those steps take); each such decision is one line saying why.
 - A selection the budget does not let the closed loop measure still has its step ratio read
   out: READOUT_FULL_STEPS timed full steps interleaved with its first steps (the gradient step
   they run is the probe's, compiled already), when they cost at most READOUT_SHARE of the
@@ -276,18 +280,26 @@ class Economy:
         share = PLANNED_SHARE * self.total_steps * self.lowest_step_s(progress, step_ratio)
         return spent <= share and spent <= self.best_saving_s(0, progress) / PAYOFF
 
-    def probes_affordable(self, global_step, progress):
+    def probes_affordable(self, global_step, progress, stalled=None):
         """Whether this re-selection's probes fit the budget (a skipped one keeps the selection
-        until the next)."""
+        until the next); stalled: words on the current selection's loss that did not fall, which
+        re-probes past the budget (replaces)."""
         if not progress.selected:
             return True  # the first selection: the start decided the run selects
         ok = self.affordable(self.probe_batches * self.grad_s(progress), global_step, progress)
+        if not ok and stalled:
+            return self.replaces(global_step, progress, stalled)
         if not ok:
             self._note("probes", f"re-selections from step {global_step} on skipped",
                        f"elastic: re-selections from step {global_step} on are skipped: their "
                        f"probes would take the re-selection overhead past {OVERHEAD_SHARE:.0%} "
                        f"of training (the selection is kept)")
         return ok
+
+    def same_again(self, global_step, stalled):
+        """A selection whose loss did not fall, chosen again by this re-selection's probes."""
+        self.log(f"elastic: step {global_step}: {stalled}, but the probes choose the same "
+                 f"tensors again: the selection is kept")
 
     def recheck_affordable(self, global_step, progress):
         """Whether the closed loop may measure a judged selection again."""
@@ -327,11 +339,44 @@ class Economy:
                    f"re-selection overhead past {OVERHEAD_SHARE:.0%} of training")
         return None
 
-    def kept(self, global_step, corrected=None):
+    def replaces(self, global_step, progress, stalled, selection=None):
+        """Whether a selection whose loss did not fall (`stalled`, its words) is re-probed
+        (selection None) or replaced by `selection` past the budget: unless the steps left are
+        too few to pay for it (module doc).  Says which, and why, in one line."""
+        compile_s = self.compile_estimate(progress) or 0.0
+        refill_s, probes_s, ratio = 0.0, 0.0, None
+        if selection is None:
+            probes_s = self.probe_batches * self.grad_s(progress)
+            what = "re-probed"
+        else:
+            mask = np.zeros(self.n, bool)
+            mask[list(selection)] = True
+            compile_s *= not self.is_compiled(tuple(selection))
+            refill_s, ratio = self.refill_s(mask, progress), self.ctl.model.predicted_ratio(mask)
+            what = f"replaced by {len(selection)} tensor{'s' * (len(selection) != 1)}"
+        cost = probes_s + compile_s + refill_s
+        left = self.steps_left(global_step)
+        room = OVERHEAD_SHARE * left * self.lowest_step_s(progress, ratio)
+        if cost <= room:
+            self.log(f"elastic: step {global_step}: {stalled}: the selection is {what} past the "
+                     f"overhead budget")
+            return True
+        self.log(f"elastic: step {global_step}: {stalled}, but the selection is kept: the "
+                 f"{left} steps left are too few to pay for re-selecting ({cost:.2f} s, more than "
+                 f"{OVERHEAD_SHARE:.0%} of the {room / OVERHEAD_SHARE:.1f} s they take)")
+        return False
+
+    def kept(self, global_step, corrected=None, why=None):
         """A switch the budget did not pay for: the selection is kept.  corrected: (tensors,
-        measured ratio) when the switch was the closed loop's correction, said each time."""
+        measured ratio) when the switch was the closed loop's correction; why: a re-selection's
+        words on the kept selection's loss; each said."""
         self._note("kept", f"switches from step {global_step} on kept to compiled selections",
                    None)
+        if not corrected:
+            why = why or "its training loss was not judged (too few steps, or none reported)"
+            self.log(f"elastic: step {global_step}: the selection is kept: compiling another "
+                     f"would take the re-selection overhead past {OVERHEAD_SHARE:.0%} of "
+                     f"training, and {why}")
         if corrected:
             self.log(f"rho feedback: {corrected[0]} tensors measured {corrected[1]:.3f} of a "
                      f"full step for {self.rho_words()}; the {self.steps_left(global_step)} steps "

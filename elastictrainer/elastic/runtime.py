@@ -13,30 +13,36 @@ step it was.  The runtime answers with what to run next:
   trains its selections only, and a few full Adam steps can shake a pretrained backbone.
 - "selection": the current selection's step, the one that trains only the chosen tensors.
 
-After the probes it solves eq. 3 (the exact DP of time_model/selector, through
+Before the first probes, a newly initialised classifier head trains alone for its first
+--head_warmup share of the first interval (the head warm-up, a selection of its own): eq. 4-6
+measured through a random head rank tensors by noise, as linear-probe-then-fine-tune practice
+knows.  After the probes it solves eq. 3 (the exact DP of time_model/selector, through
 rho_control.prefer_measured).  Every second is booked by accounting.py (the run's wall-clock
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
-its Economy component (economy.py, --economy).  Its state is one typed object (ElasticState)
-that a checkpoint keeps, and its clock is injected, so tests script step times.
+its Economy component (economy.py, --economy), except that a selection whose training loss
+did not fall over its interval is replaced whatever the budget says (trend.py).  Its state is
+one typed object (ElasticState) that a checkpoint keeps, and its clock is injected, so tests
+script step times.
 
 What it gives out is read-only and typed: the plan (Plan), the selections and corrections so
 far (SelectionRecord, Correction), the current selection, the TensorBoard points it queued
 (take_events) and the run's end (EndResult); state() and load_state() for checkpoints.
 """
+import math
 import time
 from typing import Callable
 
 import numpy as np
 
 from elastictrainer import runlog
-from elastictrainer.elastic import accounting
+from elastictrainer.elastic import accounting, trend
 from elastictrainer.elastic.budget import DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget
 from elastictrainer.elastic.economy import (ECONOMY_OFF, FULL_TRAINING, READOUT_FULL_STEPS,
                                             Economy)
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
                                                 RhoController, prefer_measured)
-from elastictrainer.elastic.state import (SHORT_RUN, Correction, ElasticState, EndResult, Plan,
-                                          SelectionRecord)
+from elastictrainer.elastic.state import (HEAD_WARMUP, SHORT_RUN, Correction, ElasticState,
+                                          EndResult, Plan, SelectionRecord)
 from elastictrainer.method.importance import normalize
 
 # rho within this of the forward floor: warned at the start (few tensors fit, accuracy drops)
@@ -56,7 +62,9 @@ class ElasticRuntime:
     indices; the full step is every index); profiling_s: seconds this process spent profiling
     the timing table for the run (0 when it read one), inside the driver's training clock
     (profiled_in_clock: model.fit profiles on its first batch) or before it (the command
-    line), counted against the run in wall_ratio (accounting.py).  clock: seconds
+    line), counted against the run in wall_ratio (accounting.py).  head: the classifier
+    head's tensor indices (method.roles' "head"), and head_warmup: the share of the first
+    interval they train alone before the first probes (0: none).  clock: seconds
     (time.perf_counter); log(message).
     """
 
@@ -65,8 +73,8 @@ class ElasticRuntime:
                  total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
                  compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
                  is_compiled: Callable = lambda selection: False, profiling_s=0.0,
-                 profiled_in_clock=False, clock: Callable[[], float] = time.perf_counter,
-                 log=print):
+                 profiled_in_clock=False, head=(), head_warmup=0.0,
+                 clock: Callable[[], float] = time.perf_counter, log=print):
         self.budget = Budget(rho, share, objective)
         self.resolution = int(dp_resolution)
         # rho auto: the target is each selection's own; until the first, what the share would
@@ -78,6 +86,12 @@ class ElasticRuntime:
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
         self.probe_batches = int(probe_batches)
+        self.head = tuple(sorted(int(k) for k in head))
+        # a head that is the whole model has nothing to warm up for
+        whole = not self.head or len(self.head) >= len(model.t_dw)
+        self.warmup_steps = 0 if whole else math.ceil(
+            head_warmup * min(self.every, self.total_steps))
+        self._bucket = trend.bucket_steps(self.every)
         self.clock = clock
         self.log = log
         self.n = len(model.t_dw)
@@ -167,14 +181,42 @@ class ElasticRuntime:
     # ------------------------------------------------------------------ what to run
     def reselect_due(self, global_step):
         """Whether a re-selection starts at `global_step`.  One the overhead budget cannot pay
-        for is skipped here (economy.py): the selection is kept until the next."""
+        for is skipped here (economy.py): the selection is kept until the next, unless its
+        loss did not fall (trend.py).  A fresh run's first call opens the head warm-up, if
+        any, and none starts before it ends."""
         s = self._s
-        if s.settled or s.probing or global_step < s.next_reselect:
+        if s.selection is None and not s.settled and self.warmup_steps:
+            self._warm_up(global_step)
+        if s.settled or s.probing or s.warmup_left or global_step < s.next_reselect:
             return False
-        if not self._economy.probes_affordable(global_step, self._progress()):
+        stalled, _ = self._trend()
+        if not self._economy.probes_affordable(global_step, self._progress(), stalled):
             s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
+            s.losses = []  # the next interval is judged on its own steps
             return False
         return True
+
+    def _warm_up(self, global_step):
+        """Open the head warm-up: the head alone for its steps, unmeasured (the closed loop
+        judges selections of eq. 3, and these steps are few), then the first probes."""
+        s = self._s
+        mask = np.zeros(self.n, bool)
+        mask[list(self.head)] = True
+        s.warmup_left = s.warmup_steps = self.warmup_steps
+        self._open(global_step, mask, None, HEAD_WARMUP, measure=False)
+        self.log(f"elastic: head warm-up: the classifier head ({len(self.head)} tensors) trains "
+                 f"alone for {self.warmup_steps} steps before the first probes, so that "
+                 f"importance is not measured through an untrained head")
+
+    def _trend(self):
+        """(stalled words or None, trend words or None) of the current selection's loss over
+        its interval: judged for a partial selection only (every tensor has nothing to gain
+        from another)."""
+        s = self._s
+        if s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP:
+            return None, None
+        stalled, words = trend.verdict(s.losses)
+        return (words if stalled else None), words
 
     def begin_reselection(self, global_step, probes=None):
         """Open a re-selection at `global_step`: `probes` probe steps follow (in-step
@@ -211,12 +253,15 @@ class ElasticRuntime:
         self._select(global_step, np.asarray(importance, float), importance_ms=seconds * 1e3)
 
     def step_done(self, global_step, kind, seconds, compiled=False, terms=None, filled=False,
-                  fill_s=0.0):
+                  fill_s=0.0, loss=None):
         """Book one trained step of `kind` that took `seconds` (`compiled`: its function was
         traced for this call; `filled`: a selection step that stored images in the prefix
-        cache, running its prefix on them first, which took `fill_s` of its seconds).  Returns
-        True when the selection changed."""
+        cache, running its prefix on them first, which took `fill_s` of its seconds; `loss`:
+        its training loss, None if the driver has none).  Returns True when the selection
+        changed."""
         s = self._s
+        if loss is not None and kind == "selection":
+            trend.add(s.losses, loss, self._bucket)
         if filled and kind == "selection":
             fill_s = min(max(fill_s, 0.0), seconds)
             accounting.book_fill(s, fill_s)
@@ -246,6 +291,13 @@ class ElasticRuntime:
     def _selection_step(self, global_step, seconds, compiled=False):
         s = self._s
         rec = s.records[-1]
+        if s.warmup_left:
+            accounting.book_selection_step(s, seconds, compiled, prices=False)
+            s.warmup_left -= 1
+            if not s.warmup_left:
+                self.log(f"elastic: head warm-up: {s.warmup_steps} steps done at step "
+                         f"{global_step}; the first probes follow")
+            return False
         if accounting.book_selection_step(s, seconds, compiled):
             return False  # its first: it may have compiled, and is not timed
         if not s.measuring:
@@ -341,13 +393,21 @@ class ElasticRuntime:
         if empty:
             mask = self.budget.fallback(selection, importance, s.selection, self.n, self.log)
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
-        if s.selection is None or len(s.selection) == self.n:
+        stalled, words = self._trend()
+        first = s.selection is None or s.records[-1]["reason"] == HEAD_WARMUP
+        if first or len(s.selection) == self.n:
             if not self._economy.pays_off(mask, global_step, self._progress()):
                 mask, reason = np.ones(self.n, bool), SHORT_RUN
-        elif selection != tuple(s.selection) and not self._economy.worth_compiling(
-                selection, global_step, self._progress()):
-            self._economy.kept(global_step)
-            mask, reason = np.asarray(s.mask, bool), "interval (kept: overhead budget)"
+        elif selection == tuple(s.selection):
+            if stalled:
+                self._economy.same_again(global_step, stalled)
+        elif not self._economy.worth_compiling(selection, global_step, self._progress()):
+            if stalled and self._economy.replaces(global_step, self._progress(), stalled,
+                                                  selection):
+                reason = "interval (replaced: loss did not fall)"
+            else:
+                self._economy.kept(global_step, why=words)
+                mask, reason = np.asarray(s.mask, bool), "interval (kept: overhead budget)"
         # the same tensors as before, already measured: no new measurement (the re-check
         # every RECHECK_STEPS still comes)
         again = s.selection is not None and [int(k) for k in np.nonzero(mask)[0]] == list(
@@ -357,9 +417,10 @@ class ElasticRuntime:
         accounting.book_overhead(s, "solving", self.clock() - t0)
 
     def _open(self, global_step, mask, measured_before, reason, importance_ms=None,
-              known_ratio=None):
+              known_ratio=None, measure=True):
         """Start training `mask`; known_ratio: its step ratio, measured in this run moments ago
-        (the same tensors again): not measured again until the re-check."""
+        (the same tensors again): not measured again until the re-check; measure false: not
+        measured at all (the head warm-up)."""
         s, model, mask = self._s, self.ctl.model, np.asarray(mask, bool)
         ratio = model.predicted_ratio(mask)
         importance = None if s.importance is None else np.asarray(s.importance, float)
@@ -386,10 +447,10 @@ class ElasticRuntime:
         s.record_open = True
         s.selection = [int(k) for k in np.nonzero(mask)[0]]
         s.mask = [bool(b) for b in mask]
-        s.times, s.first_step_s = [], None
+        s.times, s.first_step_s, s.losses = [], None, []
         s.rounds, s.win_t, s.win_f = 1, 0, len(s.full_times)
         how = (self._economy.measurement(global_step, mask, self._progress())
-               if known_ratio is None and not everything else None)
+               if known_ratio is None and not everything and measure else None)
         s.measuring, s.readout = how is not None, how == "readout"
         s.windows, s.first_window = [[0.0, 1.0 if everything else known_ratio]], 0
         self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
@@ -417,6 +478,8 @@ class ElasticRuntime:
             self.budget.text, measured, estimated, len(s.corrections), spent, wall, train_time_s,
             self._economy.closing(), full_training=economy["choice"] == FULL_TRAINING,
             unmeasured_why=self._economy.unmeasured_why(), profiling_s=s.profiling_s)
+        if s.warmup_steps:
+            closing += f"; head warm-up: {s.warmup_steps - s.warmup_left} steps"
         return EndResult(measured_ratio=measured, estimated_ratio=estimated,
                          reselection_overhead_s=spent, reselection_overhead_parts_s=parts,
                          wall_ratio=wall, economy=economy, closing=closing,

@@ -10,9 +10,13 @@ OVERHEAD_PARTS = ("importance", "timing full steps", "compiling", "solving")
 # A selection record's reason when the run trains every tensor because it is too short to pay
 # for a selection's compile (economy.py); summary.json readers and the closing line test it.
 SHORT_RUN = "short run: all tensors"
+# A selection record's reason for the head warm-up: a new classifier head trains alone before
+# the first probes (runtime.py, --head_warmup).
+HEAD_WARMUP = "head warm-up"
 # Version of ElasticState's layout in checkpoints (from_dict migrates older ones: version 3
-# added `readout` and `economy`, whose defaults are what a version 2 run had).
-STATE_VERSION = 3
+# added `readout` and `economy`, version 4 `warmup_left`, `warmup_steps` and `losses`; their
+# defaults are what a run of the version before had).
+STATE_VERSION = 4
 
 
 @dataclasses.dataclass
@@ -107,6 +111,10 @@ class ElasticState:
     selection_compile_s: Optional[float] = None  # the latest selection step's
     controller: dict = dataclasses.field(default_factory=dict)
     economy: dict = dataclasses.field(default_factory=dict)  # economy.Economy.state()
+    warmup_left: int = 0                # head warm-up steps still to train (runtime.py)
+    warmup_steps: int = 0               # ... and the warm-up's length, once it started
+    # the current selection's step losses since its interval began, as trend.py buckets
+    losses: List[list] = dataclasses.field(default_factory=list)
     version: int = STATE_VERSION
 
     def to_dict(self):

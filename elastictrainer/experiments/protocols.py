@@ -32,7 +32,9 @@ class Protocol:
                          else (self.optimizer, self.learning_rate))
         flags = {"input_size": self.input_size, "batch_size": self.batch_size,
                  "num_epochs": self.num_epochs, "interval": self.interval,
-                 "learning_rate": lr, "optimizer": optimizer, "weights": self.weights}
+                 "learning_rate": lr, "optimizer": optimizer, "weights": self.weights,
+                 # the paper probes at a run's first step: no head warm-up (--head_warmup)
+                 "head_warmup": 0.0}
         flags.update(self.extra)
         return flags
 

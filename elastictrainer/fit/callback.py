@@ -49,6 +49,7 @@ from elastictrainer.fit import steps as fit_steps
 from elastictrainer.fit.steps import FitSteps
 from elastictrainer.runs.recorder import Recorder, new_summary
 from elastictrainer.profiler import table as tables
+from elastictrainer.method.roles import tensor_roles
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.method.time_model import TimeModel
 from elastictrainer.prefix.plan import why_not_distributed
@@ -67,7 +68,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
     what `rho_objective` asks for: "share", the cheapest keeping `rho_share` of the estimated
     loss drop, or "rate", the most estimated loss drop per second of step); interval: epochs between
     re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, dp_resolution, bn_mode, cache_frozen_prefix,
+    probe_batches, rho_feedback, economy, head_warmup, dp_resolution, bn_mode, cache_frozen_prefix,
     cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
     their defaults are Config's fields; bn_mode "inference" holds the model's BatchNorm layers
     on their moving statistics from the fit's start to its end, and puts them back as the model
@@ -81,6 +82,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                  rho_objective=Config.rho_objective, interval=Config.interval, logdir=FIT_LOGDIR,
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
+                 head_warmup=Config.head_warmup,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
                  bn_mode=Config.bn_mode, cache_frozen_prefix=Config.cache_frozen_prefix,
                  cache_budget_mb=Config.cache_budget_mb, cache_views=Config.cache_views,
@@ -95,7 +97,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
                           rho_objective=rho_objective,
                           interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
-                          economy=bool(economy), dp_resolution=int(dp_resolution),
+                          economy=bool(economy), head_warmup=float(head_warmup),
+                          dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
                           run_name=os.path.basename(logdir), timing_table=timing_table,
                           bn_mode=bn_mode, cache_frozen_prefix=_setting(cache_frozen_prefix),
@@ -217,7 +220,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, economy_off_words="economy=False",
             is_compiled=lambda selection: selection in compiled, profiling_s=profiling_s,
-            profiled_in_clock=True, clock=self.clock, log=self.log)
+            profiled_in_clock=True, clock=self.clock, log=self.log,
+            head_warmup=cfg.head_warmup,
+            head=[k for k, role in enumerate(tensor_roles(model)) if role == "head"])
         self.driver = ElasticDriver(self.trainer, scheme, runtime)
         summary = new_summary(
             cfg, elastic=True, tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],

@@ -267,6 +267,7 @@ def test_no_collapse_over_12_epochs_of_readme_command_1(tmp_path):
                         rho=0.6, num_epochs=12, steps_per_epoch=16, progress=False,
                         rho_feedback=False,  # selections from importance and table alone
                         economy=False,  # every re-selection, whatever a compile costs
+                        head_warmup=0.0,  # the paper's schedule: probes at step 0
                         logdir=str(tmp_path / "logs"), run_name="cmd1",
                         timing_table=path)
     summary = loop.run(cfg, log=lambda msg: None)

@@ -296,8 +296,12 @@ def test_rho_auto_in_model_fit(tmp_path, flavor, objective):
     callback.log = lines.append
     model.fit(train, epochs=2, validation_data=test, verbose=0, callbacks=[callback])
     summary = runlog.read_summary(str(tmp_path / "logs" / "run"))
-    assert summary["rho"] == "auto" and summary["selections"]
-    for s in summary["selections"]:
+    # the default head warm-up first (the output layer's tensors alone), then the selections
+    warmup, *selections = summary["selections"]
+    assert warmup["reason"] == "head warm-up" and warmup["steps"] >= 1
+    assert warmup["mask"] == [0] * (len(warmup["mask"]) - 2) + [1, 1]
+    assert summary["rho"] == "auto" and selections
+    for s in selections:
         importance, mask = np.asarray(s["importance"]), np.asarray(s["mask"], bool)
         assert s["limited_by"] == objective and s["objective"] == objective
         assert s["rho"] == pytest.approx(s["predicted_ratio"])

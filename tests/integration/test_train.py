@@ -155,7 +155,8 @@ def _argv(workdir, train_type, run_name, *extra):
             "--input_size", "16", "--weights", "none", "--num_epochs", "2", "--steps_per_epoch", "4",
             "--interval", "0.5", "--rho", "0.8", "--learning_rate", "0.01", "--train_type", train_type,
             "--timing_table", str(workdir / "table.json"), "--logdir", str(workdir / "logs"),
-            "--run_name", run_name, "--economy", "false", "--quiet"] + list(extra)
+            "--run_name", run_name, "--economy", "false", "--head_warmup", "0",
+            "--quiet"] + list(extra)
 
 
 def _scalars(run):
@@ -633,14 +634,19 @@ def test_rho_auto_keeps_its_share_of_the_importance_and_says_the_ratio_it_took(w
     lines = []
     from elastictrainer import cli
     from elastictrainer.runs import loop
-    argv = _argv(workdir, "elastic_training", "auto", "--rho_share", "0.6")
+    argv = _argv(workdir, "elastic_training", "auto", "--rho_share", "0.6",
+                 "--head_warmup", "0.5")
     argv[argv.index("--rho") + 1] = "auto"
     cfg = cli.config_from_args(cli.train_parser().parse_args(argv))
     assert cfg.rho == "auto" and cfg.rho_share == 0.6
     summary = loop.run(cfg, log=lines.append)
     assert summary["status"] == "finished" and summary["rho"] == "auto"
-    assert summary["selections"]
-    for s in summary["selections"]:
+    # the head warm-up first: the output layer's tensors alone, then the probes' selections
+    warmup, *selections = summary["selections"]
+    assert warmup["reason"] == "head warm-up" and warmup["steps"] >= 1
+    assert warmup["mask"] == [0] * (len(warmup["mask"]) - 2) + [1, 1]
+    assert selections
+    for s in selections:
         importance = np.asarray(s["importance"])
         mask = np.asarray(s["mask"], bool)
         assert s["limited_by"] == "share" and s["objective"] == "share"

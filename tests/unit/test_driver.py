@@ -88,3 +88,13 @@ def test_announce_is_called_before_every_step_with_what_it_runs():
     first = tuple(int(k) for k in np.flatnonzero(rt.records[0].mask))
     assert said[:3] == [(0, "probe", None), (1, "selection", first), (2, "full", first)]
     assert driver.selection == rt.selection == first
+
+
+def test_the_selection_steps_losses_reach_the_runtime():
+    """Each selection step's loss (its first output) is booked for the runtime's judgement of
+    the selection (elastic/trend.py); probe and timed full steps' are not."""
+    rt, driver, _ = run(Trainer(), 12)
+    selection_steps = sum(r.steps for r in rt.records)
+    assert selection_steps > 0
+    losses = rt.state()["losses"]  # [loss sum, steps] buckets
+    assert sum(n for _, n in losses) == sum(total for total, _ in losses) == selection_steps

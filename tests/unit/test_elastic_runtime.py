@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from elastictrainer.elastic import SHORT_RUN, ElasticRuntime, ElasticState, STATE_VERSION
+from elastictrainer.elastic import (HEAD_WARMUP, SHORT_RUN, ElasticRuntime, ElasticState,
+                                    STATE_VERSION)
 from elastictrainer.elastic import economy as economy_mod
 from elastictrainer.elastic import runtime as runtime_mod
 from elastictrainer.method.time_model import TimeModel
@@ -64,10 +65,12 @@ def make(model, device, rho=0.6, total=400, steps_per_epoch=100, interval=4,
                           is_compiled=lambda sel: tuple(sel) in device.compiled, **kw)
 
 
-def drive(rt, device, steps, importance, start=0):
+def drive(rt, device, steps, importance, start=0, loss=None, ran=None):
     """The loop: what elastic/driver.py does, with the device's scripted times.  importance:
-    every probe's terms, or a function of the probes run so far giving them.  Returns the
-    kinds of step run."""
+    every probe's terms, or a function of the probes run so far giving them; loss(g,
+    selection): a selection step's scripted training loss (None: the driver reports none);
+    ran: a list that gets each step's (kind, tensors trained).  Returns the kinds of step
+    run."""
     everything = tuple(range(N))
     kinds = []
     probes = 0
@@ -82,9 +85,12 @@ def drive(rt, device, steps, importance, start=0):
         if kind == "probe":
             terms = importance(probes) if callable(importance) else importance
             probes += 1
-        rt.step_done(g, kind, seconds, compiled=first, terms=terms)
+        step_loss = None if loss is None or kind != "selection" else loss(g, selection)
+        rt.step_done(g, kind, seconds, compiled=first, terms=terms, loss=step_loss)
         device.now += device.loop_s
         kinds.append(kind)
+        if ran is not None:
+            ran.append((kind, None if kind != "selection" else selection))
     return kinds
 
 
@@ -427,28 +433,37 @@ def test_state_round_trips_and_a_resumed_runtime_decides_the_same():
     assert [r.mask for r in rt.records] == [r.mask for r in resumed.records]
 
 
+@pytest.mark.parametrize("warmup", [0.0, 0.05])
 @pytest.mark.parametrize("at", [3, 4, 5, 7, 12, 45])
-def test_a_run_resumed_in_a_new_process_runs_the_same_kinds_of_step(at):
+def test_a_run_resumed_in_a_new_process_runs_the_same_kinds_of_step(at, warmup):
     """Resumed at step `at` in a process whose steps all compile again: the probes, timed full
     steps and selection steps come in the order of the run left alone (which batches train
     depends on it), and its selections are the same; the first step's compile is booked as
-    compiling, not timed as a step."""
+    compiling, not timed as a step.  With a head warm-up of 20 steps, a run killed inside it
+    trains the head alone for the rest of them, then probes, as the run left alone did."""
     model = TimeModel(table())
     truth = model.corrected(0.6, 0.6)
+    head = dict(head=(N - 1,), head_warmup=warmup)
     device = Device(truth)
-    rt = make(model, device)
-    whole = drive(rt, device, 80, IMPORTANCE)
+    rt = make(model, device, **head)
+    whole_ran = []
+    whole = drive(rt, device, 80, IMPORTANCE, ran=whole_ran)
     device = Device(truth)
-    first = make(model, device)
-    before = drive(first, device, at, IMPORTANCE)
+    first = make(model, device, **head)
+    before_ran, after_ran = [], []
+    before = drive(first, device, at, IMPORTANCE, ran=before_ran)
     saved = first.state()
     resumed_device = Device(truth)  # nothing compiled in this process yet
     resumed_device.now = device.now
-    resumed = make(model, resumed_device)
+    resumed = make(model, resumed_device, **head)
     resumed.load_state(saved)
-    after = drive(resumed, resumed_device, 80 - at, IMPORTANCE, start=at)
-    assert before + after == whole
+    after = drive(resumed, resumed_device, 80 - at, IMPORTANCE, start=at, ran=after_ran)
+    assert before + after == whole and before_ran + after_ran == whole_ran
     assert [r.mask for r in resumed.records] == [r.mask for r in rt.records]
+    if warmup:
+        assert whole_ran[:20] == [("selection", (N - 1,))] * 20 and whole[20] == "probe"
+        assert resumed.records[0].reason == HEAD_WARMUP and resumed.records[0].steps == 20
+        assert resumed.finish(resumed_device.now).closing.endswith("head warm-up: 20 steps")
 
 
 def test_a_resumed_run_says_its_floor_comes_from_the_corrected_time_model():

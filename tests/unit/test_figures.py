@@ -214,7 +214,7 @@ def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path):
     assert all("--model_name mobilenetv2 --dataset_name synthetic " in line for line in mains)
     assert all(line.endswith("--input_size 96 --batch_size 8 --num_epochs 8 --interval 4 "
                              "--learning_rate 0.001 --optimizer sgd --weights synthetic "
-                             "--num_train 2000 --num_test 4096") for line in mains)
+                             "--head_warmup 0 --num_train 2000 --num_test 4096") for line in mains)
     assert all("--cache_frozen_prefix false" in line for line in mains)
     assert [line.split("--rho ")[1].split()[0] for line in mains if "--rho" in line] == [
         "0.4", "0.5", "0.6", "0.7"]

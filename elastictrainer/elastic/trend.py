@@ -1,0 +1,71 @@
+"""Whether a selection pays in training loss: the losses of its steps, kept in a few buckets,
+and the rule that says whether they fell (not in the paper).
+
+The paper re-selects every interval whatever happens; the economy (economy.py) may keep a
+selection to hold re-selection overhead within its budget.  Keeping one is right only while it
+trains: a selection whose loss does not fall (importance measured on a randomly initialised
+head, say, picks tensors that do not lower it) costs the run every step it is kept, so the
+runtime (runtime.py) replaces it at the next interval whatever the budget says.
+
+The rule, and why: the mean loss of the last third of the selection's steps must lie at least
+FALL_MARGIN (relative) below the mean of the first third.  Single batch losses vary by far
+more than an interval's trend, so thirds of many steps are compared rather than ends; the
+middle third is left out so that the two means lie an interval's third apart; the margin is
+relative so that it means the same for any loss scale, and small, because keeping a slow
+learner costs less than a re-selection that should not have happened.  Fewer than MIN_STEPS
+steps are not judged (the selection counts as paying, as without this rule).
+
+Plain Python, no TensorFlow; the buckets ([loss sum, steps]) are plain data in the runtime's
+checkpointed state (state.ElasticState.losses).
+"""
+import math
+
+# A selection's loss must fall by this share between its first and last thirds of steps.
+FALL_MARGIN = 0.02
+# Steps a selection must have trained to be judged (at least four per third).
+MIN_STEPS = 12
+# Buckets an interval's losses take at most (bounded checkpoints whatever the interval's length).
+BUCKETS = 48
+
+
+def bucket_steps(every):
+    """Steps per bucket for re-selections `every` steps apart."""
+    return max(1, int(every) // BUCKETS)
+
+
+def add(buckets, loss, size):
+    """Book one step's loss into `buckets` (in place); a loss that is not finite is left out."""
+    loss = float(loss)
+    if not math.isfinite(loss):
+        return
+    if buckets and buckets[-1][1] < size:
+        buckets[-1][0] += loss
+        buckets[-1][1] += 1
+    else:
+        buckets.append([loss, 1])
+
+
+def judge(buckets):
+    """(first third's mean, last third's mean, steps), None when too few steps to judge."""
+    steps = sum(count for _, count in buckets)
+    third = len(buckets) // 3
+    if steps < MIN_STEPS or third < 1:
+        return None
+
+    def mean(part):
+        return sum(total for total, _ in part) / sum(count for _, count in part)
+
+    return mean(buckets[:third]), mean(buckets[-third:]), steps
+
+
+def verdict(buckets):
+    """(stalled, words): whether the loss did not fall (module doc's rule), and the trend in
+    words; (False, None) when the selection has too few steps to judge."""
+    judged = judge(buckets)
+    if judged is None:
+        return False, None
+    first, last, steps = judged
+    words = f"training loss {first:.4g} -> {last:.4g} over the selection's last {steps} steps"
+    if first - last > FALL_MARGIN * abs(first):
+        return False, words
+    return True, f"{words}, not {FALL_MARGIN:.0%} lower"

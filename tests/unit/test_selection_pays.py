@@ -1,0 +1,152 @@
+"""When selections happen (elastic/runtime.py, economy.py, trend.py) on the scripted device of
+test_elastic_runtime.py: a new classifier head trains alone before the first probes (the head
+warm-up), and a selection whose scripted training loss stays flat is replaced at the next
+interval whatever the overhead budget says, while one whose loss falls is kept under it."""
+import numpy as np
+import pytest
+
+from elastictrainer.config import Config
+from elastictrainer.elastic import HEAD_WARMUP, trend
+from elastictrainer.elastic import economy as economy_mod
+from elastictrainer.experiments.protocols import OFFLINE, PAPER, SMOKE
+from elastictrainer.method.time_model import TimeModel
+
+from .test_elastic_runtime import (IMPORTANCE, N, Device, _shifting_importance, drive,
+                                   full_training_seconds, make, table)
+
+HEAD = (N - 2, N - 1)  # the output layer's kernel and bias
+
+
+def test_a_head_warm_up_trains_the_head_alone_then_probes():
+    """With --head_warmup 0.25 of a 100-step interval, the first 25 steps train the head
+    alone (its own compiled step, unmeasured), the first probe follows them, and the warm-up
+    is booked like any selection: its compile in the overhead, its steps in the wall clock,
+    which stays full training's exact time on the same device; the log and the closing line
+    say it."""
+    model = TimeModel(table())
+    device = Device(model, compile_s=0.05, loop_s=2e-3)
+    said, ran = [], []
+    rt = make(model, device, total=400, steps_per_epoch=100, interval=1, head=HEAD,
+              head_warmup=0.25, log=said.append)
+    rt.plan()
+    kinds = drive(rt, device, 400, IMPORTANCE, ran=ran)
+    assert ran[:25] == [("selection", HEAD)] * 25
+    assert kinds[25] == "probe" and kinds.count("probe") == 4  # steps 25, 100, 200, 300
+    warmup, first, *_ = rt.records
+    assert (warmup.reason, warmup.step, warmup.steps, warmup.mask) == (
+        HEAD_WARMUP, 0, 25, [0] * (N - 2) + [1, 1])
+    assert warmup.measured_ratio is None and warmup.full_steps == 0
+    assert (first.reason, first.step) == ("interval", 26) and first.measured_ratio is not None
+    result = rt.finish(device.now)
+    # two steps compiled: the head's and the first selection's (the later ones are the same)
+    assert result.reselection_overhead_parts_s["compiling"] == pytest.approx(0.1, rel=1e-9)
+    assert result.wall_ratio == pytest.approx(device.now / full_training_seconds(device, 400),
+                                              rel=1e-9)
+    assert any("head warm-up: the classifier head (2 tensors) trains alone for 25 steps" in line
+               for line in said)
+    assert result.closing.endswith("; head warm-up: 25 steps")
+
+
+def test_without_a_warm_up_the_run_is_todays():
+    """--head_warmup 0, or a head that is every tensor, probes at step 0 and runs exactly as a
+    runtime told of no head; the default warms up, and the paper's figure protocols set 0."""
+    model = TimeModel(table())
+    runs = []
+    for head in (dict(), dict(head=HEAD, head_warmup=0.0),
+                 dict(head=tuple(range(N)), head_warmup=0.25)):
+        device = Device(model, compile_s=0.05)
+        rt = make(model, device, total=400, steps_per_epoch=100, interval=1, **head)
+        kinds = drive(rt, device, 400, _shifting_importance)
+        runs.append((kinds, [r.to_dict() for r in rt.records], rt.finish(device.now).closing))
+    assert runs[0] == runs[1] == runs[2] and runs[0][0][0] == "probe"
+    assert Config().head_warmup > 0
+    assert {p.flags(m)["head_warmup"] for p in (PAPER, OFFLINE, SMOKE)
+            for m in ("mobilenetv2", "vit")} == {0}
+
+
+def _budget_run(loss):
+    """test_elastic_runtime's ten re-selections each wanting an uncompiled selection, each
+    compile 1.5% of the run: the overhead budget keeps the selection from step 401 on."""
+    model = TimeModel(table())
+    compile_s = 0.015 * 2000 * 0.6 * model.t_full / 1e3
+    device = Device(model, compile_s=compile_s)
+    said = []
+    rt = make(model, device, total=2000, steps_per_epoch=200, interval=1,
+              compile_ms=1e3 * compile_s, log=said.append)
+    drive(rt, device, 2000, _shifting_importance, loss=loss)
+    return rt, said
+
+
+def falling(g, selection):
+    return 2.0 * np.exp(-(g % 200) / 300)  # each interval's selection lowers it by a third
+
+
+def flat(g, selection):
+    return 2.3 + 0.05 * np.sin(g)  # at chance, with batch-to-batch noise
+
+
+def test_a_selection_whose_loss_stays_flat_is_replaced_past_the_overhead_budget():
+    """The same run three ways: with no loss reported and with a falling loss the budget keeps
+    the selection at step 401 (as before); with a flat loss the step-401 re-selection replaces
+    it with the probes' choice, and the later ones re-probe past the budget too, until the
+    steps left are too few to pay for a re-selection."""
+    unjudged, _ = _budget_run(None)
+    fell, fell_said = _budget_run(falling)
+    stuck, stuck_said = _budget_run(flat)
+    kept = "interval (kept: overhead budget)"
+    assert [r.to_dict() for r in fell.records] == [r.to_dict() for r in unjudged.records]
+    assert fell.records[2].reason == kept
+    assert fell.records[2].mask == fell.records[1].mask
+    assert stuck.records[2].step == 401
+    assert stuck.records[2].reason == "interval (replaced: loss did not fall)"
+    assert stuck.records[2].mask != stuck.records[1].mask
+    assert kept not in [r.reason for r in stuck.records]
+    assert sum(r.reason.startswith("interval (replaced") for r in stuck.records) >= 4
+    assert any("step 800:" in line and "re-probed past the overhead budget" in line
+               for line in stuck_said)
+
+
+def test_the_economy_says_why_it_keeps_a_selection():
+    """Each skip is one line with its reason: the budget, with the falling loss that makes
+    keeping right; a flat loss with too few steps left to pay for re-selecting; and a flat
+    loss whose probes choose the same tensors again."""
+    _, fell_said = _budget_run(falling)
+    assert any(line.startswith("elastic: step 401: the selection is kept: compiling another "
+                               f"would take the re-selection overhead past "
+                               f"{economy_mod.OVERHEAD_SHARE:.0%} of training, and training "
+                               "loss") for line in fell_said)
+    _, stuck_said = _budget_run(flat)
+    assert any("step 1800:" in line and "not 2% lower, but the selection is kept: the 200 steps "
+               "left are too few to pay for re-selecting" in line for line in stuck_said)
+    model = TimeModel(table())
+    device = Device(model)
+    said = []
+    rt = make(model, device, total=400, steps_per_epoch=100, interval=1, log=said.append)
+    drive(rt, device, 400, IMPORTANCE, loss=flat)
+    assert len({tuple(r.mask) for r in rt.records}) == 1
+    assert any(line.startswith("elastic: step 101: training loss") and line.endswith(
+        "not 2% lower, but the probes choose the same tensors again: the selection is kept")
+        for line in said)
+
+
+def test_the_rule_compares_the_thirds_of_a_selections_steps():
+    """trend.verdict against its naive reference (the mean loss of the first and last third of
+    the steps, by count, and the relative margin) on noisy losses that fall by 0 to 30%, in
+    buckets of 1 and 3 steps; too few steps are not judged."""
+    rng = np.random.default_rng(0)
+    verdicts = set()
+    for drop in (0.0, 0.01, 0.03, 0.3):
+        losses = 2.3 * (1 - drop * np.linspace(0, 1, 300)) + rng.normal(0, 0.2, 300)
+        for size in (1, 3):
+            buckets = []
+            for v in losses:
+                trend.add(buckets, v, size)
+            third = len(buckets) // 3 * size
+            first, last = losses[:third].mean(), losses[-third:].mean()
+            expected = not first - last > trend.FALL_MARGIN * first
+            assert trend.judge(buckets)[:2] == pytest.approx((first, last), rel=1e-12)
+            assert trend.verdict(buckets)[0] == expected
+            verdicts.add(expected)
+    assert verdicts == {True, False}
+    assert trend.verdict([[2.3, 1]] * (trend.MIN_STEPS - 1)) == (False, None)
+    assert trend.verdict([[2.3, 1]] * trend.MIN_STEPS)[0]
