@@ -124,6 +124,10 @@ def build_parser():
     p.add_argument("--rate", action="store_true",
                    help="also run --rho auto with --rho_objective rate (the most estimated loss "
                         "drop per second of step) in every configuration")
+    p.add_argument("--elastic_only", action="store_true",
+                   help="of the command-line configurations' baselines run full training alone "
+                        "(the yardstick), beside the elastic runs: a look at the elastic schemes "
+                        "that leaves the fixed choices of tensors out")
     p.add_argument("--epochs", type=int, default=None,
                    help="epochs of every run (default: each configuration's own: "
                         + ", ".join(f"{n} {c.epochs}" for n, c in {**CONFIGS,
@@ -173,11 +177,13 @@ def cli_runs(name, seed, args, log):
     fixed = register_fixed_from(first)
     base = _base_config(name, seed, args)
     profile_s = _profile_seconds(base, args, log)
-    runs = [("full_training", "full_training", {}),
-            ("traditional_tl_training", "traditional_tl_training", {})]
-    runs += [(scheme, scheme, {}) for scheme in setup.baselines]
-    runs += [(f"last stage (tensors {first}-)", fixed, {"cache_frozen_prefix": False}),
-             (f"last stage (tensors {first}-), cached", fixed, {"cache_frozen_prefix": "auto"})]
+    runs = [("full_training", "full_training", {})]
+    if not args.elastic_only:
+        runs += [("traditional_tl_training", "traditional_tl_training", {})]
+        runs += [(scheme, scheme, {}) for scheme in setup.baselines]
+        runs += [(f"last stage (tensors {first}-)", fixed, {"cache_frozen_prefix": False}),
+                 (f"last stage (tensors {first}-), cached", fixed,
+                  {"cache_frozen_prefix": "auto"})]
     runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
              for rho in args.rhos]
     runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
@@ -295,7 +301,7 @@ def markdown(results, args, machine):
              f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
              f"{','.join(f'{r:g}' for r in args.shares)}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
-             f"{' --rate' if args.rate else ''}"
+             f"{' --rate' if args.rate else ''}{' --elastic_only' if args.elastic_only else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():

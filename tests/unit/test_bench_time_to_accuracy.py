@@ -253,6 +253,18 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
     assert "ElasticTrainer rho auto, rate" in curves
     assert "--shares 0.7 --rate" in bench.markdown({"date": "d", "configs": {}}, args, {
         "cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
+    # --elastic_only: full training, the yardstick, and the elastic runs alone
+    seen.clear()
+    args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
+                                            "--shares", "0.7", "--elastic_only", "--logdir",
+                                            str(tmp_path / "elastic_only")])
+    curves, _ = bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
+    assert [(c.train_type, c.rho) for c in seen] == [
+        ("full_training", 0.5), ("elastic_training", 0.3), ("elastic_training", "auto")]
+    assert list(curves) == ["full_training", "ElasticTrainer rho 0.3",
+                            "ElasticTrainer rho auto, share 0.7"]
+    assert "--elastic_only" in bench.markdown({"date": "d", "configs": {}}, args, {
+        "cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
 
 
 def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(tmp_path,
