@@ -56,6 +56,17 @@ def _parse_rho(text):
             from None
 
 
+def _parse_head_warmup(text):
+    """argparse type of --head_warmup: auto, or a share of the first interval."""
+    if str(text).strip().lower() == AUTO:
+        return AUTO
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a number in [0, 1), got "
+                                         f"{text!r}") from None
+
+
 def parse_auto_bool(text):
     """argparse type of auto/true/false settings (and their reading in ElasticCallback):
     "auto", True or False."""
@@ -240,12 +251,14 @@ class Config:
         "run re-selects and corrects less, and trains every tensor when no selection would pay "
         "for its compile); false: re-select and correct as the paper does, whatever the run's "
         "length"))
-    head_warmup: float = field(default=0.1, metadata=flag(
+    head_warmup: Union[float, str] = field(default=AUTO, metadata=flag(
         "share of the first --interval in which a newly initialised classifier head (the "
         "output layer's tensors) trains alone before the first importance probes, as "
         "linear-probe-then-fine-tune does: importance measured through a random head picks "
         "tensors that do not lower the loss. A selection of its own, booked and logged as "
-        "'head warm-up'; 0: probe at the first step, as the paper does"))
+        "'head warm-up'. auto: 0.1 under --rho auto, 0 with a numeric rho (the paper's "
+        "schedule); 0: probe at the first step, as the paper does",
+        parse=_parse_head_warmup, metavar="{auto,SHARE}"))
     cache_frozen_prefix: Union[bool, str] = field(default=AUTO, metadata=flag(
         "when every tensor below a cut point (a block's output) is frozen for the current "
         "selection, keep that point's activations for each training example once computed, and "
@@ -359,7 +372,8 @@ class Config:
         if not self.interval > 0:
             raise UserError(f"--interval must be positive (epochs between re-selections), "
                             f"got {self.interval}")
-        if not 0 <= self.head_warmup < 1:
+        if self.head_warmup != AUTO and not (isinstance(self.head_warmup, (int, float))
+                                             and 0 <= self.head_warmup < 1):
             raise UserError(f"--head_warmup is a share of the first interval and must be in "
                             f"[0, 1), got {self.head_warmup}")
         if not self.checkpoint_minutes >= 0:

@@ -41,6 +41,20 @@ OBJECTIVES = {
 DEFAULT_OBJECTIVE = SHARE
 
 
+# --head_warmup's auto: under --rho auto the head trains alone for this share of the first
+# interval before the first probes (runtime.py); a numeric rho probes at the first step, as the
+# paper does, so that its runs (and the figures' protocol) stay the paper's
+AUTO_HEAD_WARMUP = 0.1
+
+
+def head_warmup_share(setting, rho):
+    """The head warm-up's share of the first interval: `setting` (a number in [0, 1), or
+    "auto": AUTO_HEAD_WARMUP under rho auto, 0 with a numeric rho)."""
+    if isinstance(setting, str) and setting.strip().lower() == AUTO:
+        return AUTO_HEAD_WARMUP if parse_rho(rho) == AUTO else 0.0
+    return float(setting)
+
+
 def parse_rho(value):
     """A rho setting: a number, or "auto" (any case)."""
     if isinstance(value, str) and value.strip().lower() == AUTO:

@@ -36,7 +36,8 @@ import numpy as np
 
 from elastictrainer import runlog
 from elastictrainer.elastic import accounting, trend
-from elastictrainer.elastic.budget import DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget
+from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget,
+                                           head_warmup_share)
 from elastictrainer.elastic.economy import (ECONOMY_OFF, FULL_TRAINING, READOUT_FULL_STEPS,
                                             Economy)
 from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
@@ -90,7 +91,7 @@ class ElasticRuntime:
         # a head that is the whole model has nothing to warm up for
         whole = not self.head or len(self.head) >= len(model.t_dw)
         self.warmup_steps = 0 if whole else math.ceil(
-            head_warmup * min(self.every, self.total_steps))
+            head_warmup_share(head_warmup, rho) * min(self.every, self.total_steps))
         self._bucket = trend.bucket_steps(self.every)
         self.clock = clock
         self.log = log

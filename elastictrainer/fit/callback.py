@@ -97,7 +97,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                           rho_objective=rho_objective,
                           interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
-                          economy=bool(economy), head_warmup=float(head_warmup),
+                          economy=bool(economy), head_warmup=head_warmup,
                           dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
                           run_name=os.path.basename(logdir), timing_table=timing_table,

@@ -94,6 +94,18 @@ def test_rho_objective_reaches_the_config_and_a_bad_one_is_a_one_line_user_error
         Config(rho_objective="fast").validate()
 
 
+def test_head_warmup_is_auto_or_a_share_and_a_bad_one_is_a_one_line_user_error():
+    from elastictrainer.errors import UserError
+
+    assert Config().head_warmup == "auto"
+    args = cli.train_parser().parse_args(["--head_warmup", "0.2"])
+    assert cli.config_from_args(args).head_warmup == 0.2
+    args = cli.train_parser().parse_args(["--head_warmup", "AUTO"])
+    assert cli.config_from_args(args).head_warmup == "auto"
+    with pytest.raises(UserError, match=r"^--head_warmup is a share"):
+        Config(head_warmup=1.5).validate()
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--rho", "half"], "--rho"),
     (["--optimizer", "lamb"], "--optimizer"),
@@ -103,6 +115,7 @@ def test_rho_objective_reaches_the_config_and_a_bad_one_is_a_one_line_user_error
     (["--cache_frozen_prefix", "sometimes"], "--cache_frozen_prefix"),
     (["--cache_dtype", "int8"], "--cache_dtype"),
     (["--rho", "auto", "--rho_objective", "fastest"], "--rho_objective"),
+    (["--head_warmup", "long"], "--head_warmup"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from elastictrainer.config import Config
+from elastictrainer.elastic.budget import head_warmup_share
 from elastictrainer.elastic import HEAD_WARMUP, trend
 from elastictrainer.elastic import economy as economy_mod
 from elastictrainer.experiments.protocols import OFFLINE, PAPER, SMOKE
@@ -59,7 +60,10 @@ def test_without_a_warm_up_the_run_is_todays():
         kinds = drive(rt, device, 400, _shifting_importance)
         runs.append((kinds, [r.to_dict() for r in rt.records], rt.finish(device.now).closing))
     assert runs[0] == runs[1] == runs[2] and runs[0][0][0] == "probe"
-    assert Config().head_warmup > 0
+    # the default warms the head up under rho auto and keeps the paper's schedule for a rho
+    assert head_warmup_share(Config().head_warmup, "auto") > 0
+    assert head_warmup_share(Config().head_warmup, 0.5) == 0
+    assert head_warmup_share(0.25, 0.5) == 0.25
     assert {p.flags(m)["head_warmup"] for p in (PAPER, OFFLINE, SMOKE)
             for m in ("mobilenetv2", "vit")} == {0}
 
