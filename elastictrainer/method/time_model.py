@@ -26,9 +26,11 @@ from elastictrainer.method import cheapest, rate, selector
 # A selection "spends" its budget when the time model puts it within this fraction of rho; the
 # closed loop (rho_control.py) counts a measured ratio this far from its target as a miss.
 TOLERANCE = 0.05
-# The least step time, as a share of a full step, the rate objective (method/rate.py) prices a
-# selection at: a corrected model's intercept may reach zero or below (_intercept_ms), where
-# importance per ms would have no bound; a real step never takes less than 1% of a full one.
+# The least step time, as a share of a full step, a selection is priced at: a corrected model's
+# intercept may reach zero or below (_intercept_ms), where a cheap selection (the head alone)
+# would be predicted free, the rate objective's importance per ms (method/rate.py) would have no
+# bound and time booked against a predicted ratio would divide by zero; a real step never takes
+# less than 1% of a full one.
 RATE_FLOOR = 0.01
 # A cut's prefix is priced by the table's traced forward time per layer only when the model's
 # layers hold at least this share of it (a table of a model whose layers are named otherwise
@@ -225,7 +227,7 @@ class TimeModel:
                                  self.t_fw)
 
     def predicted_ratio(self, mask):
-        return max(self._intercept_ms + self.cost_ms(mask), 0.0) / self.t_full
+        return max(self._intercept_ms + self.cost_ms(mask), RATE_FLOOR * self.t_full) / self.t_full
 
     def select(self, importance, rho, resolution=10000):
         """Exact DP selection (selector.select_tensors) within rho; mask in trainable order."""

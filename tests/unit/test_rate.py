@@ -173,3 +173,13 @@ def test_a_model_whose_intercept_went_below_zero_prices_steps_at_the_floor():
     floor = RATE_FLOOR * model.t_full
     best = max((importance[m].sum() / (floor + model.cost_ms(m)) for m in _masks(8) if m.any()))
     assert importance[mask].sum() / (floor + model.cost_ms(mask)) == pytest.approx(best)
+
+
+def test_a_selection_under_an_intercept_below_zero_is_never_predicted_free():
+    # The head alone under a backward pass 3x dearer than profiled: intercept + cost < 0.  A
+    # free prediction divided the head warm-up's seconds by zero when its record was closed.
+    model = TimeModel(chain_table()).corrected(3.0, 3.0)
+    head = np.zeros(8, bool)
+    head[-1] = True
+    assert model._intercept_ms + model.cost_ms(head) < 0
+    assert model.predicted_ratio(head) == pytest.approx(RATE_FLOOR)
