@@ -134,7 +134,7 @@ class ElasticRuntime:
                                 and self.rho - model.rho_floor < FLOOR_MARGIN),
                     corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0),
                     profiling_s=self._profiling_s,
-                    saves_at_most_s=(self._economy.saving_at_s(model.rho_floor)
+                    saves_at_most_s=(self._economy.prices.saving_at_s(model.rho_floor)
                                      if fresh else None))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):
@@ -307,7 +307,7 @@ class ElasticRuntime:
             # every tensor trains (full training's step): its ratio is 1 by definition, and a
             # recheck's timed full steps would only skip batches of what is full training
             if (not all(s.mask) and len(s.times) - s.win_t >= RECHECK_STEPS
-                    and self._economy.steps_left(global_step) > 2 * MEASURE_STEPS
+                    and self._economy.prices.steps_left(global_step) > 2 * MEASURE_STEPS
                     and self._economy.recheck_affordable(global_step, self._progress())):
                 s.win_t, s.win_f = len(s.times), len(s.full_times)
                 s.rounds, s.measuring, s.readout = 1, True, False
