@@ -91,11 +91,11 @@ class Economy:
     """The economy of one run.  on: --economy; controller: the run's RhoController (its time
     model, the table's base model, rho, feedback); total_steps, steps_per_epoch; every: steps
     between re-selections; probe_batches; compile_ms: the timing table's, or None (the run's
-    Prices, `prices`, are built from these);
-    is_compiled(selection): whether a selection's step exists already; auto: --rho auto (the
-    controller's rho is then the runtime's auto_start until the first selection, and each
-    selection's own ratio after it); off_words: how the run's user turns the economy off, in
-    its lines ("economy=False" in model.fit); log(message)."""
+    Prices, `prices`, are built from these); is_compiled(selection): whether a selection's
+    step exists already; auto: --rho auto (the controller's rho is then the runtime's
+    auto_start until the first selection, and each selection's own ratio after it);
+    off_words: how the run's user turns the economy off, in its lines ("economy=False" in
+    model.fit); log(message)."""
 
     def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
                  compile_ms=None, is_compiled: Callable = lambda selection: False, auto=False,
