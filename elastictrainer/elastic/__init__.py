@@ -2,7 +2,9 @@
 
 - runtime.py, the decisions (plain Python and NumPy, importable without TensorFlow): when to
   re-select, importance in and the exact selection under rho out (eq. 3), the closed loop that
-  measures each selection's step ratio and corrects the time model (rho_control.py).
+  measures each selection's step ratio and corrects the time model (rho_control.py, its
+  policy and refit; closed_loop.py, which runs it on each selection: solved, opened with its
+  record, measured, corrected after a confirmed miss).
 - economy.py, the runtime's Economy component, what a run may spend on re-selecting
   (--economy): a run too short to pay for a compile (the timing table's, else estimated from
   the model's size) is full training from its first step; later probes, measurements and
