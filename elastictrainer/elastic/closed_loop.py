@@ -114,7 +114,7 @@ class ClosedLoop:
     def full_needed(self, s):
         return READOUT_FULL_STEPS if s.readout else FULL_STEPS * s.rounds
 
-    def timed(self, s, global_step):
+    def step_timed(self, s, global_step):
         """After a timed step of the current selection (not its first): start a re-check, or
         close the measurement window and act on its ratio.  True when the selection changed."""
         rec = s.records[-1]

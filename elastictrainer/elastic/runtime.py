@@ -299,7 +299,7 @@ class ElasticRuntime:
             return False
         if accounting.book_selection_step(s, seconds, compiled):
             return False  # its first: it may have compiled, and is not timed
-        return self._loop.timed(s, global_step)
+        return self._loop.step_timed(s, global_step)
 
     # ------------------------------------------------------------------ selecting
     def _select(self, global_step, importance, importance_ms=None):
