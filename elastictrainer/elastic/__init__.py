@@ -2,12 +2,17 @@
 
 - runtime.py, the decisions (plain Python and NumPy, importable without TensorFlow): when to
   re-select, importance in and the exact selection under rho out (eq. 3), the closed loop that
-  measures each selection's step ratio and corrects the time model (rho_control.py).
+  measures each selection's step ratio and corrects the time model (rho_control.py, its
+  policy and refit; closed_loop.py, which runs it on each selection: solved, opened with its
+  record, measured, corrected after a confirmed miss).
 - economy.py, the runtime's Economy component, what a run may spend on re-selecting
   (--economy): a run too short to pay for a compile (the timing table's, else estimated from
   the model's size) is full training from its first step; later probes, measurements and
   switches keep the overhead within 10% of training and the run faster than full training;
   a selection left unmeasured still has its step ratio read out when that is cheap.
+- prices.py, what the economy weighs, in seconds: a selection's compile (the table's, the
+  model-size estimate, or the run's last), a refill of the prefix cache, a probe or full step,
+  the overhead spent so far, and what the steps left save.
 - accounting.py, where each second goes: the re-selection overhead and its parts, and the
   wall clock against full training's (wall_ratio).
 - trend.py, whether a selection pays in training loss: one whose loss did not fall over an

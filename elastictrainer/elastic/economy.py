@@ -6,19 +6,10 @@ save (1 - ratio) of a full step each: probes and timed full steps compute every 
 train nothing, about a full step.  Against that saving it pays for compiling each selection's
 step.
 
-The compile it prices, before the run has compiled a selection of its own, is known before the
-first step, so the run decides the same way at its start whatever its timing table holds:
-- the table's compile_ms, when the profiler calibrated: the longest compile of its reference
-  selections' steps (profiler/calibration.py), the longest because a compile grows with the
-  selection's backward graph and a run compiles while its input pipeline shares the cores;
-- else an estimate from the model's size, COMPILE_MS_PER_TENSOR per trainable tensor (a step's
-  graph grows with its layers).  Measuring the run's first compile instead would mean
-  compiling before deciding: the probe step (the overhead a short run is meant to avoid), or
-  a few full training steps (which an elastic run does not take: full Adam steps can shake a
-  pretrained backbone).  And the estimate depends on nothing this run times, so with
-  --rho_feedback false, where no decision may, it decides as well.
-With the feedback on, once the run has compiled a selection's step, that compile prices the
-later switches.
+The compile it prices is known before the first step (the timing table's compile_ms, else an
+estimate from the model's size), so the run decides the same way at its start whatever its
+table holds; with the feedback on, the run's own last compile prices the later switches.  Every
+price, in seconds, is prices.py's.
 
 - At the start: a run whose steps, all at rho, would save less than PAYOFF times that compile
   trains every tensor from its first step with full training's step, and never probes: it is
@@ -41,9 +32,8 @@ later switches.
   run's training time.  Nothing is corrected on it; the run reports it.  Otherwise the run says
   why it has no measured ratio and gives the time model's instead.
 - With the frozen prefix cached (--cache_frozen_prefix), a switch that moves the cut fills the
-  cache again: an epoch of steps for each augmented view it keeps, each running the new prefix
-  once more.  It is priced with the
-  switch's compile, so a selection that breaks the cache must fit the same budget.
+  cache again (prices.refill_s).  It is priced with the switch's compile, so a selection that
+  breaks the cache must fit the same budget.
 
 Economy is a component of the runtime (runtime.py): it is built with the run's fixed inputs and
 asked with the run's progress so far (Progress), a snapshot the runtime takes.
@@ -53,6 +43,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from elastictrainer.elastic.prices import Prices
 from elastictrainer.elastic.rho_control import FULL_STEPS
 
 # A switch away from full steps must save this multiple of its compile; below it the run keeps
@@ -64,12 +55,6 @@ OVERHEAD_SHARE = 0.10
 # Later switches plan for this much of it: a compile estimated from the last one came out up to
 # a third low here (the first compile of a process pays TensorFlow's warm-up).
 PLANNED_SHARE = 0.8 * OVERHEAD_SHARE
-# A selection's step compile per trainable tensor, for a table without compile_ms.  The
-# profiler's compile_ms over the model's tensors on this project's 2-core machine: smallcnn
-# 17 ms, MobileNetV2 13-16 ms (Keras 3: 23 ms), ResNet50 9 ms; taken near the top, since too
-# high an estimate costs a borderline run its selection while too low a one makes a short run
-# slower than full training.
-COMPILE_MS_PER_TENSOR = 20.0
 # A selection the budget leaves unmeasured has its ratio read out from this many timed full
 # steps (a median of three outlasts one outlier), when they cost at most READOUT_SHARE of the
 # run's training time.
@@ -105,11 +90,12 @@ class Progress:
 class Economy:
     """The economy of one run.  on: --economy; controller: the run's RhoController (its time
     model, the table's base model, rho, feedback); total_steps, steps_per_epoch; every: steps
-    between re-selections; probe_batches; compile_ms: the timing table's, or None;
-    is_compiled(selection): whether a selection's step exists already; auto: --rho auto (the
-    controller's rho is then the runtime's auto_start until the first selection, and each
-    selection's own ratio after it); off_words: how the run's user turns the economy off, in
-    its lines ("economy=False" in model.fit); log(message)."""
+    between re-selections; probe_batches; compile_ms: the timing table's, or None (the run's
+    Prices, `prices`, are built from these); is_compiled(selection): whether a selection's
+    step exists already; auto: --rho auto (the controller's rho is then the runtime's
+    auto_start until the first selection, and each selection's own ratio after it);
+    off_words: how the run's user turns the economy off, in its lines ("economy=False" in
+    model.fit); log(message)."""
 
     def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
                  compile_ms=None, is_compiled: Callable = lambda selection: False, auto=False,
@@ -119,11 +105,12 @@ class Economy:
         self.ctl = controller
         self.auto = bool(auto)
         self.total_steps = int(total_steps)
-        self.steps_per_epoch = int(steps_per_epoch)
         self.every = every
         self.probe_batches = int(probe_batches)
         self.n = len(controller.base.t_dw)
-        self.table_compile_ms = compile_ms
+        self.prices = Prices(on, controller, total_steps=total_steps,
+                             steps_per_epoch=steps_per_epoch, probe_batches=probe_batches,
+                             compile_ms=compile_ms)
         self.is_compiled = is_compiled
         self.log = log
         # what it chose and why (summary.json "economy"), and what it said once
@@ -167,16 +154,16 @@ class Economy:
         if not self.on:
             return (SELECTIONS, f"{self.off_words}: re-selects and corrects as the paper "
                                 "does, whatever the run's length", None)
-        compile_s = self.start_compile_s()
-        saving = self.best_saving_s(0, Progress())
+        compile_s = self.prices.start_compile_s()
+        saving = self.prices.best_saving_s(0, Progress())
         if saving < PAYOFF * compile_s:
             return (FULL_TRAINING, f"the {self.total_steps} steps would save about "
                                    f"{saving:.2f} s at {self.rho_words(False)}, not "
                                    f"{PAYOFF:g}x the {compile_s:.2f} s that compiling a "
-                                   f"selection's step costs ({self.compile_source()})", None)
+                                   f"selection's step costs ({self.prices.compile_source()})", None)
         why = (f"the {self.total_steps} steps save about {saving:.2f} s at "
                f"{self.rho_words(False)}, at least {PAYOFF:g}x the {compile_s:.2f} s that "
-               f"compiling a selection's step costs ({self.compile_source()})")
+               f"compiling a selection's step costs ({self.prices.compile_source()})")
         short = None
         if compile_s / OVERHEAD_SHARE > saving:
             short = (f"short run: {self.total_steps} steps save about {saving:.1f} s at "
@@ -185,30 +172,7 @@ class Economy:
                      f"to {OVERHEAD_SHARE:.0%} of training")
         return SELECTIONS, why, short
 
-    def start_compile_s(self):
-        """The compile the start decides with: the table's, else the model-size estimate."""
-        if self.table_compile_ms is not None:
-            return self.table_compile_ms / 1e3
-        return self.n * COMPILE_MS_PER_TENSOR / 1e3
-
-    def compile_source(self):
-        if self.table_compile_ms is not None:
-            return ("the timing table's compile_ms, the longest of the profiler's reference "
-                    "selections")
-        return (f"estimated from the model's size, {self.n} tensors x "
-                f"{COMPILE_MS_PER_TENSOR:g} ms: the timing table has no compile_ms")
-
     # ------------------------------------------------------------------ switches
-    def compile_estimate(self, progress):
-        """Seconds a new selection's step takes to compile: with the feedback on, the last one
-        measured in this run; before any, and always with the feedback off (no decision may
-        depend on this run's timing then), start_compile_s.  None with the economy off."""
-        if not self.on:
-            return None
-        if self.ctl.feedback and progress.selection_compile_s is not None:
-            return progress.selection_compile_s
-        return self.start_compile_s()
-
     def pays_off(self, mask, global_step, progress):
         """Whether leaving full steps for `mask` saves more than its compile costs.  After a
         probe, the full step is one more compile too unless it exists already, and a larger one
@@ -218,12 +182,12 @@ class Economy:
                 or self.is_compiled(tuple(int(k) for k in np.nonzero(mask)[0]))):
             return True
         ratio = self.ctl.model.predicted_ratio(mask)
-        compile_s = self.compile_estimate(progress)
-        saving = self.steps_left(global_step) * (1 - ratio) * self.t_full_s(progress)
+        compile_s = self.prices.compile_estimate(progress)
+        saving = self.prices.steps_left(global_step) * (1 - ratio) * self.prices.t_full_s(progress)
         if saving >= PAYOFF * compile_s:
             return True
-        why = (f"the {self.steps_left(global_step)} steps left from step {global_step} would "
-               f"save about {saving:.2f} s, not {PAYOFF:g}x the {compile_s:.2f} s that "
+        why = (f"the {self.prices.steps_left(global_step)} steps left from step {global_step} "
+               f"would save about {saving:.2f} s, not {PAYOFF:g}x the {compile_s:.2f} s that "
                f"compiling a selection's step is estimated to cost")
         if "full" not in self._notes:
             self._choose(FULL_TRAINING, why)
@@ -240,31 +204,18 @@ class Economy:
         refill within OVERHEAD_SHARE of the time the steps left will take."""
         mask = np.zeros(self.n, bool)
         mask[list(selection)] = True
-        compile_s = self.compile_estimate(progress)
+        compile_s = self.prices.compile_estimate(progress)
         if compile_s is None or self.is_compiled(tuple(selection)):
             compile_s = 0.0
-        once = compile_s + self.refill_s(mask, progress)
+        once = compile_s + self.prices.refill_s(mask, progress)
         if once == 0:
             return True
         ratio = self.ctl.model.predicted_ratio(mask)
-        left = self.steps_left(global_step)
-        probes_s = left / max(self.every, 1) * self.probe_batches * self.grad_s(progress)
-        return (self.affordable(once + FULL_STEPS * self.grad_s(progress) + probes_s,
+        left = self.prices.steps_left(global_step)
+        probes_s = left / max(self.every, 1) * self.probe_batches * self.prices.grad_s(progress)
+        return (self.affordable(once + FULL_STEPS * self.prices.grad_s(progress) + probes_s,
                                 global_step, progress, ratio)
-                and once <= OVERHEAD_SHARE * left * self.lowest_step_s(progress, ratio))
-
-    def refill_s(self, mask, progress):
-        """What moving the prefix cache to `mask`'s cut costs: an epoch's steps per view kept
-        there, each running the new prefix once more (the forward pass the cut saves), 0 when
-        the cut stays or the selection has none."""
-        model = self.ctl.model
-        if not self.on or progress.current_ratio is None or model.cut_of(mask) is None:
-            return 0.0
-        if model.cut_name(mask) == progress.current_cut:
-            return 0.0
-        device = self.t_full_s(progress) / (self.ctl.base.t_full / 1e3)  # this run's speed
-        return (self.steps_per_epoch * model.fill_passes(mask) * model.forward_saved(mask)
-                / 1e3 * device)
+                and once <= OVERHEAD_SHARE * left * self.prices.lowest_step_s(progress, ratio))
 
     # ------------------------------------------------------------------ the budget
     def affordable(self, extra_s, global_step, progress, step_ratio=None):
@@ -276,9 +227,9 @@ class Economy:
         spends nothing more: no later probe, measurement or compile."""
         if not self.on:
             return True
-        spent = self.spent_s(progress) + extra_s
-        share = PLANNED_SHARE * self.total_steps * self.lowest_step_s(progress, step_ratio)
-        return spent <= share and spent <= self.best_saving_s(0, progress) / PAYOFF
+        spent = self.prices.spent_s(progress) + extra_s
+        share = PLANNED_SHARE * self.total_steps * self.prices.lowest_step_s(progress, step_ratio)
+        return spent <= share and spent <= self.prices.best_saving_s(0, progress) / PAYOFF
 
     def probes_affordable(self, global_step, progress, stalled=None):
         """Whether this re-selection's probes fit the budget (a skipped one keeps the selection
@@ -286,7 +237,8 @@ class Economy:
         re-probes past the budget (replaces)."""
         if not progress.selected:
             return True  # the first selection: the start decided the run selects
-        ok = self.affordable(self.probe_batches * self.grad_s(progress), global_step, progress)
+        ok = self.affordable(self.probe_batches * self.prices.grad_s(progress), global_step,
+                             progress)
         if not ok and stalled:
             return self.replaces(global_step, progress, stalled)
         if not ok:
@@ -303,7 +255,7 @@ class Economy:
 
     def recheck_affordable(self, global_step, progress):
         """Whether the closed loop may measure a judged selection again."""
-        return self.affordable(FULL_STEPS * self.grad_s(progress), global_step, progress)
+        return self.affordable(FULL_STEPS * self.prices.grad_s(progress), global_step, progress)
 
     def measurement(self, global_step, mask, progress):
         """How a new selection `mask` is measured: "full" (the closed loop's rounds of
@@ -314,14 +266,15 @@ class Economy:
         ratio = self.ctl.model.predicted_ratio(mask)
         compile_s = 0.0
         if not self.is_compiled(selection):
-            compile_s = self.compile_estimate(progress) or 0.0
-        if self.affordable(FULL_STEPS * self.grad_s(progress) + compile_s, global_step, progress,
-                           ratio):
+            compile_s = self.prices.compile_estimate(progress) or 0.0
+        if self.affordable(FULL_STEPS * self.prices.grad_s(progress) + compile_s, global_step,
+                           progress, ratio):
             return "full"
-        readout_s = READOUT_FULL_STEPS * self.grad_s(progress)
-        fits = readout_s <= READOUT_SHARE * self.total_steps * self.lowest_step_s(progress, ratio)
-        pays = (self.spent_s(progress) + compile_s + readout_s
-                <= self.best_saving_s(0, progress) / PAYOFF)
+        readout_s = READOUT_FULL_STEPS * self.prices.grad_s(progress)
+        fits = (readout_s
+                <= READOUT_SHARE * self.total_steps * self.prices.lowest_step_s(progress, ratio))
+        pays = (self.prices.spent_s(progress) + compile_s + readout_s
+                <= self.prices.best_saving_s(0, progress) / PAYOFF)
         # the gradient step they run exists once a probe or a timed full step has run
         if fits and pays and (progress.probes or progress.full_steps):
             self._note("readout", f"selections from step {global_step} on timed against "
@@ -343,20 +296,21 @@ class Economy:
         """Whether a selection whose loss did not fall (`stalled`, its words) is re-probed
         (selection None) or replaced by `selection` past the budget: unless the steps left are
         too few to pay for it (module doc).  Says which, and why, in one line."""
-        compile_s = self.compile_estimate(progress) or 0.0
+        compile_s = self.prices.compile_estimate(progress) or 0.0
         refill_s, probes_s, ratio = 0.0, 0.0, None
         if selection is None:
-            probes_s = self.probe_batches * self.grad_s(progress)
+            probes_s = self.probe_batches * self.prices.grad_s(progress)
             what = "re-probed"
         else:
             mask = np.zeros(self.n, bool)
             mask[list(selection)] = True
             compile_s *= not self.is_compiled(tuple(selection))
-            refill_s, ratio = self.refill_s(mask, progress), self.ctl.model.predicted_ratio(mask)
+            refill_s = self.prices.refill_s(mask, progress)
+            ratio = self.ctl.model.predicted_ratio(mask)
             what = f"replaced by {len(selection)} tensor{'s' * (len(selection) != 1)}"
         cost = probes_s + compile_s + refill_s
-        left = self.steps_left(global_step)
-        room = OVERHEAD_SHARE * left * self.lowest_step_s(progress, ratio)
+        left = self.prices.steps_left(global_step)
+        room = OVERHEAD_SHARE * left * self.prices.lowest_step_s(progress, ratio)
         if cost <= room:
             self.log(f"elastic: step {global_step}: {stalled}: the selection is {what} past the "
                      f"overhead budget")
@@ -379,50 +333,10 @@ class Economy:
                      f"training, and {why}")
         if corrected:
             self.log(f"rho feedback: {corrected[0]} tensors measured {corrected[1]:.3f} of a "
-                     f"full step for {self.rho_words()}; the {self.steps_left(global_step)} steps "
-                     f"left do not pay for compiling another selection (overhead budget "
+                     f"full step for {self.rho_words()}; the "
+                     f"{self.prices.steps_left(global_step)} steps left do not pay for compiling "
+                     f"another selection (overhead budget "
                      f"{OVERHEAD_SHARE:.0%} of training), kept")
-
-    # ------------------------------------------------------------------ the run's numbers
-    def saving_at_s(self, ratio):
-        """What the whole run's steps save at a step ratio, at the table's full step."""
-        return self.total_steps * (1 - ratio) * self.ctl.base.t_full / 1e3
-
-    def best_saving_s(self, global_step, progress):
-        """What the steps left save at best: all but one re-selection's probes train a
-        selection at rho."""
-        steps = max(self.steps_left(global_step) - self.probe_batches, 0)
-        return steps * (1 - self.rho) * self.t_full_s(progress)
-
-    def lowest_step_s(self, progress, step_ratio=None):
-        """A selection's step in seconds at the lowest step ratio in sight (affordable)."""
-        ratios = [self.rho] + ([step_ratio] if step_ratio is not None else [])
-        if progress.current_ratio is not None:
-            ratios.append(progress.current_ratio)
-        return min(ratios) * self.t_full_s(progress)
-
-    def grad_s(self, progress):
-        """A probe or timed full step (every gradient, no update), in seconds."""
-        return self.t_full_s(progress) / self.ctl.base.full_over_grads
-
-    def t_full_s(self, progress):
-        """A full step in seconds: measured in this run (feedback on), else the table's."""
-        if self.ctl.feedback and progress.full_step_s is not None:
-            return progress.full_step_s
-        return self.ctl.base.t_full / 1e3
-
-    def spent_s(self, progress):
-        """Re-selection overhead so far: as booked (feedback on); with feedback off, from the
-        table alone (selections compiled, probe and full steps run), so that no decision
-        depends on this run's timing."""
-        if self.ctl.feedback:
-            return progress.overhead_s
-        grad_s = self.ctl.base.t_full / 1e3 / self.ctl.base.full_over_grads
-        return (progress.selections_compiled * (self.compile_estimate(progress) or 0.0)
-                + (progress.full_steps + progress.probes) * grad_s)
-
-    def steps_left(self, global_step):
-        return max(self.total_steps - global_step, 0)
 
     # ------------------------------------------------------------------ what it chose
     def _choose(self, choice, why):
@@ -444,8 +358,8 @@ class Economy:
         the compile it priced and where that came from, and what it held back."""
         choice = self._choice or dict(zip(("choice", "why"), self._start()[:2]))
         return {"on": self.on, **choice,
-                "compile_s": self.start_compile_s() if self.on else None,
-                "compile_from": self.compile_source() if self.on else None,
+                "compile_s": self.prices.start_compile_s() if self.on else None,
+                "compile_from": self.prices.compile_source() if self.on else None,
                 "held_back": [v for k, v in self._notes.items() if k != "full"]}
 
     def closing(self):

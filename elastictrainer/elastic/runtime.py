@@ -8,16 +8,18 @@ step it was.  The runtime answers with what to run next:
   (eq. 4-6) from the gradients it computes.  A re-selection every --interval epochs runs
   --probe_batches of them.
 - "full": the same step, timed beside the selection's own steps (FULL_STEPS per measurement
-  round, interleaved), so the closed loop compares like with like (rho_control.py); the
-  table's full_over_grads adds the update it leaves out.  Neither kind trains: an elastic run
-  trains its selections only, and a few full Adam steps can shake a pretrained backbone.
+  round, interleaved), so the closed loop compares like with like (closed_loop.py, its policy
+  rho_control.py's); the table's full_over_grads adds the update it leaves out.  Neither kind
+  trains: an elastic run trains its selections only, and a few full Adam steps can shake a
+  pretrained backbone.
 - "selection": the current selection's step, the one that trains only the chosen tensors.
 
 Before the first probes, a newly initialised classifier head trains alone for its first
 --head_warmup share of the first interval (the head warm-up, a selection of its own): eq. 4-6
 measured through a random head rank tensors by noise, as linear-probe-then-fine-tune practice
 knows.  After the probes it solves eq. 3 (the exact DP of time_model/selector, through
-rho_control.prefer_measured).  Every second is booked by accounting.py (the run's wall-clock
+rho_control.prefer_measured), and its ClosedLoop component (closed_loop.py) opens, measures
+and corrects each selection.  Every second is booked by accounting.py (the run's wall-clock
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
 its Economy component (economy.py, --economy), except that a selection whose training loss
 did not fall over its interval is replaced whatever the budget says (trend.py).  Its state is
@@ -34,14 +36,12 @@ from typing import Callable
 
 import numpy as np
 
-from elastictrainer import runlog
 from elastictrainer.elastic import accounting, trend
 from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget,
                                            head_warmup_share)
-from elastictrainer.elastic.economy import (ECONOMY_OFF, FULL_TRAINING, READOUT_FULL_STEPS,
-                                            Economy)
-from elastictrainer.elastic.rho_control import (FULL_STEPS, MEASURE_STEPS, RECHECK_STEPS,
-                                                RhoController, prefer_measured)
+from elastictrainer.elastic.closed_loop import ClosedLoop
+from elastictrainer.elastic.economy import ECONOMY_OFF, FULL_TRAINING, Economy
+from elastictrainer.elastic.rho_control import RhoController
 from elastictrainer.elastic.state import (HEAD_WARMUP, SHORT_RUN, Correction, ElasticState,
                                           EndResult, Plan, SelectionRecord)
 from elastictrainer.method.importance import normalize
@@ -81,8 +81,8 @@ class ElasticRuntime:
         # rho auto: the target is each selection's own; until the first, what the share would
         # amount to with every tensor alike in importance (auto_start), which the economy
         # prices the start at
-        self.rho = self.auto_start(model) if self.budget.auto else self.budget.rho
-        self.ctl = RhoController(model, self.rho, feedback)
+        self.ctl = RhoController(
+            model, self.auto_start(model) if self.budget.auto else self.budget.rho, feedback)
         self.steps_per_epoch = int(steps_per_epoch)
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
@@ -101,6 +101,9 @@ class ElasticRuntime:
                                 probe_batches=probe_batches, compile_ms=compile_ms,
                                 is_compiled=is_compiled, auto=self.budget.auto,
                                 off_words=economy_off_words, log=log)
+        self._loop = ClosedLoop(self.ctl, self.budget, self._economy,
+                                resolution=self.resolution, steps_per_epoch=steps_per_epoch,
+                                clock=clock, log=log, emit=self._emit)
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []
@@ -134,17 +137,22 @@ class ElasticRuntime:
                                 and self.rho - model.rho_floor < FLOOR_MARGIN),
                     corrected=(self.ctl.dw_scale, self.ctl.dy_scale) != (1.0, 1.0),
                     profiling_s=self._profiling_s,
-                    saves_at_most_s=(self._economy.saving_at_s(model.rho_floor)
+                    saves_at_most_s=(self._economy.prices.saving_at_s(model.rho_floor)
                                      if fresh else None))
         for line in plan.lines(self.budget.text, FLOOR_MARGIN,
                                model.without_cache().rho_floor if model.cache else None):
             self.log(line)
         if fresh and self._economy.settles_at_start():
             s.settled = True  # every tensor for the whole run, with no re-selection
-            self._open(0, np.ones(self.n, bool), None, SHORT_RUN)
+            self._loop.open(s, 0, np.ones(self.n, bool), None, SHORT_RUN)
         return plan
 
     # ------------------------------------------------------------------ what it gives out
+    @property
+    def rho(self):
+        """The step ratio selections are held to: rho, or --rho auto's current target."""
+        return self.ctl.rho
+
     @property
     def measuring(self):
         """Whether the current selection is being measured (full steps are still asked for)."""
@@ -204,7 +212,7 @@ class ElasticRuntime:
         mask = np.zeros(self.n, bool)
         mask[list(self.head)] = True
         s.warmup_left = s.warmup_steps = self.warmup_steps
-        self._open(global_step, mask, None, HEAD_WARMUP, measure=False)
+        self._loop.open(s, global_step, mask, None, HEAD_WARMUP, measure=False)
         self.log(f"elastic: head warm-up: the classifier head ({len(self.head)} tensors) trains "
                  f"alone for {self.warmup_steps} steps before the first probes, so that "
                  f"importance is not measured through an untrained head")
@@ -236,16 +244,7 @@ class ElasticRuntime:
             return "probe"
         if not s.measuring or s.selection is None:
             return "selection"
-        full, own = len(s.full_times) - s.win_f, len(s.times) - s.win_t
-        # interleaved with the selection's own first steps (before its steps 0, 2, 4, ...), so
-        # that load which comes and goes hits both alike
-        if full < self._full_needed() and 2 * full <= own and s.first_step_s is not None:
-            return "full"
-        return "selection"
-
-    def _full_needed(self):
-        s = self._s
-        return READOUT_FULL_STEPS if s.readout else FULL_STEPS * s.rounds
+        return "full" if self._loop.wants_full(s) else "selection"
 
     # ------------------------------------------------------------------ events
     def importance_ready(self, global_step, importance, seconds):
@@ -291,7 +290,6 @@ class ElasticRuntime:
 
     def _selection_step(self, global_step, seconds, compiled=False):
         s = self._s
-        rec = s.records[-1]
         if s.warmup_left:
             accounting.book_selection_step(s, seconds, compiled, prices=False)
             s.warmup_left -= 1
@@ -301,94 +299,14 @@ class ElasticRuntime:
             return False
         if accounting.book_selection_step(s, seconds, compiled):
             return False  # its first: it may have compiled, and is not timed
-        if not s.measuring:
-            # a selection trains for --interval epochs, an hour or more on a small device: its
-            # ratio is measured again now and then, in case the load or the device changed
-            # every tensor trains (full training's step): its ratio is 1 by definition, and a
-            # recheck's timed full steps would only skip batches of what is full training
-            if (not all(s.mask) and len(s.times) - s.win_t >= RECHECK_STEPS
-                    and self._economy.steps_left(global_step) > 2 * MEASURE_STEPS
-                    and self._economy.recheck_affordable(global_step, self._progress())):
-                s.win_t, s.win_f = len(s.times), len(s.full_times)
-                s.rounds, s.measuring, s.readout = 1, True, False
-                s.windows.append([0.0, None])
-            return False
-        if (len(s.times) - s.win_t != MEASURE_STEPS * s.rounds
-                or len(s.full_times) - s.win_f < self._full_needed()):
-            return False
-        measured = accounting.window_ratio(s)
-        rec["measured_ratio"] = measured
-        s.windows[-1][1] = measured
-        accounting.remember(s, s.selection, measured)
-        self._emit(runlog.MEASURED_RATIO, measured, global_step)
-        if s.readout:  # read out, not acted on (economy.py)
-            s.win_t, s.measuring, s.readout = len(s.times), False, False
-            return False
-        action, miss = self.ctl.decide(measured, rec["limited_by"], s.was_over,
-                                       rec["predicted_ratio"], s.rounds, s.corrections_here)
-        if action == "keep":
-            s.win_t, s.measuring = len(s.times), False  # judged: until the re-check
-            return False
-        if action == "confirm":
-            s.rounds += 1
-            return False
-        return self._correct(global_step, measured, miss)
-
-    def _correct(self, global_step, measured, miss):
-        s = self._s
-        t0 = self.clock()
-        self.ctl.correct(np.asarray(s.mask, bool), measured)
-        s.corrections_here += 1
-        s.was_over = s.was_over or miss == "over"
-        old_sel, old_rec, old_rho = tuple(s.selection), s.records[-1], self.rho
-        mask, measured_before = self._solve()
-        new_sel = self.ctl.model.selection(mask)[0]
-        if new_sel != old_sel and not self._economy.worth_compiling(new_sel, global_step,
-                                                                     self._progress()):
-            self._economy.kept(global_step, (len(old_sel), measured))
-            s.corrections_here = self.ctl.max_corrections
-            s.win_t, s.measuring = len(s.times), False
-            accounting.book_overhead(s, "solving", self.clock() - t0)
-            return False
-        accounting.close_record(s)
-        same = new_sel == old_sel  # measured just now: no second measurement of it
-        self._open(global_step + 1, mask, measured_before, f"correction ({miss} rho)",
-                   known_ratio=measured if same else None)
-        model = self.ctl.model
-        s.corrections.append(Correction(
-            step=global_step, measured_ratio=measured, miss=miss,
-            predicted_ratio_before=old_rec["predicted_ratio"], dw_scale=self.ctl.dw_scale,
-            dy_scale=self.ctl.dy_scale, fixed_ms=model.fixed_ms,
-            selected_before=len(old_sel), selected_after=len(s.selection)).to_dict())
-        self._emit(runlog.CORRECTIONS, len(s.corrections), global_step)
-        self.log(f"rho feedback: {len(old_sel)} tensors measured {measured:.3f} of a full step "
-                 f"for rho {old_rho:g} (predicted {old_rec['predicted_ratio']:.3f}); time "
-                 f"model corrected (backward ops x{self.ctl.dw_scale:.2f} of the table's, fixed "
-                 f"cost {model.fixed_ms:+.1f} ms a step), now {len(s.selection)} tensors"
-                 + ("" if measured_before is None else
-                    f" (measured {measured_before:.3f} earlier in this run)"))
-        if tuple(s.selection) == old_sel:  # the same tensors again: nothing left to correct
-            s.corrections_here = self.ctl.max_corrections
-        accounting.book_overhead(s, "solving", self.clock() - t0)
-        return True
+        return self._loop.step_timed(s, global_step)
 
     # ------------------------------------------------------------------ selecting
-    def _solve(self):
-        """Eq. 3's exact selection under rho with the current (corrected) time model, or a
-        selection this run measured within rho that is worth more (prefer_measured)."""
-        model, s = self.ctl.model, self._s
-        importance = np.asarray(s.importance, float)
-        mask, target = self.budget.solve(model, importance, self.resolution)
-        if self.budget.auto:  # the closed loop holds the ratio this selection amounts to
-            self.rho = self.ctl.rho = target
-        measured = {tuple(k): v for k, v in s.measured}
-        return prefer_measured(mask, importance, measured, self.rho, self.ctl.tolerance)
-
     def _select(self, global_step, importance, importance_ms=None):
         s = self._s
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
-        mask, measured_before = self._solve()
+        mask, measured_before = self._loop.solve(s)
         selection, empty = self.ctl.model.selection(mask)
         reason = "interval"
         if empty:
@@ -414,52 +332,9 @@ class ElasticRuntime:
         again = s.selection is not None and [int(k) for k in np.nonzero(mask)[0]] == list(
             s.selection) and any(m[0] == list(s.selection) for m in s.measured)
         known = dict((tuple(k), v) for k, v in s.measured)[tuple(s.selection)] if again else None
-        self._open(global_step, mask, measured_before, reason, importance_ms, known_ratio=known)
+        self._loop.open(s, global_step, mask, measured_before, reason, importance_ms,
+                        known_ratio=known)
         accounting.book_overhead(s, "solving", self.clock() - t0)
-
-    def _open(self, global_step, mask, measured_before, reason, importance_ms=None,
-              known_ratio=None, measure=True):
-        """Start training `mask`; known_ratio: its step ratio, measured in this run moments ago
-        (the same tensors again): not measured again until the re-check; measure false: not
-        measured at all (the head warm-up)."""
-        s, model, mask = self._s, self.ctl.model, np.asarray(mask, bool)
-        ratio = model.predicted_ratio(mask)
-        importance = None if s.importance is None else np.asarray(s.importance, float)
-        choice = (None if importance is None else  # rho auto: why this selection (budget.py)
-                  self.budget.explain(model, importance, mask, self.resolution))
-        record = SelectionRecord(
-            step=int(global_step), epoch=global_step / self.steps_per_epoch, reason=reason,
-            mask=[int(b) for b in mask], predicted_ratio=ratio,
-            limited_by="budget" if importance is None else self.budget.objective
-            if self.budget.auto
-            else model.limited_by(mask, importance, self.rho, resolution=self.resolution),
-            solve_ms=0.0, importance=[] if importance is None else [float(v) for v in importance],
-            measured_before=measured_before, importance_ms=importance_ms,
-            full_step_ms=accounting.full_ms(s), cut=model.cut_name(mask), rho=self.rho,
-            **({} if choice is None else choice.record_fields()))
-        if choice is not None:
-            self.log(choice.line(self.n))
-        everything = bool(mask.all())
-        if everything:  # the full step itself: its ratio is 1, nothing to measure
-            record.measured_ratio, record.limited_by = 1.0, "budget"
-        elif known_ratio is not None:
-            record.measured_ratio = known_ratio
-        s.records.append(record.to_dict())
-        s.record_open = True
-        s.selection = [int(k) for k in np.nonzero(mask)[0]]
-        s.mask = [bool(b) for b in mask]
-        s.times, s.first_step_s, s.losses = [], None, []
-        s.rounds, s.win_t, s.win_f = 1, 0, len(s.full_times)
-        how = (self._economy.measurement(global_step, mask, self._progress())
-               if known_ratio is None and not everything and measure else None)
-        s.measuring, s.readout = how is not None, how == "readout"
-        s.windows, s.first_window = [[0.0, 1.0 if everything else known_ratio]], 0
-        self._emit(runlog.NUM_SELECTED, len(s.selection), global_step)
-        self._emit(runlog.PREDICTED_RATIO, ratio, global_step)
-        self._emit(runlog.SELECTION_RHO, self.rho, global_step)
-        self._emit(runlog.SELECTION_MASK, s.mask, global_step)
-        for tag, value in choice.events() if choice is not None else ():
-            self._emit(tag, value, global_step)
 
     def _progress(self):
         return accounting.progress(self._s)
@@ -506,5 +381,5 @@ class ElasticRuntime:
         if self._s.controller:
             self.ctl.load_state(self._s.controller)
         if self.budget.auto and self._s.records:  # the target of the selection resumed
-            self.rho = self.ctl.rho = self._s.records[-1].get("rho") or self.rho
+            self.ctl.rho = self._s.records[-1].get("rho") or self.ctl.rho
         self._economy.load_state(self._s.economy)

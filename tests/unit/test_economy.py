@@ -6,6 +6,7 @@ import pytest
 
 from elastictrainer.elastic import SHORT_RUN, STATE_VERSION, ElasticState
 from elastictrainer.elastic import economy as economy_mod
+from elastictrainer.elastic.prices import COMPILE_MS_PER_TENSOR
 from elastictrainer.elastic.rho_control import MEASURE_STEPS, RECHECK_STEPS
 from elastictrainer.method.time_model import TimeModel
 
@@ -26,7 +27,7 @@ def fast_table(scale=0.02):
 
 
 def size_estimate_s():
-    return N * economy_mod.COMPILE_MS_PER_TENSOR / 1e3
+    return N * COMPILE_MS_PER_TENSOR / 1e3
 
 
 def steps_that_pay(model, rho):

@@ -9,7 +9,7 @@ import pytest
 from elastictrainer.elastic import (HEAD_WARMUP, SHORT_RUN, ElasticRuntime, ElasticState,
                                     STATE_VERSION)
 from elastictrainer.elastic import economy as economy_mod
-from elastictrainer.elastic import runtime as runtime_mod
+from elastictrainer.elastic.rho_control import FULL_STEPS, MEASURE_STEPS
 from elastictrainer.method.time_model import TimeModel
 
 N = 8
@@ -122,8 +122,8 @@ def test_a_reselection_probes_then_measures_the_selection_among_full_steps():
     kinds = drive(rt, device, 40, IMPORTANCE)
     assert kinds[:4] == ["probe", "selection", "full", "selection"]
     window = kinds[2:2 + 15]
-    assert window.count("full") == runtime_mod.FULL_STEPS
-    assert window.count("selection") == runtime_mod.MEASURE_STEPS
+    assert window.count("full") == FULL_STEPS
+    assert window.count("selection") == MEASURE_STEPS
     assert set(kinds[17:]) == {"selection"}
     record = rt.records[0]
     mask = np.array(record.mask, bool)
@@ -308,7 +308,7 @@ def test_a_short_run_spends_less_on_reselecting_and_says_so():
     rt = make(model, device, rho=0.5, total=5000, steps_per_epoch=100, interval=1,
               compile_ms=1e3 * compile_s)
     kinds = drive(rt, device, 500, _shifting_importance)
-    assert kinds.count("probe") == 5 and kinds.count("full") >= runtime_mod.FULL_STEPS
+    assert kinds.count("probe") == 5 and kinds.count("full") >= FULL_STEPS
     assert rt.records[0].measured_ratio is not None
 
 

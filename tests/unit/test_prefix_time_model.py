@@ -199,8 +199,8 @@ def test_a_switch_that_moves_the_cut_is_priced_an_epoch_of_filling():
     # training `high` (its cut cached) since step 0
     now = Progress(current_ratio=model.predicted_ratio(high), current_cut=model.cut_name(high),
                    selected=True, selections_compiled=1)
-    assert economy.refill_s(np.array([0, 0, 0, 0, 0, 0, 1, 1], bool), now) == 0.0  # same cut
-    refill = economy.refill_s(low, now)
+    assert economy.prices.refill_s(np.array([0, 0, 0, 0, 0, 0, 1, 1], bool), now) == 0.0  # same cut
+    refill = economy.prices.refill_s(low, now)
     assert refill == pytest.approx(100 * model.forward_saved(low) / 1e3)
     assert economy.worth_compiling((5, 6, 7), 10, now)
     assert not economy.worth_compiling(tuple(np.flatnonzero(low)), 10, now)  # 8% of 300 < refill
