@@ -291,7 +291,9 @@ class Config:
     bn_mode: str = field(default=BN_MODEL, metadata=flag(
         _options(BN_HELP) + ". Inference lets --cache_frozen_prefix cut above BatchNorm "
         "layers that would otherwise compute batch statistics (a user's model called without "
-        "training=False); the built-in models call their backbones so already",
+        "training=False); the built-in models call their backbones so already. Moving "
+        "statistics cannot follow a domain shift (target images unlike the source's): there "
+        "inference ended 25 points under plain fit (docs/usage.md)",
         choices=BN_MODES))
     seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
     weights: str = field(default="imagenet", metadata=flag(

@@ -294,12 +294,20 @@ def _warm_up(cfg, steps=WARM_UP_STEPS):
         step(x, y)[0].numpy()
 
 
+def _grid_flags(args):
+    """--rhos and --shares, where a configuration runs that grid (a model.fit configuration
+    with its own ElasticCallback calls does not)."""
+    if all(name in FIT_CONFIGS and FIT_CONFIGS[name].elastic is not None
+           for name in args.configs):
+        return ""
+    return (f"--rhos {','.join(f'{r:g}' for r in args.rhos)} "
+            f"--shares {','.join(f'{r:g}' for r in args.shares)}")
+
+
 def markdown(results, args, machine):
     lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
-             f"{_seeds_flags(args)}--rhos "
-             f"{','.join(f'{r:g}' for r in args.rhos)} --shares "
-             f"{','.join(f'{r:g}' for r in args.shares)}"
+             f"{(_seeds_flags(args) + _grid_flags(args)).rstrip()}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
              f"{' --rate' if args.rate else ''}{' --elastic_only' if args.elastic_only else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "

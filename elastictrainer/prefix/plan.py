@@ -129,7 +129,8 @@ def _blocker(graph, cut, weightless=False):
     if cut.batch_prefix:
         return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; "
                 f"--bn_mode inference runs every BatchNorm on its moving statistics, as a "
-                f"frozen one or one in a model called with training=False does)")
+                f"frozen one or one in a model called with training=False does; moving "
+                f"statistics cannot follow a target whose images differ from the source's)")
     if cut.random_prefix:
         return f"random ops below them ({_named(graph, cut.random_prefix[:1])})"
     if weightless:

@@ -348,6 +348,13 @@ def test_the_domain_shift_configuration_runs_the_users_schemes_on_its_own_task()
     task = fit_task.SHIFTED_MOBILENETV2
     assert task.shift is not None and fit_task.CNN.shift is None
     assert task.optimizer is not fit_task.CNN.optimizer  # SGD with momentum, not Adam
+    machine = {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21.0"}
+    header = bench.markdown({"date": "d", "configs": {}}, args, machine)
+    assert "--rhos" not in header and "--shares" not in header and "--other_seeds 0`" in header
+    both = bench.build_parser().parse_args(["--configs", "domain_shift_fit,keras3_fit",
+                                            "--rhos", "0.5", "--shares", "0.9"])
+    assert "--rhos 0.5 --shares 0.9" in bench.markdown({"date": "d", "configs": {}}, both,
+                                                       machine)
 
 
 def test_a_model_fit_seed_trains_each_scheme_on_its_configurations_task(tmp_path,
