@@ -425,7 +425,7 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
     1.4x slow (other load that hits the small steps).  Measured again RECHECK_STEPS steps
     after the first judgement, the drift is a confirmed miss and is corrected; never measured
     again (10**6), the run keeps the drifted selection."""
-    from elastictrainer.elastic import runtime
+    from elastictrainer.elastic import closed_loop
     from elastictrainer.method.time_model import TimeModel
     path, data = _realistic_table(workdir, "drift_table.json")
     args = ("--steps_per_epoch", "90", "--num_epochs", "1", "--interval", "1",
@@ -436,7 +436,7 @@ def test_a_selection_is_measured_again_and_a_later_drift_corrected(workdir, monk
                                "--rho_feedback", "false", *args))
     rho = json.load(open(workdir / "logs" / name / runlog.SUMMARY_FILE)
                     )["selections"][0]["predicted_ratio"] * 1.01  # the DP rounds costs up
-    monkeypatch.setattr(runtime, "RECHECK_STEPS", recheck)
+    monkeypatch.setattr(closed_loop, "RECHECK_STEPS", recheck)
     clock, counter = _fake_device(monkeypatch, TimeModel(data), slow=lambda n: 1.4 if n >= 25 else 1.0)
     name = f"drift_{recheck}"
     _run_on(clock, _argv(workdir, "elastic_training", name, "--rho", f"{rho:.9f}",
