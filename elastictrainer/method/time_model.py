@@ -26,12 +26,12 @@ from elastictrainer.method import cheapest, rate, selector
 # A selection "spends" its budget when the time model puts it within this fraction of rho; the
 # closed loop (rho_control.py) counts a measured ratio this far from its target as a miss.
 TOLERANCE = 0.05
-# The least step time, as a share of a full step, a selection is priced at: a corrected model's
-# intercept may reach zero or below (_intercept_ms), where a cheap selection (the head alone)
-# would be predicted free, the rate objective's importance per ms (method/rate.py) would have no
-# bound and time booked against a predicted ratio would divide by zero; a real step never takes
-# less than 1% of a full one.
-RATE_FLOOR = 0.01
+# The least step time, as a share of a full step, any selection is priced at (predicted_ratio,
+# and the rate objective's fixed cost): a corrected model's intercept may reach zero or below
+# (_intercept_ms), where a cheap selection (the head alone) would be predicted free, the rate
+# objective's importance per ms (method/rate.py) would have no bound and time booked against a
+# predicted ratio would divide by zero; a real step never takes less than 1% of a full one.
+STEP_FLOOR = 0.01
 # A cut's prefix is priced by the table's traced forward time per layer only when the model's
 # layers hold at least this share of it (a table of a model whose layers are named otherwise
 # does not price this one's cuts).
@@ -227,7 +227,7 @@ class TimeModel:
                                  self.t_fw)
 
     def predicted_ratio(self, mask):
-        return max(self._intercept_ms + self.cost_ms(mask), RATE_FLOOR * self.t_full) / self.t_full
+        return max(self._intercept_ms + self.cost_ms(mask), STEP_FLOOR * self.t_full) / self.t_full
 
     def select(self, importance, rho, resolution=10000):
         """Exact DP selection (selector.select_tensors) within rho; mask in trainable order."""
@@ -254,11 +254,11 @@ class TimeModel:
         """The selection of the most importance per ms of predicted step time (--rho auto's
         rate objective; method/rate.py, exact); mask in trainable order, empty when no tensor
         has positive importance.  The step time is the one predicted_ratio prices (the
-        intercept, eq. 3's cost with the cached forward pass), never below RATE_FLOOR of a
+        intercept, eq. 3's cost with the cached forward pass), never below STEP_FLOOR of a
         full step.  not_deepest: as select_share's; None when no other selection exists."""
         o = self.order
         res = rate.best_rate(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
-                             max(self._intercept_ms, RATE_FLOOR * self.t_full),
+                             max(self._intercept_ms, STEP_FLOOR * self.t_full),
                              t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
         if res is None:
             return None if not_deepest is not None else np.zeros(len(o), bool)

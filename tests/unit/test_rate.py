@@ -9,7 +9,7 @@ import pytest
 
 from elastictrainer.method.rate import best_rate
 from elastictrainer.method.selector import eq3_cost
-from elastictrainer.method.time_model import RATE_FLOOR, TimeModel
+from elastictrainer.method.time_model import STEP_FLOOR, TimeModel
 from tests.unit.test_prefix_time_model import CACHE, chain_table
 
 
@@ -170,7 +170,7 @@ def test_a_model_whose_intercept_went_below_zero_prices_steps_at_the_floor():
     assert model._intercept_ms < 0
     importance = np.linspace(0.1, 1, 8)
     mask = model.select_rate(importance)
-    floor = RATE_FLOOR * model.t_full
+    floor = STEP_FLOOR * model.t_full
     best = max((importance[m].sum() / (floor + model.cost_ms(m)) for m in _masks(8) if m.any()))
     assert importance[mask].sum() / (floor + model.cost_ms(mask)) == pytest.approx(best)
 
@@ -182,4 +182,4 @@ def test_a_selection_under_an_intercept_below_zero_is_never_predicted_free():
     head = np.zeros(8, bool)
     head[-1] = True
     assert model._intercept_ms + model.cost_ms(head) < 0
-    assert model.predicted_ratio(head) == pytest.approx(RATE_FLOOR)
+    assert model.predicted_ratio(head) == pytest.approx(STEP_FLOOR)
