@@ -88,34 +88,39 @@ class Progress:
 
 
 class Economy:
-    """The economy of one run.  on: --economy; controller: the run's RhoController (its time
-    model, the table's base model, rho, feedback); total_steps, steps_per_epoch; every: steps
-    between re-selections; probe_batches; compile_ms: the timing table's, or None (the run's
-    Prices, `prices`, are built from these); is_compiled(selection): whether a selection's
-    step exists already; auto: --rho auto (the controller's rho is then the runtime's
-    auto_start until the first selection, and each selection's own ratio after it);
-    off_words: how the run's user turns the economy off, in its lines ("economy=False" in
-    model.fit); log(message)."""
+    """The economy of one run.  prices: the run's Prices (--economy on or off, its controller:
+    the RhoController with the time model, the table's base model, rho and feedback; the run's
+    total and per-epoch steps, its probe batches and compile); every: steps between
+    re-selections; is_compiled(selection): whether a selection's step exists already; auto:
+    --rho auto (the controller's rho is then the runtime's auto_start until the first
+    selection, and each selection's own ratio after it); off_words: how the run's user turns
+    the economy off, in its lines ("economy=False" in model.fit); log(message)."""
 
-    def __init__(self, on, controller, *, total_steps, steps_per_epoch, every, probe_batches,
-                 compile_ms=None, is_compiled: Callable = lambda selection: False, auto=False,
-                 off_words=ECONOMY_OFF, log=print):
-        self.on = bool(on)
-        self.off_words = off_words
-        self.ctl = controller
+    def __init__(self, prices: Prices, *, every, is_compiled: Callable = lambda selection: False,
+                 auto=False, off_words=ECONOMY_OFF, log=print):
+        self.prices = prices
+        self.on = prices.on
+        self.ctl = prices.ctl
         self.auto = bool(auto)
-        self.total_steps = int(total_steps)
         self.every = every
-        self.probe_batches = int(probe_batches)
-        self.n = len(controller.base.t_dw)
-        self.prices = Prices(on, controller, total_steps=total_steps,
-                             steps_per_epoch=steps_per_epoch, probe_batches=probe_batches,
-                             compile_ms=compile_ms)
         self.is_compiled = is_compiled
+        self.off_words = off_words
         self.log = log
         # what it chose and why (summary.json "economy"), and what it said once
         self._choice = {}
         self._notes = {}
+
+    @property
+    def total_steps(self):
+        return self.prices.total_steps
+
+    @property
+    def probe_batches(self):
+        return self.prices.probe_batches
+
+    @property
+    def n(self):
+        return self.prices.n
 
     @property
     def rho(self):

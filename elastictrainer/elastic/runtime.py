@@ -41,6 +41,7 @@ from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Bud
                                            head_warmup_share)
 from elastictrainer.elastic.closed_loop import ClosedLoop
 from elastictrainer.elastic.economy import ECONOMY_OFF, FULL_TRAINING, Economy
+from elastictrainer.elastic.prices import Prices
 from elastictrainer.elastic.rho_control import RhoController
 from elastictrainer.elastic.state import (HEAD_WARMUP, SHORT_RUN, Correction, ElasticState,
                                           EndResult, Plan, SelectionRecord)
@@ -96,11 +97,11 @@ class ElasticRuntime:
         self.clock = clock
         self.log = log
         self.n = len(model.t_dw)
-        self._economy = Economy(economy, self.ctl, total_steps=total_steps,
-                                steps_per_epoch=steps_per_epoch, every=self.every,
-                                probe_batches=probe_batches, compile_ms=compile_ms,
-                                is_compiled=is_compiled, auto=self.budget.auto,
-                                off_words=economy_off_words, log=log)
+        prices = Prices(economy, self.ctl, total_steps=total_steps,
+                        steps_per_epoch=steps_per_epoch, probe_batches=probe_batches,
+                        compile_ms=compile_ms)
+        self._economy = Economy(prices, every=self.every, is_compiled=is_compiled,
+                                auto=self.budget.auto, off_words=economy_off_words, log=log)
         self._loop = ClosedLoop(self.ctl, self.budget, self._economy,
                                 resolution=self.resolution, steps_per_epoch=steps_per_epoch,
                                 clock=clock, log=log, emit=self._emit)

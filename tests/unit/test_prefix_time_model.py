@@ -188,11 +188,13 @@ def test_a_run_whose_every_selection_step_fills_the_cache_still_measures_its_rat
 
 def test_a_switch_that_moves_the_cut_is_priced_an_epoch_of_filling():
     from elastictrainer.elastic.economy import Economy, Progress
+    from elastictrainer.elastic.prices import Prices
     from elastictrainer.elastic.rho_control import RhoController
 
     model = TimeModel(chain_table(), cache=CACHE)
-    economy = Economy(True, RhoController(model, 0.5, feedback=False), total_steps=300,
-                      steps_per_epoch=100, every=1000, probe_batches=1,
+    prices = Prices(True, RhoController(model, 0.5, feedback=False), total_steps=300,
+                    steps_per_epoch=100, probe_batches=1)
+    economy = Economy(prices, every=1000,
                       is_compiled=lambda selection: True)  # no compile to pay: the refill alone
     high = np.array([0, 0, 0, 0, 0, 1, 1, 1], bool)
     low = np.array([0, 0, 1, 1, 1, 1, 1, 1], bool)
