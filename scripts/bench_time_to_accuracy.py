@@ -20,6 +20,9 @@ Configurations (--configs):
                   the paper's regime: MobileNetV2 from --weights synthetic at 96 px, batch
                   8, fine-tuned with the paper's SGD at the best learning rate of a sweep of
                   full training, 8 epochs, with BN+Bias among the baselines
+  smallcnn_scratch
+                  smallcnn from random weights at 96 px, batch 32, Adam, 4 epochs, where
+                  every layer must learn; each elastic run also runs uncached
   keras3_fit      a pretrained Keras 3 CNN through model.fit: plain fit on all weights, the
                   last stage and head trained by hand (the rest frozen, so their BatchNorm runs
                   on its moving statistics, as Keras 3 runs a frozen one), ElasticCallback at
@@ -80,6 +83,8 @@ class Setup:
     last_stage: int
     epochs: int = 12
     baselines: tuple = ()
+    # every elastic run again with --cache_frozen_prefix false, beside the default cache
+    uncached_too: bool = False
 
 
 CONFIGS = {
@@ -99,6 +104,12 @@ CONFIGS = {
                                     batch_size=OFFLINE.batch_size, optimizer=OFFLINE.optimizer,
                                     learning_rate=OFFLINE.learning_rate), 134,
                                epochs=OFFLINE.num_epochs, baselines=("bn_plus_bias_training",)),
+    # From random weights every layer must learn: does the default cache freeze a prefix that
+    # still needs to?  Its elastic runs run uncached too, the yardstick of that question.
+    "smallcnn_scratch": Setup(dict(model_name="smallcnn", weights="none",
+                                   dataset_name="synthetic", num_train=4800, num_test=1024,
+                                   input_size=96, batch_size=32, optimizer="adam",
+                                   learning_rate=0.001), 12, epochs=4, uncached_too=True),
 }
 
 CONFIG_NAMES = list(CONFIGS) + list(FIT_CONFIGS)
@@ -191,6 +202,9 @@ def cli_runs(name, seed, args, log):
     if args.rate:
         runs.append(("ElasticTrainer rho auto, rate", "elastic_training",
                      {"rho": "auto", "rho_objective": "rate"}))
+    if setup.uncached_too:
+        runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})
+                 for label, kind, extra in runs if kind == "elastic_training"]
     curves, costs = {}, {}
     for label, train_type, extra in runs:
         cfg = dataclasses.replace(base, train_type=train_type,

@@ -267,6 +267,34 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
         "cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
 
 
+def test_the_from_scratch_configuration_runs_each_elastic_run_uncached_too(tmp_path,
+                                                                          monkeypatch):
+    """smallcnn_scratch: random weights, and each elastic run again with the cache off (the
+    same settings otherwise), labelled so; the other configurations run the default cache
+    alone."""
+    import elastictrainer
+
+    bench = load_script("bench_time_to_accuracy")
+    seen = []
+
+    def scripted_run(cfg, log):
+        seen.append(cfg)
+        return {"train_time_s": 4.0, "epochs": [{"train_time_s": 4.0, "test_accuracy": 50.0}]}
+
+    monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
+    monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    args = bench.build_parser().parse_args(["--configs", "smallcnn_scratch", "--rhos", "0.6",
+                                            "--shares", "0.7", "--elastic_only", "--logdir",
+                                            str(tmp_path)])
+    curves, _ = bench.cli_runs("smallcnn_scratch", 0, args, log=lambda m: None)
+    assert [(c.rho, c.cache_frozen_prefix) for c in seen[1:]] == [
+        (0.6, "auto"), ("auto", "auto"), (0.6, False), ("auto", False)]
+    assert {c.weights for c in seen} == {"none"} and {c.num_epochs for c in seen} == {4}
+    assert list(curves)[3:] == ["ElasticTrainer rho 0.6, uncached",
+                                "ElasticTrainer rho auto, share 0.7, uncached"]
+    assert not any(s.uncached_too for n, s in bench.CONFIGS.items() if n != "smallcnn_scratch")
+
+
 def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(tmp_path,
                                                                                   monkeypatch):
     """--lr_sweep trains full training at each other rate on the first seed, reads the
