@@ -188,7 +188,7 @@ class Economy:
             return True
         ratio = self.ctl.model.predicted_ratio(mask)
         compile_s = self.prices.compile_estimate(progress)
-        saving = self.prices.steps_left(global_step) * (1 - ratio) * self.prices.t_full_s(progress)
+        saving = self.prices.saving_left_s(ratio, global_step, progress)
         if saving >= PAYOFF * compile_s:
             return True
         why = (f"the {self.prices.steps_left(global_step)} steps left from step {global_step} "

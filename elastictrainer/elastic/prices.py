@@ -101,6 +101,11 @@ class Prices:
         steps = max(self.steps_left(global_step) - self.probe_batches, 0)
         return steps * (1 - self.rho) * self.t_full_s(progress)
 
+    def saving_left_s(self, ratio, global_step, progress):
+        """What the steps left from `global_step` save at a step ratio, at this run's full
+        step."""
+        return self.steps_left(global_step) * (1 - ratio) * self.t_full_s(progress)
+
     def lowest_step_s(self, progress, step_ratio=None):
         """A selection's step in seconds at the lowest step ratio in sight (rho, the current
         selection's, `step_ratio`): what the economy's budget shares are taken of."""
