@@ -212,10 +212,9 @@ def test_the_paper_regime_configuration_is_the_papers_optimizer_and_its_baseline
     assert bench.build_parser().parse_args(["--epochs", "3"]).epochs == 3
 
 
-def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeypatch):
-    """cli_runs trains full training, traditional TL, the configuration's baselines, the last
-    stage uncached and cached, each rho and each share, all for the configuration's epochs,
-    and adds the first profiling to the elastic runs' curves only."""
+def _scripted_cli_runs(monkeypatch):
+    """The benchmark script with every run scripted (one epoch at 50% in 4 s) and a first
+    profiling of 3 s: (the script's module, the Configs it was asked to run)."""
     import elastictrainer
 
     bench = load_script("bench_time_to_accuracy")
@@ -227,6 +226,14 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
 
     monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
     monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    return bench, seen
+
+
+def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeypatch):
+    """cli_runs trains full training, traditional TL, the configuration's baselines, the last
+    stage uncached and cached, each rho and each share, all for the configuration's epochs,
+    and adds the first profiling to the elastic runs' curves only."""
+    bench, seen = _scripted_cli_runs(monkeypatch)
     # the hand-frozen scheme's name, unregistered: a registered one would stay in --help's
     # list of schemes for every later test of this process
     monkeypatch.setattr(bench, "register_fixed_from", lambda first: f"fixed_from_{first}")
@@ -272,17 +279,7 @@ def test_the_from_scratch_configuration_runs_each_elastic_run_uncached_too(tmp_p
     """smallcnn_scratch: random weights, and each elastic run again with the cache off (the
     same settings otherwise), labelled so; the other configurations run the default cache
     alone."""
-    import elastictrainer
-
-    bench = load_script("bench_time_to_accuracy")
-    seen = []
-
-    def scripted_run(cfg, log):
-        seen.append(cfg)
-        return {"train_time_s": 4.0, "epochs": [{"train_time_s": 4.0, "test_accuracy": 50.0}]}
-
-    monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
-    monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    bench, seen = _scripted_cli_runs(monkeypatch)
     args = bench.build_parser().parse_args(["--configs", "smallcnn_scratch", "--rhos", "0.6",
                                             "--shares", "0.7", "--elastic_only", "--logdir",
                                             str(tmp_path)])
