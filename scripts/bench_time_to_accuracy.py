@@ -41,7 +41,7 @@ Configurations (--configs):
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
 ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache), and
-with --rate, --rho auto's rate objective (--rho_objective rate).
+with --rate and --gain, --rho auto's rate and gain objectives (--rho_objective).
 
 For the command-line configurations it also gives where each run's time went: its training
 time and, within it, filling the prefix cache, the timed full steps, compiling and the probes,
@@ -135,6 +135,9 @@ def build_parser():
     p.add_argument("--rate", action="store_true",
                    help="also run --rho auto with --rho_objective rate (the most estimated loss "
                         "drop per second of step) in every configuration")
+    p.add_argument("--gain", action="store_true",
+                   help="also run --rho auto with --rho_objective gain (the most estimated loss "
+                        "drop beyond full training's rate) in every configuration")
     p.add_argument("--elastic_only", action="store_true",
                    help="of the command-line configurations' baselines run full training alone "
                         "(the yardstick), beside the elastic runs: a look at the elastic schemes "
@@ -202,6 +205,9 @@ def cli_runs(name, seed, args, log):
     if args.rate:
         runs.append(("ElasticTrainer rho auto, rate", "elastic_training",
                      {"rho": "auto", "rho_objective": "rate"}))
+    if getattr(args, "gain", False):
+        runs.append(("ElasticTrainer rho auto, gain", "elastic_training",
+                     {"rho": "auto", "rho_objective": "gain"}))
     if setup.uncached_too:
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})
                  for label, kind, extra in runs if kind == "elastic_training"]
@@ -323,7 +329,8 @@ def markdown(results, args, machine):
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
              f"{(_seeds_flags(args) + _grid_flags(args)).rstrip()}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
-             f"{' --rate' if args.rate else ''}{' --elastic_only' if args.elastic_only else ''}"
+             f"{' --rate' if args.rate else ''}{' --gain' if getattr(args, 'gain', False) else ''}"
+             f"{' --elastic_only' if args.elastic_only else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():

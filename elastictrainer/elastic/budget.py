@@ -6,7 +6,11 @@ the ratio its selection amounts to becomes the closed loop's target until the ne
   loss drop (method/cheapest.py, the dual of eq. 3, solved as exactly);
 - rate (--rho_objective rate): the selection with the most estimated loss drop per second of
   step, its importance over its predicted step time (method/rate.py, exact by Dinkelbach's
-  method).
+  method);
+- gain (--rho_objective gain): the selection whose estimated loss drop most exceeds what full
+  training's rate (every tensor's importance over a full step) would bring in its step time:
+  a tensor joins when it brings loss drop at least as fast as full training does on average
+  (method/rate.py, exact).  It trains at least the rate's tensors and at most every tensor.
 
 Why: rho is a guess the user has to make.  Too high spends time on tensors that bring little;
 too low leaves out tensors that matter (a short, small-image run at rho 0.5 ended 5.9 points
@@ -31,13 +35,16 @@ AUTO = "auto"
 # five seeds, smallcnn at 32 px, a pretrained Keras 3 CNN in model.fit); 0.5 was faster on
 # command 1 but ended 2.9 points under at 32 px (docs/performance.md)
 DEFAULT_SHARE = 0.7
-SHARE, RATE = "share", "rate"
+SHARE, RATE, GAIN = "share", "rate", "gain"
 # --rho_objective's choices, in its help's words
 OBJECTIVES = {
     SHARE: "the cheapest selection that keeps --rho_share of the estimated loss drop",
     RATE: "the selection with the most estimated loss drop per second of step (its importance "
           "over its predicted step time: each tensor's importance weighed against its cost; "
-          "--rho_share is not used)"}
+          "--rho_share is not used)",
+    GAIN: "the selection whose estimated loss drop most exceeds what full training's rate "
+          "would bring in its step time (a tensor joins when it lowers the loss at least as "
+          "fast per second as training every tensor does; --rho_share is not used)"}
 DEFAULT_OBJECTIVE = SHARE
 
 
@@ -65,7 +72,7 @@ def parse_rho(value):
 class Budget:
     """rho: the requested step-time ratio, or AUTO; share: with AUTO and the share objective,
     the share of the positive importance (the estimated loss drop) each selection keeps;
-    objective: AUTO's objective, SHARE or RATE (module docstring)."""
+    objective: AUTO's objective, SHARE, RATE or GAIN (module docstring)."""
 
     def __init__(self, rho, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE):
         self.auto = parse_rho(rho) == AUTO
@@ -86,6 +93,8 @@ class Budget:
             return f"{self.rho:g}"
         if self.objective == RATE:
             return f"{AUTO} (the most estimated loss drop per second of step)"
+        if self.objective == GAIN:
+            return f"{AUTO} (the most estimated loss drop beyond full training's rate)"
         return f"{AUTO} ({self.share:.0%} of the estimated loss drop)"
 
     def solve(self, model, importance, resolution):
@@ -99,6 +108,8 @@ class Budget:
     def _select(self, model, importance, resolution, not_deepest=None):
         if self.objective == RATE:
             return model.select_rate(importance, not_deepest=not_deepest)
+        if self.objective == GAIN:
+            return model.select_gain(importance, not_deepest=not_deepest)
         return model.select_share(importance, self.share, resolution=resolution,
                                   not_deepest=not_deepest)
 
@@ -106,8 +117,8 @@ class Budget:
         """Why an auto selection `mask` is what it is (Choice): its share of the positive
         importance, its predicted ratio, and the objective's best selection whose deepest
         tensor is another (of positive importance): for the share the cheapest keeping it,
-        for the rate the one of the best rate.  None under a numeric rho or without
-        positive importance."""
+        for the rate the one of the best rate, for the gain the one of the largest gain.
+        None under a numeric rho or without positive importance."""
         importance = np.asarray(importance, float)
         mask = np.asarray(mask, bool)
         total = float(importance[importance > 0].sum())
@@ -194,8 +205,8 @@ class Choice:
                 + f"): {c.tensors} of {num_tensors} tensors, deepest {c.deepest}, keep "
                   f"{c.importance_share:.0%} of the estimated loss drop at "
                   f"{c.predicted_ratio:.3f} of a full step{rate}")
-        best = ("the cheapest keeping the share" if self.objective == SHARE
-                else "the best rate")
+        best = {SHARE: "the cheapest keeping the share", RATE: "the best rate",
+                GAIN: "the largest gain"}[self.objective]
         if r is None:
             return head + ("; no selection with another deepest tensor keeps the share"
                            if self.objective == SHARE else

@@ -39,8 +39,9 @@ def fit_variants(name, args):
     setup = FIT_CONFIGS[name]
     task = getattr(fit_task, setup.task)
     variants = [("plain_fit", None, None), ("hand_frozen", task.last_stage, None)]
-    rate = [("ElasticCallback rho auto, rate", None, {"rho": "auto", "rho_objective": "rate"})
-            ] if getattr(args, "rate", False) else []
+    rate = [(f"ElasticCallback rho auto, {objective}", None,
+             {"rho": "auto", "rho_objective": objective})
+            for objective in ("rate", "gain") if getattr(args, objective, False)]
     if setup.elastic is not None:
         return (variants + [(scheme, None, dict(settings)) for scheme, settings in setup.elastic]
                 + rate)

@@ -32,6 +32,16 @@ tensors of positive importance can help (dropping one of importance <= 0 never c
 only they are candidates, as the deepest tensor or above it.  Ties go to the cheaper
 selection: a tensor whose importance per ms equals the rate is left out (it adds time and no
 rate), and of equally good selections the one of least step time (then the shallowest) wins.
+
+The gain objective (--rho_objective gain) stops at the first iterate that counts: it solves
+P(lambda_f) once, lambda_f = I(all) / T(all) the rate of training every tensor (full
+training's).  Its selection is the one whose estimated loss drop most exceeds what full
+training's rate would bring in the same step time: a tensor, or a deeper chain, joins when it
+brings loss drop at least as fast per ms as full training does on average.  Its rate is never
+below full training's (the full selection scores 0), and its selection never smaller than the
+best rate's once the latter's rate is above lambda_f (a larger lambda only drops tensors): it
+sits between the rate, which spends the least per unit of loss drop and trains the fewest
+tensors, and full training.
 """
 from dataclasses import dataclass
 import math
@@ -40,7 +50,7 @@ import numpy as np
 
 from elastictrainer.method.selector import _as_importance, as_times_ms, eq3_cost
 
-__all__ = ["RateResult", "best_rate"]
+__all__ = ["RateResult", "best_gain", "best_rate"]
 
 # rates this close (relative) count as equal, so that the cheaper selection wins a tie the
 # float sums cannot tell apart
@@ -117,3 +127,33 @@ def best_rate(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms=None, not_deepest=
     total = fixed + eq3_cost(t_dw, t_dy, mask, fw)
     got = math.fsum(imp[mask].tolist())
     return RateResult(mask, got, total, got / total, iterations)
+
+
+def best_gain(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms=None, not_deepest=None):
+    """The maximiser of I(m) - lambda_f * T(m), lambda_f = I(all) / T(all) (module docstring's
+    gain objective), arguments as best_rate's.  Returns a RateResult (iterations 1), or None
+    when no tensor of positive importance may be selected."""
+    t_dw, t_dy, t_fw, fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
+    imp = _as_importance(importance, t_dw.shape[0])
+    fixed = float(fixed_ms)
+    if not (math.isfinite(fixed) and fixed > 0):
+        raise ValueError(f"fixed_ms must be positive and finite, got {fixed_ms}")
+    allowed = imp > 0
+    if not_deepest is not None:
+        allowed[int(not_deepest)] = False
+    if not allowed.any():
+        return None
+    n = imp.shape[0]
+    everything = fixed + eq3_cost(t_dw, t_dy, np.ones(n, bool), fw)
+    lam = max(math.fsum(imp.tolist()), 0.0) / everything
+    take, gain, time = _by_depth(imp, t_dw, np.cumsum(t_dy + t_fw), lam)
+    value = np.where(allowed, gain - lam * (fixed + time), -np.inf)
+    scale = max(float(np.max(np.abs(value[allowed]))), 1e-300)
+    tied = np.flatnonzero(value >= value.max() - _REL_TIE * scale)
+    d = int(tied[np.lexsort((tied, time[tied]))[0]])
+    mask = np.zeros(n, bool)
+    mask[:d] = take[:d]
+    mask[d] = True
+    total = fixed + eq3_cost(t_dw, t_dy, mask, fw)
+    got = math.fsum(imp[mask].tolist())
+    return RateResult(mask, got, total, got / total, 1)

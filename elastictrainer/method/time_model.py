@@ -12,8 +12,9 @@ so that training everything predicts the measured full step: with the profiler's
 (profiler/calibration.py), t_dw and t_dy each by their own fitted scale and t_fp raised by the
 fixed cost a partial step pays beyond its ops (fit_fixed_cost), otherwise both by one uniform
 scale.  --rho auto's objectives apply the same cost: the cheapest selection keeping a
-share of the importance (select_share, cheapest.py) or the most importance per ms of the
-predicted step time (select_rate, rate.py).  The cost itself is defined once, in selector.eq3_parts; this module applies it
+share of the importance (select_share, cheapest.py), the most importance per ms of the
+predicted step time (select_rate, rate.py), or the most importance beyond full training's rate
+(select_gain, rate.py).  The cost itself is defined once, in selector.eq3_parts; this module applies it
 to tables in model.trainable_weights order.  NumPy only.
 """
 import copy
@@ -258,6 +259,19 @@ class TimeModel:
         full step.  not_deepest: as select_share's; None when no other selection exists."""
         o = self.order
         res = rate.best_rate(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
+                             max(self._intercept_ms, STEP_FLOOR * self.t_full),
+                             t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
+        if res is None:
+            return None if not_deepest is not None else np.zeros(len(o), bool)
+        return self._unorder(res.mask)
+
+    def select_gain(self, importance, not_deepest=None):
+        """The selection whose importance most exceeds full training's rate times its predicted
+        step time (--rho auto's gain objective; method/rate.py's best_gain, exact), priced as
+        select_rate prices; mask in trainable order, empty when no tensor has positive
+        importance.  not_deepest: as select_share's; None when no other selection exists."""
+        o = self.order
+        res = rate.best_gain(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
                              max(self._intercept_ms, STEP_FLOOR * self.t_full),
                              t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
         if res is None:

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from elastictrainer.method.rate import best_rate
+from elastictrainer.method.rate import best_gain, best_rate
 from elastictrainer.method.selector import eq3_cost
 from elastictrainer.method.time_model import STEP_FLOOR, TimeModel
 from tests.unit.test_prefix_time_model import CACHE, chain_table
@@ -183,3 +183,67 @@ def test_a_selection_under_an_intercept_below_zero_is_never_predicted_free():
     head[-1] = True
     assert model._intercept_ms + model.cost_ms(head) < 0
     assert model.predicted_ratio(head) == pytest.approx(STEP_FLOOR)
+
+
+def _brute_gain(t_dw, t_dy, imp, fixed, t_fw=None, not_deepest=None):
+    """(largest I(m) - lambda_f T(m), least step time of the masks reaching it) over the masks
+    of positive importance (deepest not `not_deepest`, and of positive importance itself),
+    lambda_f full training's rate; None when there is none."""
+    n = len(imp)
+    lam = max(imp.sum(), 0.0) / (fixed + eq3_cost(t_dw, t_dy, np.ones(n, bool), t_fw))
+    best = None
+    for mask in _masks(n):
+        if not mask.any():
+            continue
+        deepest = np.flatnonzero(mask)[-1]
+        if imp[deepest] <= 0 or (not_deepest is not None and deepest == not_deepest):
+            continue
+        time = fixed + eq3_cost(t_dw, t_dy, mask, t_fw)
+        value = imp[mask].sum() - lam * time
+        if best is None or value > best[0] + 1e-9:
+            best = (value, time)
+        elif value >= best[0] - 1e-9:
+            best = (max(best[0], value), min(best[1], time))
+    return best, lam
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_the_best_gain_over_full_trainings_rate_equals_brute_force(seed):
+    t_dw, t_dy, imp, fixed, t_fw = _case(seed)
+    res = best_gain(t_dw, t_dy, imp, fixed, t_fw_ms=t_fw)
+    expected, lam = _brute_gain(t_dw, t_dy, imp, fixed, t_fw)
+    if expected is None:
+        assert res is None and not (imp > 0).any()
+        return
+    assert res.time_ms == pytest.approx(fixed + eq3_cost(t_dw, t_dy, res.mask, t_fw), rel=1e-12)
+    assert imp[res.mask].sum() - lam * res.time_ms == pytest.approx(expected[0], abs=1e-9)
+    assert res.time_ms <= expected[1] * (1 + 1e-9)
+    # never a worse rate than full training's, never a better one than the best rate's
+    assert res.rate >= lam * (1 - 1e-9)
+    assert res.rate <= best_rate(t_dw, t_dy, imp, fixed, t_fw_ms=t_fw).rate * (1 + 1e-9)
+    second = best_gain(t_dw, t_dy, imp, fixed, t_fw_ms=t_fw, not_deepest=res.deepest)
+    other, _ = _brute_gain(t_dw, t_dy, imp, fixed, t_fw, not_deepest=res.deepest)
+    if other is None:
+        assert second is None
+    else:
+        assert second.deepest != res.deepest
+        assert imp[second.mask].sum() - lam * second.time_ms == pytest.approx(other[0], abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_gain_sits_between_the_best_rate_and_full_training(seed, cached):
+    """TimeModel.select_gain: the largest importance beyond full training's rate times the
+    predicted step, against all 2^8 masks; at least the best rate's step, at most a full one."""
+    model = TimeModel(chain_table(seed=seed), cache=CACHE if cached else None)
+    importance = np.random.default_rng(seed).uniform(-0.3, 1, 8)
+    lam = importance.sum()  # full training's importance per full step (ratio 1)
+
+    def excess(m):
+        return importance[m].sum() - lam * model.predicted_ratio(m)
+
+    mask = model.select_gain(importance)
+    assert excess(mask) == pytest.approx(max(excess(m) for m in _masks(8) if m.any()), abs=1e-9)
+    assert excess(mask) >= -1e-9
+    rate = model.select_rate(importance)
+    assert model.predicted_ratio(rate) <= model.predicted_ratio(mask) + 1e-9 <= 1 + 1e-9
