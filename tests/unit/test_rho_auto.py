@@ -127,9 +127,18 @@ def test_auto_prices_its_start_at_the_share_with_every_tensor_alike_not_at_the_f
     assert "s at rho 0.6, not 1.5x" in logs[-1]
 
 
-@pytest.mark.parametrize("objective", ["share", "rate"])
+def _solved(model, objective, not_deepest=None):
+    """What each auto objective selects on IMPORTANCE, straight from the time model."""
+    if objective == "rate":
+        return model.select_rate(IMPORTANCE, not_deepest=not_deepest)
+    if objective == "gain":
+        return model.select_gain(IMPORTANCE, not_deepest=not_deepest)
+    return model.select_share(IMPORTANCE, 0.7, not_deepest=not_deepest)
+
+
+@pytest.mark.parametrize("objective", ["share", "rate", "gain"])
 def test_each_auto_selection_says_why_and_summary_json_keeps_it(tmp_path, objective):
-    """Under either objective a selection records (and says in one line, and in TensorBoard)
+    """Under any objective a selection records (and says in one line, and in TensorBoard)
     its share of the estimated loss drop, its predicted ratio and the objective's best
     selection of another deepest tensor; summary.json reads them back."""
     model = TimeModel(table())
@@ -140,22 +149,25 @@ def test_each_auto_selection_says_why_and_summary_json_keeps_it(tmp_path, object
     drive(rt, device, 10, IMPORTANCE)
     record = rt.records[0]
     mask = np.array(record.mask, bool)
-    expected = (model.select_rate(IMPORTANCE) if objective == "rate"
-                else model.select_share(IMPORTANCE, 0.7))
+    expected = _solved(model, objective)
     assert mask.tolist() == expected.tolist()
     assert record.limited_by == objective and record.objective == objective
     share = IMPORTANCE[mask].sum() / IMPORTANCE.sum()
     assert record.importance_share == pytest.approx(share)
     assert record.rate == pytest.approx(share / record.predicted_ratio)
     d = model.deepest(mask)
-    other = (model.select_rate(IMPORTANCE, not_deepest=d) if objective == "rate"
-             else model.select_share(IMPORTANCE, 0.7, not_deepest=d))
+    other = _solved(model, objective, not_deepest=d)
     up = record.runner_up
     assert up["deepest"] == model.deepest(other) != d and up["tensors"] == int(other.sum())
     assert up["predicted_ratio"] == pytest.approx(model.predicted_ratio(other))
     assert up["importance_share"] == pytest.approx(IMPORTANCE[other].sum() / IMPORTANCE.sum())
     if objective == "rate":  # the runner-up is the worse rate, and nothing beats the choice
         assert up["rate"] <= record.rate
+    elif objective == "gain":  # the runner-up gains less over full training's rate
+        def gain(s, ratio):
+            return s - ratio  # importance shares, full training's rate 1 per full step
+        assert (gain(up["importance_share"], up["predicted_ratio"])
+                <= gain(share, record.predicted_ratio) + 1e-12)
     else:  # the runner-up keeps the share too, at no lower a cost
         assert up["importance_share"] >= 0.7 * (1 - 1e-12)
         assert up["predicted_ratio"] >= record.predicted_ratio
@@ -185,6 +197,8 @@ def test_each_auto_selection_says_why_and_summary_json_keeps_it(tmp_path, object
 def test_the_rate_objective_is_named_in_the_budget_and_a_bad_one_is_refused():
     assert Budget(AUTO, 0.7, "rate").text == ("auto (the most estimated loss drop per second "
                                               "of step)")
+    assert Budget(AUTO, 0.7, "gain").text == ("auto (the most estimated loss drop beyond full "
+                                              "training's rate)")
     assert Budget(AUTO, 0.7).objective == "share"
     with pytest.raises(ValueError, match="objective"):
         Budget(AUTO, 0.7, "fastest")
