@@ -85,6 +85,35 @@ def _by_depth(imp, t_dw, reach, lam):
     return take, imp + above(imp), reach + t_dw + above(t_dw)
 
 
+class _Problem:
+    """The checked inputs of one solve: times (ms, output first), importance, F and the tensors
+    that may be the deepest (positive importance, not `not_deepest`)."""
+
+    def __init__(self, t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms, not_deepest):
+        self.t_dw, self.t_dy, self.t_fw, self.fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
+        self.imp = _as_importance(importance, self.t_dw.shape[0])
+        self.fixed = float(fixed_ms)
+        if not (math.isfinite(self.fixed) and self.fixed > 0):
+            raise ValueError(f"fixed_ms must be positive and finite, got {fixed_ms}")
+        self.allowed = self.imp > 0
+        if not_deepest is not None:
+            self.allowed[int(not_deepest)] = False
+        self.reach = self.fixed + np.cumsum(self.t_dy + self.t_fw)
+
+    def by_depth(self, lam):
+        return _by_depth(self.imp, self.t_dw, self.reach, lam)
+
+    def result(self, take, tied, time, iterations):
+        """The RateResult of the cheapest (then shallowest) of the `tied` deepest tensors."""
+        d = int(tied[np.lexsort((tied, time[tied]))[0]])
+        mask = np.zeros(self.imp.shape[0], bool)
+        mask[:d] = take[:d]
+        mask[d] = True
+        total = self.fixed + eq3_cost(self.t_dw, self.t_dy, mask, self.fw)
+        got = math.fsum(self.imp[mask].tolist())
+        return RateResult(mask, got, total, got / total, iterations)
+
+
 def best_rate(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms=None, not_deepest=None,
               max_iterations=None):
     """The selection of the most importance per ms of step time (module docstring), times in
@@ -92,24 +121,15 @@ def best_rate(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms=None, not_deepest=
     (selector.eq3_parts); not_deepest: an index that may not be the deepest selected tensor
     (the best selection of another depth, a runner-up).  Returns a RateResult, or None when no
     tensor of positive importance may be selected."""
-    t_dw, t_dy, t_fw, fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
-    imp = _as_importance(importance, t_dw.shape[0])
-    fixed = float(fixed_ms)
-    if not (math.isfinite(fixed) and fixed > 0):
-        raise ValueError(f"fixed_ms must be positive and finite, got {fixed_ms}")
-    allowed = imp > 0
-    if not_deepest is not None:
-        allowed[int(not_deepest)] = False
-    if not allowed.any():
+    p = _Problem(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms, not_deepest)
+    if not p.allowed.any():
         return None
-    reach = fixed + np.cumsum(t_dy + t_fw)
-    n = imp.shape[0]
-    limit = max_iterations or 4 * n + 20  # never reached: the lambdas rise strictly
+    limit = max_iterations or 4 * p.imp.shape[0] + 20  # never reached: the lambdas rise strictly
     lam, iterations = 0.0, 0
     while iterations < limit:
         iterations += 1
-        _, gain, time = _by_depth(imp, t_dw, reach, lam)
-        value = np.where(allowed, gain - lam * time, -np.inf)
+        _, gain, time = p.by_depth(lam)
+        value = np.where(p.allowed, gain - lam * time, -np.inf)
         d = int(np.argmax(value))
         rate = gain[d] / time[d]
         if rate <= lam:  # P(lam) = 0 up to rounding: lam is the best rate
@@ -117,43 +137,22 @@ def best_rate(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms=None, not_deepest=
         lam = rate
     # the maximisers at lam* are the best selections; of rates equal within rounding the
     # least step time, then the shallowest
-    take, gain, time = _by_depth(imp, t_dw, reach, lam)
-    rates = np.where(allowed, gain / time, -np.inf)
-    tied = np.flatnonzero(rates >= rates.max() * (1 - _REL_TIE))
-    d = int(tied[np.lexsort((tied, time[tied]))[0]])
-    mask = np.zeros(n, bool)
-    mask[:d] = take[:d]
-    mask[d] = True
-    total = fixed + eq3_cost(t_dw, t_dy, mask, fw)
-    got = math.fsum(imp[mask].tolist())
-    return RateResult(mask, got, total, got / total, iterations)
+    take, gain, time = p.by_depth(lam)
+    rates = np.where(p.allowed, gain / time, -np.inf)
+    return p.result(take, np.flatnonzero(rates >= rates.max() * (1 - _REL_TIE)), time,
+                    iterations)
 
 
 def best_gain(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms=None, not_deepest=None):
     """The maximiser of I(m) - lambda_f * T(m), lambda_f = I(all) / T(all) (module docstring's
     gain objective), arguments as best_rate's.  Returns a RateResult (iterations 1), or None
     when no tensor of positive importance may be selected."""
-    t_dw, t_dy, t_fw, fw = as_times_ms(t_dw_ms, t_dy_ms, t_fw_ms)
-    imp = _as_importance(importance, t_dw.shape[0])
-    fixed = float(fixed_ms)
-    if not (math.isfinite(fixed) and fixed > 0):
-        raise ValueError(f"fixed_ms must be positive and finite, got {fixed_ms}")
-    allowed = imp > 0
-    if not_deepest is not None:
-        allowed[int(not_deepest)] = False
-    if not allowed.any():
+    p = _Problem(t_dw_ms, t_dy_ms, importance, fixed_ms, t_fw_ms, not_deepest)
+    if not p.allowed.any():
         return None
-    n = imp.shape[0]
-    everything = fixed + eq3_cost(t_dw, t_dy, np.ones(n, bool), fw)
-    lam = max(math.fsum(imp.tolist()), 0.0) / everything
-    take, gain, time = _by_depth(imp, t_dw, np.cumsum(t_dy + t_fw), lam)
-    value = np.where(allowed, gain - lam * (fixed + time), -np.inf)
-    scale = max(float(np.max(np.abs(value[allowed]))), 1e-300)
-    tied = np.flatnonzero(value >= value.max() - _REL_TIE * scale)
-    d = int(tied[np.lexsort((tied, time[tied]))[0]])
-    mask = np.zeros(n, bool)
-    mask[:d] = take[:d]
-    mask[d] = True
-    total = fixed + eq3_cost(t_dw, t_dy, mask, fw)
-    got = math.fsum(imp[mask].tolist())
-    return RateResult(mask, got, total, got / total, 1)
+    everything = p.fixed + eq3_cost(p.t_dw, p.t_dy, np.ones(p.imp.shape[0], bool), p.fw)
+    lam = max(math.fsum(p.imp.tolist()), 0.0) / everything
+    take, gain, time = p.by_depth(lam)
+    value = np.where(p.allowed, gain - lam * time, -np.inf)
+    scale = max(float(np.max(np.abs(value[p.allowed]))), 1e-300)
+    return p.result(take, np.flatnonzero(value >= value.max() - _REL_TIE * scale), time, 1)

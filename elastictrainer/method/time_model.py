@@ -257,23 +257,21 @@ class TimeModel:
         has positive importance.  The step time is the one predicted_ratio prices (the
         intercept, eq. 3's cost with the cached forward pass), never below STEP_FLOOR of a
         full step.  not_deepest: as select_share's; None when no other selection exists."""
-        o = self.order
-        res = rate.best_rate(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
-                             max(self._intercept_ms, STEP_FLOOR * self.t_full),
-                             t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
-        if res is None:
-            return None if not_deepest is not None else np.zeros(len(o), bool)
-        return self._unorder(res.mask)
+        return self._solve_priced(rate.best_rate, importance, not_deepest)
 
     def select_gain(self, importance, not_deepest=None):
         """The selection whose importance most exceeds full training's rate times its predicted
         step time (--rho auto's gain objective; method/rate.py's best_gain, exact), priced as
         select_rate prices; mask in trainable order, empty when no tensor has positive
         importance.  not_deepest: as select_share's; None when no other selection exists."""
+        return self._solve_priced(rate.best_gain, importance, not_deepest)
+
+    def _solve_priced(self, solver, importance, not_deepest):
+        """A rate.py solver on this model: its step priced as predicted_ratio prices it."""
         o = self.order
-        res = rate.best_gain(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
-                             max(self._intercept_ms, STEP_FLOOR * self.t_full),
-                             t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
+        res = solver(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
+                     max(self._intercept_ms, STEP_FLOOR * self.t_full),
+                     t_fw_ms=self.t_fw, not_deepest=self._position(not_deepest))
         if res is None:
             return None if not_deepest is not None else np.zeros(len(o), bool)
         return self._unorder(res.mask)
