@@ -239,8 +239,9 @@ class Config:
         "scripts/bench_time_to_accuracy.py's configurations; 0.5 is faster where it does)"))
     rho_objective: str = field(default=DEFAULT_OBJECTIVE, metadata=flag(
         "with --rho auto, what each selection is: " + _options(OBJECTIVES)
-        + " (rate chose the head alone in the paper's regime and ended 34 points under full "
-        "training's best, share 2.1: docs/usage.md)",
+        + " (rate and gain chose the head alone in the paper's regime and ended 34 and 43 "
+        "points under full training's best, share 2.1; on README command 1 gain came within 1 "
+        "point sooner than share: docs/usage.md)",
         choices=tuple(OBJECTIVES)))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
