@@ -70,8 +70,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
     chose the head alone in the paper's regime; or "gain", the most estimated loss drop beyond
     what full training's rate would bring, faster than "share" on a target near the
     pretraining and the head alone in the paper's regime too: docs/usage.md); interval: epochs
-    between
-    re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
+    between re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
     probe_batches, rho_feedback, economy, head_warmup, dp_resolution, bn_mode, cache_frozen_prefix,
     cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
     their defaults are Config's fields; bn_mode "inference" holds the model's BatchNorm layers
