@@ -98,6 +98,7 @@ def profile(flavor, arch, size, batch, classes, workdir):
     path = os.path.join(workdir, f"{arch}_{flavor}.json")
     tables.save_table(table, path)
     return path, {"tensors": len(table["tensors"]), "coverage": table["coverage"],
+                  "unattributed_ops": len(table["unattributed"]),
                   "full_step_ms": table["t_full_ms"],
                   "forward_share": table["t_fp_ms"] / table["t_full_ms"],
                   "compile_ms": table["compile_ms"],

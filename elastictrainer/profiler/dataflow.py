@@ -153,6 +153,21 @@ class GraphInfo:
                             for c in consumers)):
                 self.kind[op.name] = "forward"
 
+        # The optimizer's own state (its step count's increment) reads no tensor's variable and
+        # feeds no tensor's update, yet it runs in every step in which anything trains: work
+        # shared by all tensors, not unattributed time.
+        slots = {id(slot.handle) for slot, _ in slot_owners(variables, optimizer_variables)}
+        own = {id(v.handle) for v in optimizer_variables} - slots
+        state_ops = {internal.op.name for external, internal in graph.captures
+                     if id(external) in own}
+        everything = (1 << self.n) - 1
+        for op in ops:
+            if op.name not in state_ops and not any(t.op.name in state_ops for t in op.inputs):
+                continue
+            state_ops.add(op.name)
+            if self.kind[op.name] == "other":
+                self.kind[op.name], self.mask[op.name] = "update", everything
+
         # Backprop order: tape.gradient creates output-side gradients first, so the creation
         # position of each tensor's gradient op ranks tensors from the output back (rank 0).
         self.grad_ops = [g.op.name if g is not None else None for g in grads]

@@ -31,7 +31,9 @@ def test_profiler_cli_profiles_a_keras3_file(saved):
     assert r.returncode == 0, r.stderr[-2000:]
     table = json.load(open(out))
     assert table["input_size"] == 16 and table["num_classes"] == 10
-    assert table["coverage"] >= 0.99
+    # every traced backward and update op is some tensor's (a share of timed ops would be a
+    # wall-clock bound)
+    assert table["unattributed"] == [] and table["coverage"] == 1.0
     assert table["tensors"][0]["name"].endswith("/kernel")
 
 

@@ -17,7 +17,7 @@ def test_the_keras_comparison_writes_both_kerases_rows(tmp_path):
     cell = results["cells"]["cnn64"]
     for flavor in ("tf_keras", "keras3"):
         profile = cell[flavor]["profile"]
-        assert profile["tensors"] == 14 and profile["coverage"] >= 0.99
+        assert profile["tensors"] == 14 and profile["unattributed_ops"] == 0
         assert profile["full_step_ms"] > 0 and 0 < profile["forward_share"] < 1
         assert len(cell[flavor]["runs"]) == len(cell[flavor]["fit_runs"]) == 1
     text = open(out + ".md").read()
