@@ -23,7 +23,8 @@ from elastictrainer.errors import UserError
 from elastictrainer.runlog import rho_text
 from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
-from elastictrainer.models import DEFAULT_NUM_CLASSES, MODELS, choices_help as models_help
+from elastictrainer.models import (DEFAULT_NUM_CLASSES, MODELS, choices_help as models_help,
+                                  is_user_model)
 from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
                                   lr_schedule_for)
 from elastictrainer.method.schemes import SCHEMES, choices_help as schemes_help
@@ -364,6 +365,9 @@ class Config:
         check_positive(self, ("input_size", "batch_size", "num_epochs", "probe_batches",
                               "dp_resolution", "num_classes", "steps_per_epoch", "num_train",
                               "num_test"))
+        if not is_user_model(self.model_name):
+            # before any data loads: a TFDS dataset may take minutes to
+            MODELS.get_or_fail(str(self.model_name).strip().lower())
         for name in ("num_train", "num_test"):
             value = getattr(self, name)
             if value is not None and self.dataset_name != "synthetic":
@@ -396,6 +400,13 @@ class Config:
         if not 0 < self.rho_share <= 1:
             raise UserError(f"--rho_share is a share of the estimated loss drop and must be in "
                             f"(0, 1], got {self.rho_share}")
+        if self.rho != AUTO and (self.rho_objective != DEFAULT_OBJECTIVE
+                                 or self.rho_share != DEFAULT_SHARE):
+            given = (f"--rho_objective {self.rho_objective}"
+                     if self.rho_objective != DEFAULT_OBJECTIVE else f"--rho_share {self.rho_share:g}")
+            raise UserError(f"{given} chooses --rho auto's selections, but --rho {self.rho:g} is "
+                            f"the paper's budget (the most important tensors within that step "
+                            f"ratio): pass --rho auto, or leave it out")
         if not 0 <= self.cache_budget_mb < float("inf"):
             raise UserError(f"--cache_budget_mb must be a size in MB >= 0 (0: on disk only), "
                             f"got {self.cache_budget_mb}")

@@ -92,6 +92,25 @@ def test_rho_objective_reaches_the_config_and_a_bad_one_is_a_one_line_user_error
     assert Config().rho_objective == "share"  # until measurements choose the default
     with pytest.raises(UserError, match=r"^unknown --rho_objective 'fast'; valid: share, rate, gain$"):
         Config(rho_objective="fast").validate()
+    # a numeric rho is the paper's budget: auto's settings beside it are refused, not ignored
+    for extra, given in ((dict(rho_objective="gain"), "--rho_objective gain"),
+                         (dict(rho_share=0.5), "--rho_share 0.5")):
+        with pytest.raises(UserError, match=rf"^{given} chooses --rho auto's selections, but "
+                                            rf"--rho 0.5 is the paper's budget"):
+            Config(rho=0.5, **extra).validate()
+        Config(rho="auto", **extra).validate()
+
+
+def test_an_unknown_model_name_is_refused_with_the_flags_before_any_data_loads(monkeypatch):
+    from elastictrainer.errors import UserError
+    from elastictrainer.train import distribution
+
+    # the first thing train_main does past the flags' checks
+    monkeypatch.setattr(distribution, "prepare_process", lambda cfg: pytest.fail("went on"))
+    with pytest.raises(UserError, match=r"^unknown model 'nosuch'; valid: .*resnet50"):
+        cli.train_main(["--model_name", "nosuch"])  # CUB-200 by default, a TFDS download
+    for name in ("MobileNetV2", " smallcnn", "mine.keras", "old.H5"):  # a file is checked on load
+        Config(model_name=name).validate()
 
 
 def test_head_warmup_is_auto_or_a_share_and_a_bad_one_is_a_one_line_user_error():
