@@ -226,6 +226,9 @@ def _scripted_cli_runs(monkeypatch):
 
     monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
     monkeypatch.setattr(elastictrainer, "run", scripted_run)
+    # the hand-frozen scheme's name, unregistered: a registered one would stay in --help's
+    # list of schemes (and the documented flag table) for every later test of this process
+    monkeypatch.setattr(bench, "register_fixed_from", lambda first: f"fixed_from_{first}")
     return bench, seen
 
 
@@ -234,9 +237,6 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
     stage uncached and cached, each rho and each share, all for the configuration's epochs,
     and adds the first profiling to the elastic runs' curves only."""
     bench, seen = _scripted_cli_runs(monkeypatch)
-    # the hand-frozen scheme's name, unregistered: a registered one would stay in --help's
-    # list of schemes for every later test of this process
-    monkeypatch.setattr(bench, "register_fixed_from", lambda first: f"fixed_from_{first}")
     args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
                                             "--shares", "0.7", "--logdir", str(tmp_path)])
     curves, costs = bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
