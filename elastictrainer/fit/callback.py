@@ -193,7 +193,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
         profiling_s = 0.0
         if not os.path.exists(path) or not _matches(tables.load_table(path), model):
             t0 = self.clock()
-            self._profile(path, data, input_size, batch_size, num_classes)
+            self._profile(path, data, input_size, batch_size, num_classes,
+                          run_steps=(self.steps_per_epoch * self.epochs
+                                     if cfg.rho_feedback else None))
             profiling_s = self.clock() - t0
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         # the run's settings as model.fit resolves them, saved as config.json
@@ -268,7 +270,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
         return tf.nest.map_structure(
             lambda v: tf.concat(self.strategy.experimental_local_results(v), 0), data)
 
-    def _profile(self, path, data, input_size, batch_size, num_classes):
+    def _profile(self, path, data, input_size, batch_size, num_classes, run_steps=None):
         from elastictrainer.profiler import report, reuse
         from elastictrainer.profiler.phases import phases_text
         from elastictrainer.profiler.run import profile_model
@@ -290,7 +292,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         states = [(v, v.numpy()) for v in flavor.random_state_variables(model)]
         table = profile_model(model, model.name, input_size, batch_size, num_classes,
                               optimizer=model.optimizer, batch=(x, y),
-                              loss_fn=flavor.fit_loss_fn(model), progress=False)
+                              loss_fn=flavor.fit_loss_fn(model), progress=False,
+                              run_steps=run_steps)
         for v, value in states:  # profiling must not move the run's random streams
             v.assign(value)
         model.reset_metrics()  # nor count in its first epoch's metrics

@@ -1,6 +1,7 @@
 """Calibration of the time model: time a few real partial selections and fit separate scales
 for t_dw and t_dy (weight-gradient ops overlap the error-gradient chain on multi-core CPUs, so
-summed op times misjudge selections that are mostly chain)."""
+summed op times misjudge selections that are mostly chain); and whether a run's first profiling
+calibrates at all (worth_calibrating: only where it is a small share of the run)."""
 import statistics
 import time
 
@@ -17,6 +18,26 @@ MIN_FORWARD_SHARE = 0.5
 # them (MobileNetV2 at 96 px, batch 8: the reference ratios of the first 3 of 8 rounds were
 # within 1.3% of all 8's), and on a loaded machine, where they disagree, every repeat is run.
 MIN_ROUNDS, STEADY_SPREAD = 3, 0.08
+# A run's first profiling calibrates when the calibration would take at most this share of what
+# the run's steps take at the full step's pace (the economy's share for re-selecting): it
+# compiles a step per reference selection, which on Keras' MobileNetV2 in model.fit (158 tensors,
+# 64 px) took 31 s of a 61 s profiling on 2 cores, before a fit of about 100 s.  A run's closed
+# loop measures its own selections and corrects the time model, so a short run loses little by
+# going without; `python profiler.py` always calibrates (--calibrate).
+CALIBRATION_SHARE = 0.1
+
+
+def calibration_estimate_s(compile_s, t_full_s, n_refs, rounds=MIN_ROUNDS):
+    """Seconds calibrating takes at least (time_reference_selections): each reference
+    selection's step compiled (`compile_s`, as the probe step's compile took) and called twice,
+    then `rounds` rounds of every step and the full one twice each, none dearer than a full step."""
+    return n_refs * (compile_s + 2 * t_full_s) + rounds * (n_refs + 1) * 2 * t_full_s
+
+
+def worth_calibrating(estimate_s, t_full_s, run_steps, share=CALIBRATION_SHARE):
+    """Whether a run of `run_steps` steps calibrates its first profiling: the calibration's
+    `estimate_s` within `share` of those steps at the full step's pace `t_full_s`."""
+    return estimate_s <= share * run_steps * t_full_s
 
 
 def settled(series, min_rounds=MIN_ROUNDS, spread=STEADY_SPREAD):

@@ -14,19 +14,21 @@ from elastictrainer.profiler import table as tables
 
 
 def profile_in_child(path, model_name, input_size, batch_size, num_classes, seed=0,
-                     progress=True, optimizer="sgd", names=None, shapes=None, trace_dir=None):
+                     progress=True, optimizer="sgd", names=None, shapes=None, trace_dir=None,
+                     run_steps=None):
     """Profile in a fresh Python process that builds `model_name` (weights "none": timings do
     not depend on their values), write the table at `path` and return it.
 
     The child's progress bar goes to this process's stderr; its failure comes back as one
     UserError line.  `names`/`shapes`: the caller's model's trainable tensors; the child checks
     its rebuilt model has the same shapes and writes the caller's names into the table (Keras
-    numbers unnamed layers per process, so the names may differ)."""
+    numbers unnamed layers per process, so the names may differ).  run_steps: as
+    run.profile_model's."""
     request = {"path": os.path.abspath(path), "model_name": model_name,
                "input_size": int(input_size), "batch_size": int(batch_size),
                "num_classes": int(num_classes), "seed": int(seed), "progress": bool(progress),
                "optimizer": optimizer, "names": names, "shapes": shapes,
-               "trace_dir": trace_dir and os.path.abspath(trace_dir)}
+               "trace_dir": trace_dir and os.path.abspath(trace_dir), "run_steps": run_steps}
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     # the child imports this very package, not another installed copy

@@ -37,6 +37,10 @@ def summarize(table):
             lines.append("the timed selections disagree with the fit by more than "
                          f"{100 * NOISY_CALIBRATION:.0f}%: if the machine was busy, profile again "
                          "when it is idle")
+    elif table.get("calibration_skipped"):
+        lines.append(f"time model not calibrated: {table['calibration_skipped']}; the run's "
+                     f"closed loop corrects it from the steps it times (profiler.py, run first, "
+                     f"calibrates)")
     else:
         lines.append("time model not calibrated (one uniform scale for t_dw and t_dy)")
     if table["unattributed"]:

@@ -39,7 +39,7 @@ FIRST_WARMUP, FIRST_ITERATIONS = 2, 5
 def profile_model(model, model_name, input_size, batch_size, num_classes, num_iterations=5,
                   warmup=2, trace_dir=None, seed=0, progress=True, calibrate=True,
                   optimizer="sgd", clock=time.perf_counter, batch=None, loss_fn=None,
-                  min_rounds=calibration.MIN_ROUNDS):
+                  min_rounds=calibration.MIN_ROUNDS, run_steps=None):
     """Profile full training steps of `model` and return the timing table (a JSON-able dict).
 
     Runs `warmup` steps, then times forward-only and full training steps interleaved
@@ -55,7 +55,10 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     `loss_fn(y, y_pred)`: the loss instead of sparse categorical cross-entropy on logits.
     The timed steps and the calibration's rounds stop after `min_rounds` of their
     `num_iterations` once their times agree (calibration.settled); the traced steps are always
-    `num_iterations`.
+    `num_iterations`.  `run_steps`: the steps of the run this first profiling is for; it then
+    calibrates only when that is worth it for so many steps (calibration.worth_calibrating),
+    and otherwise records why not (calibration_skipped) and the probe step's compile as
+    compile_ms.  None (profiler.py): `calibrate` alone decides.
     """
     from tqdm import tqdm
 
@@ -103,7 +106,14 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
     for k in range(warmup):
         step(x, y)[0].numpy()
         forward(x, y)[0].numpy()
+        t0 = clock()
         train_steps.first_output(gradients(x, y)).numpy()
+        if k == 0:
+            # traces and compiles the probe step: compiled after the other two, as a run's
+            # selection steps are, it took what a reference selection's compile takes (Keras'
+            # MobileNetV2 6.9 s against 5.7-9.4 s; the full step's first call, 14.4 s, also
+            # builds what every later trace reuses)
+            probe_first_s = clock() - t0
         bar.update(1)
         # the first round traces and compiles the three steps; the rest is warm-up proper
         phases.mark("trace_compile" if k == 0 else "warmup")
@@ -127,6 +137,19 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         if calibration.settled((fp, full, grads), min_rounds):
             break
     phases.mark("timed_steps")
+    skipped = probe_compile_ms = None
+    if n_refs and run_steps is not None and warmup > 0:
+        t_full_s = statistics.median(full)
+        compile_s = max(probe_first_s - statistics.median(grads), 0.0)
+        estimate = calibration.calibration_estimate_s(compile_s, t_full_s, n_refs)
+        if not calibration.worth_calibrating(estimate, t_full_s, run_steps):
+            skipped = (f"calibrating (its {n_refs} reference selections' steps compiled and "
+                       f"timed, about {estimate:.0f} s) would take more than "
+                       f"{calibration.CALIBRATION_SHARE:.0%} of what the run's {run_steps} steps "
+                       f"take at the full step's pace ({run_steps * t_full_s:.0f} s)")
+            probe_compile_ms = compile_s * 1e3
+            bar.total -= n_refs + num_iterations
+            n_refs = 0
 
     own_dir = trace_dir is None
     trace_dir = trace_dir or tempfile.mkdtemp(prefix="et_trace_")
@@ -148,7 +171,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         info, op_times, num_iterations, _leaf_layer_names(model),
         suffixed=flavors.for_model(model).NAME == "keras3")
     phases.mark("attribution")
-    references, compile_ms = {}, None
+    references, compile_ms = {}, probe_compile_ms
     if n_refs:
         references, compile_ms = calibration.time_reference_selections(
             model, opt, loss_fn, variables, step, info.rank, x, y, num_iterations, bar, clock,
@@ -192,10 +215,12 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
         "unattributed": att["unattributed"][:50],
         "num_iterations": int(num_iterations),
         "timing_note": timing_note,
-        # compiling a selection's step (the longest of the calibration's references'): what a
-        # new selection may cost a run once, before its first step
+        # compiling a selection's step (the longest of the calibration's references', else
+        # the probe step's when the calibration was skipped): what a new selection may cost a
+        # run once, before its first step
         "compile_ms": compile_ms,
         "calibration": _calibration_record(t_dw, t_dy, info.rank, t_fp, t_full, references),
+        "calibration_skipped": skipped,
         "tensors": [
             {"name": flavors.tensor_name(v), "shape": [int(d) for d in v.shape], "t_dw_ms": t_dw[k],
              "t_dy_ms": t_dy[k], "estimated": estimated[k], "rank": info.rank[k]}
@@ -246,7 +271,8 @@ def _calibration_record(t_dw, t_dy, rank, t_fp, t_full, references):
 
 
 def load_or_profile(path, model, model_name, input_size, batch_size, num_classes, seed=0,
-                    progress=True, log=print, optimizer="sgd", in_child=True, trace_dir=None):
+                    progress=True, log=print, optimizer="sgd", in_child=True, trace_dir=None,
+                    run_steps=None):
     """The table at `path` for `model`; when there is none, the table this process profiled
     for the same model and shapes (profiler/reuse.py, written at `path`), else profiling first.
 
@@ -256,7 +282,8 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
     process's peak memory.  `in_child=False` profiles `model` itself in this process (for a
     model that cannot be rebuilt from its name) and then releases what it can (release_memory).
     trace_dir: where the profiling keeps its trace (a run's directory: TensorBoard's Profile tab
-    then lists it under the run); None: not kept.
+    then lists it under the run); None: not kept.  run_steps: the run's steps, when its closed
+    loop will correct the time model (profile_model calibrates when that pays for them).
     """
     table = None
     if not os.path.exists(path):
@@ -271,7 +298,8 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
         else:
             log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
             table = _profile_first(path, model, model_name, input_size, batch_size,
-                                   num_classes, seed, progress, optimizer, in_child, trace_dir)
+                                   num_classes, seed, progress, optimizer, in_child, trace_dir,
+                                   run_steps)
             log(phases_text(table.get("profiling_phases_s"),
                             "in a child process" if in_child else "in this process"))
             log(report.summarize(table))
@@ -284,17 +312,17 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
 
 
 def _profile_first(path, model, model_name, input_size, batch_size, num_classes, seed,
-                   progress, optimizer, in_child, trace_dir):
+                   progress, optimizer, in_child, trace_dir, run_steps):
     if in_child:
         return child.profile_in_child(path, model_name, input_size, batch_size, num_classes,
                                 seed=seed, progress=progress, optimizer=optimizer,
                                 names=[flavors.tensor_name(v) for v in model.trainable_weights],
                                 shapes=[list(v.shape) for v in model.trainable_weights],
-                                trace_dir=trace_dir)
+                                trace_dir=trace_dir, run_steps=run_steps)
     table = profile_model(model, model_name, input_size, batch_size, num_classes,
                           num_iterations=FIRST_ITERATIONS, warmup=FIRST_WARMUP,
                           progress=progress, seed=seed, optimizer=optimizer,
-                          trace_dir=trace_dir)
+                          trace_dir=trace_dir, run_steps=run_steps)
     tables.save_table(table, path)
     release_memory()
     return table
@@ -347,7 +375,8 @@ def _profile_request(req, phases):
     table = profile_model(model, req["model_name"], req["input_size"], req["batch_size"],
                           req["num_classes"], num_iterations=FIRST_ITERATIONS,
                           warmup=FIRST_WARMUP, seed=req["seed"], progress=req["progress"],
-                          optimizer=req["optimizer"], trace_dir=req.get("trace_dir"))
+                          optimizer=req["optimizer"], trace_dir=req.get("trace_dir"),
+                          run_steps=req.get("run_steps"))
     if req.get("names") is not None:
         for t, name in zip(table["tensors"], req["names"]):
             t["name"] = name

@@ -202,6 +202,7 @@ _SCALARS = {
         map(_is_number, v.values()))), "a JSON object of seconds"),
     "peak_rss_mb": (lambda v: v is None or _is_number(v), "a number"),
     "compile_ms": (lambda v: v is None or (_finite(v) and v >= 0), "a number >= 0"),
+    "calibration_skipped": (lambda v: v is None or isinstance(v, str), "a string"),
     "profiled_pid": (lambda v: v is None or _is_int(v), "an integer"),
 }
 
@@ -230,8 +231,10 @@ class TimingTable(_Record):
     num_iterations: int | None     # steps timed and traced
     timing_note: str | None        # why a timed value was replaced (a busy machine), if one was
     compile_ms: float | None       # compiling a selection's step, the longest of the
-                                   # references' (None: not timed)
+                                   # references' (a run's first profiling that skipped them:
+                                   # the probe step's; None: not timed)
     calibration: Calibration | None     # None: uncalibrated, one uniform scale
+    calibration_skipped: str | None     # why a run's first profiling did not calibrate
     tensors: list[TensorTiming]
     created: str | None            # ISO time of profiling
     host: dict | None              # platform, processor, tensorflow, devices
@@ -304,6 +307,7 @@ _TABLE_DEFAULTS = {
     "optimizer": DEFAULT_OPTIMIZER,  # profiled with SGD's update ops
     "t_grads_ms": None,              # not timed: a run takes its no-update steps as full ones
     "calibration": None,             # uncalibrated: one uniform scale for t_dw and t_dy
+    "calibration_skipped": None,     # calibrated, or not asked to (profiler.py --calibrate)
     "timing_note": None,             # no timed value replaced
     "compile_ms": None,              # a selection's compile not timed
     "peak_rss_mb": None,             # provenance not recorded ...

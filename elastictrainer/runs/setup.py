@@ -156,7 +156,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
     if scheme.elastic and dist.is_chief:
         time_model, table, table_path, profiling_s = _load_time_model(
             cfg, model, num_classes, log, in_child=profiles_in_child(cfg, given_model, dist.on),
-            cache=cache, trace_dir=out, clock=clock)
+            cache=cache, trace_dir=out, clock=clock,
+            run_steps=total_steps if cfg.rho_feedback else None)
     restore_random_state(model, rng_state, cfg.seed)
     resume = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
@@ -189,20 +190,23 @@ def profiles_in_child(cfg, given_model, distributed):
 
 
 def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None,
-                     clock=time.perf_counter):
-    """(time model, table, its path, seconds spent profiling it first: 0 when it was read)."""
+                     clock=time.perf_counter, run_steps=None):
+    """(time model, table, its path, seconds spent profiling it first: 0 when it was read).
+    run_steps: the run's steps when its closed loop is on (a first profiling calibrates only
+    when that pays for them: profiler/run.py's profile_model)."""
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
     read = disk.table_to_read(path, trace_dir, cfg, log)  # a resumed run reads its own copy
     profiled, t0 = not os.path.exists(read), clock()
     table = load_or_profile(read, model, cfg.model_name, cfg.input_size, cfg.batch_size,
                             num_classes, seed=cfg.seed, progress=cfg.progress, log=log,
-                            optimizer=cfg.optimizer, in_child=in_child, trace_dir=trace_dir)
+                            optimizer=cfg.optimizer, in_child=in_child, trace_dir=trace_dir,
+                            run_steps=run_steps)
     profiling_s = clock() - t0 if profiled else 0.0
     if read == path:
         disk.keep_table(table, trace_dir)
     tm = TimeModel(table, cache=cache.for_time_model() if cache is not None else None)
-    if not tm.calibrated:
+    if not tm.calibrated and not table.get("calibration_skipped"):
         log(f"note: {path} has no calibration (profiled with --calibrate false or by an older "
             f"version); re-run profiler.py so that rho holds when backward ops overlap")
     if cfg.rho != AUTO and cfg.rho < tm.rho_floor:

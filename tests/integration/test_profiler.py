@@ -79,6 +79,50 @@ def test_step_times_are_what_the_clock_measured_on_each_step(monkeypatch):
     assert table["t_bp_ms"] == pytest.approx(70.0) and table["timing_note"] is None
 
 
+def test_a_runs_first_profiling_calibrates_only_when_its_steps_pay_for_it(monkeypatch):
+    """With the run's steps given, the calibration is skipped when its reference compiles and
+    rounds (each compile estimated as the probe step's, scripted here at 5 s) would take more
+    than CALIBRATION_SHARE of those steps at the full step's pace: the table says why and keeps
+    the probe step's compile as compile_ms.  A long enough run, or none given (profiler.py),
+    calibrates."""
+    clock = _ScriptedClock()
+    compiled = set()
+
+    def compiling(make, seconds, first):
+        def made(*args, **kwargs):
+            step = make(*args, **kwargs)
+
+            def call(*a, **k):
+                clock.now += seconds + (first if id(step) not in compiled else 0.0)
+                compiled.add(id(step))
+                return step(*a, **k)
+            return type("Timed", (), {"__call__": staticmethod(call),
+                                      "__getattr__": lambda self, n: getattr(step, n)})()
+        return made
+
+    monkeypatch.setattr(train_steps, "make_probe_step",
+                        compiling(train_steps.make_probe_step, 0.080, 5.0))
+    for name, seconds in (("make_forward_step", 0.030), ("make_train_step", 0.100)):
+        monkeypatch.setattr(train_steps, name, clock.timed(getattr(train_steps, name), seconds))
+
+    def profile(run_steps):
+        return prun.profile_model(tiny_cnn(), "tiny", 24, 4, 5, num_iterations=3,
+                                  progress=False, clock=clock, run_steps=run_steps)
+
+    refs = len(calibration.reference_selections(np.arange(len(tiny_cnn().trainable_weights))))
+    estimate = calibration.calibration_estimate_s(5.0, 0.101, refs)
+    short = int(estimate / (calibration.CALIBRATION_SHARE * 0.101))  # just too few steps
+    table = profile(short)
+    assert table["calibration"] is None
+    assert f"the run's {short} steps" in table["calibration_skipped"]
+    assert table["compile_ms"] == pytest.approx(5000.0, abs=2.0)
+    assert "time model not calibrated: calibrating" in preport.summarize(table)
+    for steps in (short + 2, None):
+        table = profile(steps)
+        assert table["calibration_skipped"] is None
+        assert len(table["calibration"]["references"]) == refs
+
+
 def test_forward_op_time_is_recorded_by_layer(cnn_table):
     """Every weighted layer of the traced forward pass gets its op time, and the layers hold
     most of the traced forward (the loss and the input's cast hold the rest)."""
