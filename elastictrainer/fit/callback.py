@@ -195,7 +195,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
             t0 = self.clock()
             self._profile(path, data, input_size, batch_size, num_classes,
                           run_steps=(self.steps_per_epoch * self.epochs
-                                     if cfg.rho_feedback else None))
+                                     if cfg.rho == AUTO and cfg.rho_feedback else None))
             profiling_s = self.clock() - t0
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         # the run's settings as model.fit resolves them, saved as config.json

@@ -18,12 +18,13 @@ MIN_FORWARD_SHARE = 0.5
 # them (MobileNetV2 at 96 px, batch 8: the reference ratios of the first 3 of 8 rounds were
 # within 1.3% of all 8's), and on a loaded machine, where they disagree, every repeat is run.
 MIN_ROUNDS, STEADY_SPREAD = 3, 0.08
-# A run's first profiling calibrates when the calibration would take at most this share of what
-# the run's steps take at the full step's pace (the economy's share for re-selecting): it
-# compiles a step per reference selection, which on Keras' MobileNetV2 in model.fit (158 tensors,
-# 64 px) took 31 s of a 61 s profiling on 2 cores, before a fit of about 100 s.  A run's closed
-# loop measures its own selections and corrects the time model, so a short run loses little by
-# going without; `python profiler.py` always calibrates (--calibrate).
+# A --rho auto run's first profiling calibrates when the calibration would take at most this
+# share of what the run's steps take at the full step's pace (the economy's share for
+# re-selecting): it compiles a step per reference selection, which on Keras' MobileNetV2 in
+# model.fit (158 tensors, 64 px) took 24 s of a 50 s profiling on 2 cores, before a fit of 80 s.
+# auto promises no step ratio, and its closed loop corrects the time model from the steps it
+# times.  A numeric rho is a ratio the run promises, so its first profiling always calibrates
+# (that model at rho 0.3 measured 0.38 uncalibrated, 0.32 calibrated); so does profiler.py.
 CALIBRATION_SHARE = 0.1
 
 

@@ -157,7 +157,7 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
         time_model, table, table_path, profiling_s = _load_time_model(
             cfg, model, num_classes, log, in_child=profiles_in_child(cfg, given_model, dist.on),
             cache=cache, trace_dir=out, clock=clock,
-            run_steps=total_steps if cfg.rho_feedback else None)
+            run_steps=total_steps if cfg.rho == AUTO and cfg.rho_feedback else None)
     restore_random_state(model, rng_state, cfg.seed)
     resume = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
@@ -192,8 +192,8 @@ def profiles_in_child(cfg, given_model, distributed):
 def _load_time_model(cfg, model, num_classes, log, in_child=True, cache=None, trace_dir=None,
                      clock=time.perf_counter, run_steps=None):
     """(time model, table, its path, seconds spent profiling it first: 0 when it was read).
-    run_steps: the run's steps when its closed loop is on (a first profiling calibrates only
-    when that pays for them: profiler/run.py's profile_model)."""
+    run_steps: the run's steps under --rho auto with its closed loop on (a first profiling
+    calibrates only when that pays for them: profiler/run.py's profile_model)."""
     path = cfg.timing_table or tables.default_table_path(
         cfg.model_name, cfg.input_size, cfg.batch_size, num_classes, cfg.optimizer)
     read = disk.table_to_read(path, trace_dir, cfg, log)  # a resumed run reads its own copy

@@ -120,12 +120,13 @@ def test_model_fit_runs_in_one_process_profile_once_per_model_and_batch(tmp_path
     assert calls == [16, 8]
 
 
-@pytest.mark.parametrize("feedback", [True, False])
-def test_a_runs_first_profiling_is_given_its_steps_while_its_closed_loop_corrects(
-        tmp_path, monkeypatch, feedback):
-    """The command line's run and model.fit's tell their first profiling how many steps they
-    train (profile_model calibrates only when those steps pay for it); with --rho_feedback
-    false nothing corrects the time model, so they give none and it calibrates."""
+@pytest.mark.parametrize("rho,feedback", [("auto", True), ("auto", False), (0.7, True)])
+def test_a_rho_auto_runs_first_profiling_is_given_its_steps_while_its_closed_loop_corrects(
+        tmp_path, monkeypatch, rho, feedback):
+    """Under --rho auto, the command line's run and model.fit's tell their first profiling how
+    many steps they train (profile_model calibrates only when those steps pay for it).  With
+    --rho_feedback false nothing corrects the time model, and a numeric rho is a step ratio the
+    run promises: they give none, and it calibrates."""
     import keras
     import tensorflow as tf
 
@@ -146,7 +147,7 @@ def test_a_runs_first_profiling_is_given_its_steps_while_its_closed_loop_correct
 
     monkeypatch.setattr(prun, "profile_model", fake)
     cfg = config.Config(train_type="elastic_training", optimizer="adam", learning_rate=0.01,
-                        num_epochs=2, rho=0.7, rho_feedback=feedback, logdir=str(tmp_path),
+                        num_epochs=2, rho=rho, rho_feedback=feedback, logdir=str(tmp_path),
                         run_name="cli", progress=False, energy="none",
                         cache_frozen_prefix=False)
     loop.run(cfg, log=lambda line: None, model=tiny_model(), data=image_data(40, 16, 4, 8))
@@ -154,9 +155,9 @@ def test_a_runs_first_profiling_is_given_its_steps_while_its_closed_loop_correct
     model = keras3_cnn(5)
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callback = ElasticCallback(rho=0.7, rho_feedback=feedback, cache_frozen_prefix=False,
+    callback = ElasticCallback(rho=rho, rho_feedback=feedback, cache_frozen_prefix=False,
                                logdir=str(tmp_path / "fit"), profiles=str(tmp_path / "profiles"),
                                log=lambda line: None)
     model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=3, verbose=0,
               callbacks=[callback])
-    assert got == ([5 * 2, 4 * 3] if feedback else [None, None])
+    assert got == ([5 * 2, 4 * 3] if rho == "auto" and feedback else [None, None])
