@@ -59,7 +59,7 @@ def test_every_readme_table_is_a_block_rendered_from_its_benchmarks_figures():
             "`python -m elastictrainer.experiments.perfdoc --readme`")
         # the benchmark that wrote it, the machine, the date, and the flags it ran with
         script = {"memory": "bench_memory",
-                  "bench_time_to_accuracy_paper": "bench_time_to_accuracy"}.get(name, name)
+                  "bench_time_to_accuracy_paper_auto": "bench_time_to_accuracy"}.get(name, name)
         assert f"scripts/{script}.py" in body, name
         assert re.search(r"\d+ cores", body) and re.search(r"20\d\d-\d\d-\d\d", body), name
         assert re.search(r"--[a-z_]+ \S+|economy off", body), name
