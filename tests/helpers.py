@@ -266,7 +266,7 @@ def scripted_table(model, path, input_size, batch_size, optimizer, t_fp_ms=30.0,
         "t_bp_ms": t_full_ms - t_fp_ms, "t_grads_ms": None, "t_fp_ops_ms": None,
         "t_bp_ops_ms": None, "t_fp_layers_ms": None, "coverage": 1.0, "unattributed": [],
         "num_iterations": None,
-        "timing_note": None, "compile_ms": None, "calibration": None,
+        "timing_note": None, "compile_ms": None, "calibration": None, "calibration_skipped": None,
         "tensors": [{"name": flavors.tensor_name(v), "shape": [int(d) for d in v.shape],
                      "t_dw_ms": each, "t_dy_ms": each, "estimated": False, "rank": n - 1 - k}
                     for k, v in enumerate(variables)],

@@ -31,7 +31,8 @@ CALIBRATION_SHARE = 0.1
 def calibration_estimate_s(compile_s, t_full_s, n_refs, rounds=MIN_ROUNDS):
     """Seconds calibrating takes at least (time_reference_selections): each reference
     selection's step compiled (`compile_s`, as the probe step's compile took) and called twice,
-    then `rounds` rounds of every step and the full one twice each, none dearer than a full step."""
+    then `rounds` rounds of every step and the full one twice each, none dearer than a full
+    step."""
     return n_refs * (compile_s + 2 * t_full_s) + rounds * (n_refs + 1) * 2 * t_full_s
 
 
