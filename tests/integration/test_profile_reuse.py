@@ -149,7 +149,7 @@ def test_a_rho_auto_runs_first_profiling_is_given_its_steps_while_its_closed_loo
     cfg = config.Config(train_type="elastic_training", optimizer="adam", learning_rate=0.01,
                         num_epochs=2, rho=rho, rho_feedback=feedback, logdir=str(tmp_path),
                         run_name="cli", progress=False, energy="none",
-                        cache_frozen_prefix=False)
+                        cache_frozen_prefix=False, timing_table=str(tmp_path / "cli.json"))
     loop.run(cfg, log=lambda line: None, model=tiny_model(), data=image_data(40, 16, 4, 8))
     x, y = batch(n=32, size=16, num_classes=5)
     model = keras3_cnn(5)
