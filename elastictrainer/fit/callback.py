@@ -48,7 +48,7 @@ from elastictrainer.elastic.budget import AUTO, parse_rho
 from elastictrainer.fit import steps as fit_steps
 from elastictrainer.fit.steps import FitSteps
 from elastictrainer.runs.recorder import Recorder, new_summary
-from elastictrainer.profiler import table as tables
+from elastictrainer.profiler import calibration, table as tables
 from elastictrainer.method.roles import tensor_roles
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.method.time_model import TimeModel
@@ -194,8 +194,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
         if not os.path.exists(path) or not _matches(tables.load_table(path), model):
             t0 = self.clock()
             self._profile(path, data, input_size, batch_size, num_classes,
-                          run_steps=(self.steps_per_epoch * self.epochs
-                                     if cfg.rho == AUTO and cfg.rho_feedback else None))
+                          run_steps=calibration.first_profiling_steps(
+                              cfg.rho == AUTO, cfg.rho_feedback,
+                              self.steps_per_epoch * self.epochs))
             profiling_s = self.clock() - t0
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         # the run's settings as model.fit resolves them, saved as config.json

@@ -28,6 +28,14 @@ MIN_ROUNDS, STEADY_SPREAD = 3, 0.08
 CALIBRATION_SHARE = 0.1
 
 
+def first_profiling_steps(auto, feedback, run_steps):
+    """The steps a run's first profiling is told (profile_model's run_steps), so that it
+    calibrates only when they pay for it: a --rho auto run's (`auto`) with its closed loop on
+    (`feedback`); None, so that it calibrates whatever the run's length, for a numeric rho or
+    with the closed loop off."""
+    return run_steps if auto and feedback else None
+
+
 def calibration_estimate_s(compile_s, t_full_s, n_refs, rounds=MIN_ROUNDS):
     """Seconds calibrating takes at least (time_reference_selections): each reference
     selection's step compiled (`compile_s`, as the probe step's compile took) and called twice,

@@ -22,7 +22,7 @@ from elastictrainer.elastic.budget import AUTO
 from elastictrainer.errors import UserError, check_writable_dir
 from elastictrainer.data.loaders import DatasetBundle, load_dataset
 from elastictrainer.models.build import build_sized
-from elastictrainer.profiler import table as tables
+from elastictrainer.profiler import calibration, table as tables
 from elastictrainer.profiler.run import load_or_profile
 from elastictrainer.method.roles import check_roles, tensor_roles
 from elastictrainer.method.schemes import SCHEMES
@@ -157,7 +157,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
         time_model, table, table_path, profiling_s = _load_time_model(
             cfg, model, num_classes, log, in_child=profiles_in_child(cfg, given_model, dist.on),
             cache=cache, trace_dir=out, clock=clock,
-            run_steps=total_steps if cfg.rho == AUTO and cfg.rho_feedback else None)
+            run_steps=calibration.first_profiling_steps(cfg.rho == AUTO, cfg.rho_feedback,
+                                                        total_steps))
     restore_random_state(model, rng_state, cfg.seed)
     resume = _resumable(out, cfg, log)
     os.makedirs(out, exist_ok=True)
