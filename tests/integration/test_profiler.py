@@ -44,17 +44,19 @@ class _ScriptedClock:
         self.now += self.TICK
         return self.now
 
-    def timed(self, make, seconds):
-        """A make_*_step whose steps take `seconds` more on this clock (the step's own
-        attributes, get_concrete_function say, pass through)."""
+    def timed(self, make, seconds, first=0.0):
+        """A make_*_step whose steps take `seconds` more on this clock, and its first call
+        `first` more again (its compile; the step's own attributes, get_concrete_function say,
+        pass through)."""
         clock = self
 
         class Timed:
             def __init__(self, fn):
-                self.fn = fn
+                self.fn, self.calls = fn, 0
 
             def __call__(self, *args, **kwargs):
-                clock.now += seconds
+                clock.now += seconds + (first if self.calls == 0 else 0.0)
+                self.calls += 1
                 return self.fn(*args, **kwargs)
 
             def __getattr__(self, name):
@@ -86,24 +88,11 @@ def test_a_runs_first_profiling_calibrates_only_when_its_steps_pay_for_it(monkey
     the probe step's compile as compile_ms.  A long enough run, or none given (profiler.py),
     calibrates."""
     clock = _ScriptedClock()
-    compiled = set()
-
-    def compiling(make, seconds, first):
-        def made(*args, **kwargs):
-            step = make(*args, **kwargs)
-
-            def call(*a, **k):
-                clock.now += seconds + (first if id(step) not in compiled else 0.0)
-                compiled.add(id(step))
-                return step(*a, **k)
-            return type("Timed", (), {"__call__": staticmethod(call),
-                                      "__getattr__": lambda self, n: getattr(step, n)})()
-        return made
-
-    monkeypatch.setattr(train_steps, "make_probe_step",
-                        compiling(train_steps.make_probe_step, 0.080, 5.0))
-    for name, seconds in (("make_forward_step", 0.030), ("make_train_step", 0.100)):
-        monkeypatch.setattr(train_steps, name, clock.timed(getattr(train_steps, name), seconds))
+    for name, seconds, first in (("make_forward_step", 0.030, 0.0),
+                                 ("make_train_step", 0.100, 0.0),
+                                 ("make_probe_step", 0.080, 5.0)):
+        monkeypatch.setattr(train_steps, name,
+                            clock.timed(getattr(train_steps, name), seconds, first))
 
     def profile(run_steps):
         return prun.profile_model(tiny_cnn(), "tiny", 24, 4, 5, num_iterations=3,
