@@ -191,12 +191,15 @@ class ElasticCallback(_keras3.callbacks.Callback):
             f"{model.name}-{_architecture_digest(model)}", input_size, batch_size, num_classes,
             opt_name, folder=self.profiles)
         profiling_s = 0.0
-        if not os.path.exists(path) or not _matches(tables.load_table(path), model):
+        run_steps = calibration.first_profiling_steps(cfg.rho == AUTO, cfg.rho_feedback,
+                                                      self.steps_per_epoch * self.epochs)
+        found = tables.load_table(path) if os.path.exists(path) else None
+        stale = found is not None and calibration.recalibrate_reason(found, run_steps)
+        if found is None or not _matches(found, model) or stale:
+            if stale:
+                self.log(f"the timing table at {path} cannot be used: {stale}")
             t0 = self.clock()
-            self._profile(path, data, input_size, batch_size, num_classes,
-                          run_steps=calibration.first_profiling_steps(
-                              cfg.rho == AUTO, cfg.rho_feedback,
-                              self.steps_per_epoch * self.epochs))
+            self._profile(path, data, input_size, batch_size, num_classes, run_steps=run_steps)
             profiling_s = self.clock() - t0
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         # the run's settings as model.fit resolves them, saved as config.json
@@ -284,7 +287,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
             num_classes=num_classes, optimizer=reuse.describe(model.optimizer),
             loss=reuse.describe(getattr(model, "loss", None)), profiled="fit")
         table = reuse.get(table_key, model, model.name)
-        if table is not None:
+        if table is not None and not calibration.recalibrate_reason(table, run_steps):
             self.log(f"no timing table at {path}: reusing the one profiled in this process for "
                      f"the same model and batch")
             tables.save_table(table, path)

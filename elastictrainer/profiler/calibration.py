@@ -36,6 +36,19 @@ def first_profiling_steps(auto, feedback, run_steps):
     return run_steps if auto and feedback else None
 
 
+def recalibrate_reason(table, run_steps):
+    """Why a run that found `table` profiles again before using it, in a few words; None when
+    it may use it.  A --rho auto run's first profiling may have skipped calibration
+    (calibration_skipped); a run told no steps (`run_steps` None: a numeric rho, or the closed
+    loop off: first_profiling_steps) promises a step ratio, and an uncalibrated time model
+    misjudges it (rho 0.3 measured 0.38 uncalibrated, 0.32 calibrated)."""
+    skipped = table.get("calibration_skipped")
+    if skipped and run_steps is None:
+        return (f"its first profiling skipped calibration ({skipped}), which a numeric rho "
+                f"or --rho_feedback false needs")
+    return None
+
+
 def calibration_estimate_s(compile_s, t_full_s, n_refs, rounds=MIN_ROUNDS):
     """Seconds calibrating takes at least (time_reference_selections): each reference
     selection's step compiled (`compile_s`, as the probe step's compile took) and called twice,

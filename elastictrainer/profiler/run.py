@@ -283,20 +283,29 @@ def load_or_profile(path, model, model_name, input_size, batch_size, num_classes
     model that cannot be rebuilt from its name) and then releases what it can (release_memory).
     trace_dir: where the profiling keeps its trace (a run's directory: TensorBoard's Profile tab
     then lists it under the run); None: not kept.  run_steps: the run's steps, when its closed
-    loop will correct the time model (profile_model calibrates when that pays for them).
+    loop will correct the time model (profile_model calibrates when that pays for them); None
+    when the run needs a calibrated table, so that a table whose first profiling skipped
+    calibration is profiled again (calibration.recalibrate_reason).
     """
-    table = None
-    if not os.path.exists(path):
+    table = stale = None
+    if os.path.exists(path):
+        stale = calibration.recalibrate_reason(tables.load_table(path), run_steps)
+    if stale or not os.path.exists(path):
+        found = (f"the timing table at {path} cannot be used: {stale}" if stale
+                 else f"no timing table at {path}")
         table_key = reuse.key(model, input_size=int(input_size), batch_size=int(batch_size),
                               num_classes=int(num_classes), optimizer=optimizer,
                               profiled=["load_or_profile", FIRST_WARMUP, FIRST_ITERATIONS])
         table = reuse.get(table_key, model, model_name)
+        if table is not None and calibration.recalibrate_reason(table, run_steps):
+            table = None
         if table is not None:
-            log(f"no timing table at {path}: reusing the one profiled in this process for the "
-                f"same model and shapes")
+            log(f"{found}: reusing the one profiled in this process for the same model and "
+                f"shapes")
             tables.save_table(table, path)
         else:
-            log(f"no timing table at {path}: profiling this configuration first (profiler.py)")
+            log(f"{found}: profiling this configuration {'again' if stale else 'first'} "
+                f"(profiler.py)")
             table = _profile_first(path, model, model_name, input_size, batch_size,
                                    num_classes, seed, progress, optimizer, in_child, trace_dir,
                                    run_steps)

@@ -161,3 +161,85 @@ def test_a_rho_auto_runs_first_profiling_is_given_its_steps_while_its_closed_loo
     model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=3, verbose=0,
               callbacks=[callback])
     assert got == ([5 * 2, 4 * 3] if rho == "auto" and feedback else [None, None])
+
+
+@pytest.fixture
+def skipping(monkeypatch, tmp_path):
+    """profile_model replaced by a scripted table that skips calibration when told the run's
+    steps, as a short --rho auto run's first profiling does: the run_steps of each call."""
+    calls = []
+
+    def fake(model, model_name, input_size, batch_size, num_classes, optimizer="sgd",
+             run_steps=None, **kw):
+        calls.append(run_steps)
+        path = scripted_table(model, tmp_path / f"scripted_{len(calls)}.json", input_size,
+                              batch_size, optimizer if isinstance(optimizer, str) else "adam")
+        with open(path) as f:
+            return dict(json.load(f), model=model_name, profiling_phases_s={"setup": 0.0},
+                        calibration_skipped="too short" if run_steps else None)
+
+    monkeypatch.setattr(prun, "profile_model", fake)
+    return calls
+
+
+def test_a_table_that_skipped_calibration_is_profiled_again_for_a_run_that_needs_one(
+        tmp_path, skipping):
+    """A --rho auto run's first profiling may skip calibration; a numeric-rho run (told no
+    steps) that finds that table, on disk or in this process, profiles again and says why; a
+    --rho auto run uses it as it is, and so does every run once it is calibrated."""
+    def load(name, run_steps):
+        said = []
+        table = prun.load_or_profile(str(tmp_path / name), tiny_model(), "tiny", 16, 4, 10,
+                                     in_child=False, log=said.append, run_steps=run_steps)
+        return table, said
+
+    table, _ = load("a.json", 100)
+    assert skipping == [100] and table["calibration_skipped"] == "too short"
+    load("a.json", 50)  # another auto run: the skipped table serves it
+    load("b.json", 50)  # ... and from this process's reuse
+    assert skipping == [100]
+    table, said = load("a.json", None)  # a numeric rho finds it on disk
+    assert skipping == [100, None] and table["calibration_skipped"] is None
+    assert "cannot be used" in said[0] and "skipped calibration (too short)" in said[0]
+    assert "profiling this configuration again" in said[0]
+    table, said = load("c.json", None)  # the calibrated one is now this process's to reuse
+    assert skipping == [100, None] and table["calibration_skipped"] is None
+    assert "reusing the one profiled in this process" in said[0]
+
+
+def test_a_skipped_in_process_table_is_not_reused_by_a_numeric_rho_run(tmp_path, skipping):
+    prun.load_or_profile(str(tmp_path / "a.json"), tiny_model(), "tiny", 16, 4, 10,
+                         in_child=False, log=lambda line: None, run_steps=100)
+    said = []
+    table = prun.load_or_profile(str(tmp_path / "b.json"), tiny_model(), "tiny", 16, 4, 10,
+                                 in_child=False, log=said.append)
+    assert skipping == [100, None] and table["calibration_skipped"] is None
+    assert said[0].startswith(f"no timing table at {tmp_path / 'b.json'}: profiling")
+
+
+def test_model_fit_profiles_again_when_a_numeric_rho_finds_a_skipped_table(tmp_path, skipping):
+    import keras
+    import tensorflow as tf
+
+    from elastictrainer.fit.callback import ElasticCallback
+
+    x, y = batch(n=32, size=16, num_classes=5)
+
+    def fit(rho):
+        model = keras3_cnn(5)
+        model.compile(keras.optimizers.Adam(1e-3),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        said = []
+        callback = ElasticCallback(rho=rho, cache_frozen_prefix=False, economy=False,
+                                   logdir=str(tmp_path / f"fit_{rho}"),
+                                   profiles=str(tmp_path / "profiles"), log=said.append)
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=2, verbose=0,
+                  callbacks=[callback])
+        return said
+
+    fit("auto")
+    said = fit(0.9)
+    assert skipping == [4 * 2, None]
+    assert any("cannot be used" in line and "skipped calibration" in line for line in said)
+    fit(0.8)  # the table on disk is calibrated now
+    assert skipping == [4 * 2, None]
