@@ -244,6 +244,11 @@ class Config:
         "points under full training's best, share 2.1; on README command 1 gain came within 1 "
         "point sooner than share: docs/usage.md)",
         choices=tuple(OBJECTIVES)))
+    rho_tolerance: float = field(default=0.0, metadata=flag(
+        "with a numeric --rho: train the cheapest selection whose estimated loss drop is within "
+        "this share of eq. 3's best under rho (0.05: leave out tensors that add under 5% of it "
+        "but cost a step more, such as one that moves the cached prefix's cut down a layer). "
+        "It never costs more than eq. 3's answer. 0: eq. 3, the paper's"))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
         "measured ratio misses rho by more than 5%, correct the time model and re-select "
@@ -400,6 +405,12 @@ class Config:
         if not 0 < self.rho_share <= 1:
             raise UserError(f"--rho_share is a share of the estimated loss drop and must be in "
                             f"(0, 1], got {self.rho_share}")
+        if not 0 <= self.rho_tolerance < 1:
+            raise UserError(f"--rho_tolerance is a share of eq. 3's best estimated loss drop and "
+                            f"must be in [0, 1), got {self.rho_tolerance}")
+        if self.rho == AUTO and self.rho_tolerance:
+            raise UserError("--rho_tolerance loosens a numeric --rho's eq. 3; --rho auto's share "
+                            "objective is already the cheapest selection keeping --rho_share")
         if self.rho != AUTO and (self.rho_objective != DEFAULT_OBJECTIVE
                                  or self.rho_share != DEFAULT_SHARE):
             given = (f"--rho_objective {self.rho_objective}"
@@ -456,7 +467,8 @@ def same_as(name, **changes):
 # Config's fields, with Config's defaults): the run directory it writes when given none.
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
-FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "interval", "train_type",
+FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "rho_tolerance", "interval",
+                     "train_type",
                      "probe_batches", "rho_feedback", "economy", "head_warmup", "dp_resolution",
                      "timing_table", "bn_mode", "cache_frozen_prefix", "cache_budget_mb",
                      "cache_views", "cache_dtype", "seed")

@@ -41,7 +41,8 @@ Configurations (--configs):
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
 ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache), and
-with --rate and --gain, --rho auto's rate and gain objectives (--rho_objective).
+with --rate and --gain, --rho auto's rate and gain objectives (--rho_objective), and with
+--tolerance, each --rhos rho again with that --rho_tolerance.
 
 For the command-line configurations it also gives where each run's time went: its training
 time and, within it, filling the prefix cache, the timed full steps, compiling and the probes,
@@ -138,6 +139,9 @@ def build_parser():
     p.add_argument("--gain", action="store_true",
                    help="also run --rho auto with --rho_objective gain (the most estimated loss "
                         "drop beyond full training's rate) in every configuration")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="also run each --rhos rho with this --rho_tolerance (the cheapest "
+                        "selection within that share of eq. 3's best estimated loss drop)")
     p.add_argument("--elastic_only", action="store_true",
                    help="of the command-line configurations' baselines run full training alone "
                         "(the yardstick), beside the elastic runs: a look at the elastic schemes "
@@ -200,6 +204,10 @@ def cli_runs(name, seed, args, log):
                   {"cache_frozen_prefix": "auto"})]
     runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
              for rho in args.rhos]
+    if getattr(args, "tolerance", None):
+        runs += [(f"ElasticTrainer rho {rho:g}, tolerance {args.tolerance:g}",
+                  "elastic_training", {"rho": rho, "rho_tolerance": args.tolerance})
+                 for rho in args.rhos]
     runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
               {"rho": "auto", "rho_share": share}) for share in args.shares]
     if args.rate:
@@ -330,6 +338,7 @@ def markdown(results, args, machine):
              f"{(_seeds_flags(args) + _grid_flags(args)).rstrip()}"
              f"{'' if args.epochs is None else f' --epochs {args.epochs}'}"
              f"{' --rate' if args.rate else ''}{' --gain' if getattr(args, 'gain', False) else ''}"
+             f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]

@@ -1,6 +1,9 @@
 """What each selection may cost: a step-time ratio rho the user asked for (eq. 3, the paper's),
 or `--rho auto` (not in the paper), where each re-selection solves one of two objectives and
-the ratio its selection amounts to becomes the closed loop's target until the next one:
+the ratio its selection amounts to becomes the closed loop's target until the next one.  A
+numeric rho may take a tolerance (--rho_tolerance): the cheapest selection within that share of
+eq. 3's best importance, a tie-break toward cheaper selections (off by default).  The auto
+objectives:
 
 - share (--rho_objective share): the cheapest selection that keeps a share of the estimated
   loss drop (method/cheapest.py, the dual of eq. 3, solved as exactly);
@@ -72,9 +75,11 @@ def parse_rho(value):
 class Budget:
     """rho: the requested step-time ratio, or AUTO; share: with AUTO and the share objective,
     the share of the positive importance (the estimated loss drop) each selection keeps;
-    objective: AUTO's objective, SHARE, RATE or GAIN (module docstring)."""
+    objective: AUTO's objective, SHARE, RATE or GAIN (module docstring); tolerance: with a
+    numeric rho, the share of eq. 3's best importance a cheaper selection may give up
+    (TimeModel.select; 0: eq. 3's answer, the paper's)."""
 
-    def __init__(self, rho, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE):
+    def __init__(self, rho, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE, tolerance=0.0):
         self.auto = parse_rho(rho) == AUTO
         self.share = float(share)
         if self.auto and not 0 < self.share <= 1:
@@ -84,13 +89,17 @@ class Budget:
                              f"{', '.join(OBJECTIVES)}")
         self.objective = objective
         self.rho = None if self.auto else float(rho)
+        self.tolerance = float(tolerance)
+        if not 0 <= self.tolerance < 1:
+            raise ValueError(f"the tolerance of a numeric rho must be in [0, 1), got {tolerance}")
 
     @property
     def text(self):
         """The budget in a line: "0.5", "auto (90% of the estimated loss drop)", or "auto
         (the most estimated loss drop per second of step)"."""
         if not self.auto:
-            return f"{self.rho:g}"
+            return f"{self.rho:g}" + (f" (the cheapest within {self.tolerance:.0%} of eq. 3's "
+                                      f"best)" if self.tolerance else "")
         if self.objective == RATE:
             return f"{AUTO} (the most estimated loss drop per second of step)"
         if self.objective == GAIN:
@@ -101,7 +110,8 @@ class Budget:
         """(mask, the ratio it is solved for): eq. 3 under rho, or the auto objective's
         selection, whose predicted ratio is then the target."""
         if not self.auto:
-            return model.select(importance, self.rho, resolution=resolution), self.rho
+            return model.select(importance, self.rho, resolution=resolution,
+                                tolerance=self.tolerance), self.rho
         mask = self._select(model, np.asarray(importance, float), resolution)
         return mask, model.predicted_ratio(mask)
 

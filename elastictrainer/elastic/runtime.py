@@ -54,8 +54,8 @@ FLOOR_MARGIN = 0.1
 class ElasticRuntime:
     """ElasticTrainer's runtime decisions for one run.
 
-    model: the run's TimeModel (eq. 3); rho, feedback: --rho (a ratio, or "auto" with `share`
-    and `objective`: budget.py), --rho_feedback; steps_per_epoch,
+    model: the run's TimeModel (eq. 3); rho, feedback: --rho (a ratio, with `tolerance`, or
+    "auto" with `share` and `objective`: budget.py), --rho_feedback; steps_per_epoch,
     total_steps, interval: where re-selections fall; probe_batches: probe steps per
     re-selection; dp_resolution: the DP's; economy: --economy (economy.py), and
     economy_off_words how the run's user turns it off, in its lines; compile_ms: a
@@ -71,13 +71,13 @@ class ElasticRuntime:
     """
 
     def __init__(self, model, rho, *, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE,
-                 feedback=True, steps_per_epoch,
+                 tolerance=0.0, feedback=True, steps_per_epoch,
                  total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
                  compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
                  is_compiled: Callable = lambda selection: False, profiling_s=0.0,
                  profiled_in_clock=False, head=(), head_warmup=0.0,
                  clock: Callable[[], float] = time.perf_counter, log=print):
-        self.budget = Budget(rho, share, objective)
+        self.budget = Budget(rho, share, objective, tolerance)
         self.resolution = int(dp_resolution)
         # rho auto: the target is each selection's own; until the first, what the share would
         # amount to with every tensor alike in importance (auto_start), which the economy

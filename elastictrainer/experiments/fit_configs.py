@@ -47,6 +47,11 @@ def fit_variants(name, args):
                 + rate)
     variants += [(f"ElasticCallback rho {rho:g}", None,
                   {"rho": rho, "bn_mode": args.fit_bn_mode}) for rho in args.rhos]
+    tolerance = getattr(args, "tolerance", None)
+    if tolerance:
+        variants += [(f"ElasticCallback rho {rho:g}, tolerance {tolerance:g}", None,
+                      {"rho": rho, "rho_tolerance": tolerance, "bn_mode": args.fit_bn_mode})
+                     for rho in args.rhos]
     variants += [(f"ElasticCallback rho auto, share {share:g}", None,
                   {"rho": "auto", "rho_share": share, "bn_mode": args.fit_bn_mode})
                  for share in args.shares]

@@ -69,7 +69,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
     loss drop, the default; "rate", the most estimated loss drop per second of step, which
     chose the head alone in the paper's regime; or "gain", the most estimated loss drop beyond
     what full training's rate would bring, faster than "share" on a target near the
-    pretraining and the head alone in the paper's regime too: docs/usage.md); interval: epochs
+    pretraining and the head alone in the paper's regime too: docs/usage.md); rho_tolerance:
+    with a numeric rho, the cheapest selection within that share of eq. 3's best importance
+    (0, the paper's eq. 3, by default); interval: epochs
     between re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
     probe_batches, rho_feedback, economy, head_warmup, dp_resolution, bn_mode, cache_frozen_prefix,
     cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
@@ -82,7 +84,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
 
     # the command line's settings with its defaults (config.py)
     def __init__(self, rho=Config.rho, rho_share=Config.rho_share,
-                 rho_objective=Config.rho_objective, interval=Config.interval, logdir=FIT_LOGDIR,
+                 rho_objective=Config.rho_objective, rho_tolerance=Config.rho_tolerance,
+                 interval=Config.interval, logdir=FIT_LOGDIR,
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
                  head_warmup=Config.head_warmup,
@@ -97,7 +100,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                             f"one")
         logdir = os.path.normpath(os.fspath(logdir))
         self.cfg = Config(train_type=train_type, rho=_rho(rho), rho_share=float(rho_share),
-                          rho_objective=rho_objective,
+                          rho_objective=rho_objective, rho_tolerance=float(rho_tolerance),
                           interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
                           economy=bool(economy), head_warmup=head_warmup,
@@ -224,7 +227,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
             time_model, cfg.rho, share=cfg.rho_share, objective=cfg.rho_objective,
-            feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
+            tolerance=cfg.rho_tolerance, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
             total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, economy_off_words="economy=False",

@@ -230,14 +230,26 @@ class TimeModel:
     def predicted_ratio(self, mask):
         return max(self._intercept_ms + self.cost_ms(mask), STEP_FLOOR * self.t_full) / self.t_full
 
-    def select(self, importance, rho, resolution=10000):
-        """Exact DP selection (selector.select_tensors) within rho; mask in trainable order."""
+    def select(self, importance, rho, resolution=10000, tolerance=0.0):
+        """Exact DP selection (selector.select_tensors) within rho; mask in trainable order.
+        tolerance > 0: the cheapest selection whose importance is at least (1 - tolerance) of
+        that best one (select_share, exact as well), a tie-break toward cheaper selections
+        that never costs more than eq. 3's answer."""
         o = self.order
         res = selector.select_tensors(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
                                       self.backward_budget_ms(rho), resolution=resolution,
                                       t_fw_ms=self.t_fw)
-        mask = np.zeros(len(o), bool)
-        mask[o] = np.asarray(res.mask, bool)
+        mask = self._unorder(res.mask)
+        if tolerance <= 0 or not mask.any():
+            return mask
+        positive = np.clip(np.asarray(importance, float), 0, None)
+        if positive[mask].sum() <= 0:
+            return mask
+        share = (1 - tolerance) * float(positive[mask].sum()) / float(positive.sum())
+        cheaper = self.select_share(importance, min(share, 1.0), resolution=resolution)
+        # both are exact on their own unit grids; compare their float costs
+        if cheaper is not None and self.cost_ms(cheaper) < self.cost_ms(mask):
+            return cheaper
         return mask
 
     def select_share(self, importance, share, resolution=10000, not_deepest=None):

@@ -136,7 +136,7 @@ def _elastic_driver(setup, probe_iter, clock, log, decisions=None):
     steps = setup.compiled
     runtime = ElasticRuntime(
         setup.time_model, cfg.rho, share=cfg.rho_share, objective=cfg.rho_objective,
-        feedback=cfg.rho_feedback,
+        tolerance=cfg.rho_tolerance, feedback=cfg.rho_feedback,
         steps_per_epoch=setup.steps_per_epoch, total_steps=setup.total_steps,
         interval=cfg.interval, probe_batches=cfg.probe_batches,
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
