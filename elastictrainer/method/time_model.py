@@ -233,8 +233,10 @@ class TimeModel:
     def select(self, importance, rho, resolution=10000, tolerance=0.0):
         """Exact DP selection (selector.select_tensors) within rho; mask in trainable order.
         tolerance > 0: the cheapest selection whose importance is at least (1 - tolerance) of
-        that best one (select_share, exact as well), a tie-break toward cheaper selections
-        that never costs more than eq. 3's answer."""
+        that best one (select_share, exact as well), when its predicted step is at least
+        `tolerance` shorter than the best one's: a tie-break toward cheaper selections that
+        gives up at most that share of the estimated loss drop, and only for as large a share
+        of the step (dropping a few BatchNorm tensors for a fraction of a ms is no trade)."""
         o = self.order
         res = selector.select_tensors(self.t_dw[o], self.t_dy[o], np.asarray(importance)[o],
                                       self.backward_budget_ms(rho), resolution=resolution,
@@ -247,8 +249,8 @@ class TimeModel:
             return mask
         share = (1 - tolerance) * float(positive[mask].sum()) / float(positive.sum())
         cheaper = self.select_share(importance, min(share, 1.0), resolution=resolution)
-        # both are exact on their own unit grids; compare their float costs
-        if cheaper is not None and self.cost_ms(cheaper) < self.cost_ms(mask):
+        if cheaper is not None and self.predicted_ratio(cheaper) <= (
+                (1 - tolerance) * self.predicted_ratio(mask)):
             return cheaper
         return mask
 
