@@ -246,9 +246,10 @@ class Config:
         choices=tuple(OBJECTIVES)))
     rho_tolerance: float = field(default=0.0, metadata=flag(
         "with a numeric --rho: train the cheapest selection whose estimated loss drop is within "
-        "this share of eq. 3's best under rho (0.05: leave out tensors that add under 5% of it "
-        "but cost a step more, such as one that moves the cached prefix's cut down a layer). "
-        "It never costs more than eq. 3's answer. 0: eq. 3, the paper's"))
+        "this share of eq. 3's best under rho, when its predicted step is shorter by at least "
+        "the same share (0.05: give up at most 5% of the loss drop for at least 5% of the "
+        "step, such as a tensor whose error path moves the cached prefix's cut down a layer). "
+        "0: eq. 3, the paper's"))
     rho_feedback: bool = field(default=True, metadata=flag(
         "closed loop on rho: time the run's own full and elastic steps, and when a selection's "
         "measured ratio misses rho by more than 5%, correct the time model and re-select "

@@ -2,7 +2,8 @@
 or `--rho auto` (not in the paper), where each re-selection solves one of two objectives and
 the ratio its selection amounts to becomes the closed loop's target until the next one.  A
 numeric rho may take a tolerance (--rho_tolerance): the cheapest selection within that share of
-eq. 3's best importance, a tie-break toward cheaper selections (off by default).  The auto
+eq. 3's best importance when it saves as large a share of the step, a tie-break toward cheaper
+selections (off by default).  The auto
 objectives:
 
 - share (--rho_objective share): the cheapest selection that keeps a share of the estimated
@@ -98,8 +99,9 @@ class Budget:
         """The budget in a line: "0.5", "auto (90% of the estimated loss drop)", or "auto
         (the most estimated loss drop per second of step)"."""
         if not self.auto:
-            return f"{self.rho:g}" + (f" (the cheapest within {self.tolerance:.0%} of eq. 3's "
-                                      f"best)" if self.tolerance else "")
+            return f"{self.rho:g}" + (
+                f" (giving up at most {self.tolerance:.0%} of eq. 3's estimated loss drop for "
+                f"at least {self.tolerance:.0%} of the step)" if self.tolerance else "")
         if self.objective == RATE:
             return f"{AUTO} (the most estimated loss drop per second of step)"
         if self.objective == GAIN:

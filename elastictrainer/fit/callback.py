@@ -70,8 +70,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     chose the head alone in the paper's regime; or "gain", the most estimated loss drop beyond
     what full training's rate would bring, faster than "share" on a target near the
     pretraining and the head alone in the paper's regime too: docs/usage.md); rho_tolerance:
-    with a numeric rho, the cheapest selection within that share of eq. 3's best importance
-    (0, the paper's eq. 3, by default); interval: epochs
+    with a numeric rho, the cheapest selection within that share of eq. 3's best importance,
+    when it saves as large a share of the step (0, the paper's eq. 3, by default); interval: epochs
     between re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
     probe_batches, rho_feedback, economy, head_warmup, dp_resolution, bn_mode, cache_frozen_prefix,
     cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and

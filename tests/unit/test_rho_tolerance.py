@@ -105,7 +105,8 @@ def test_a_run_with_a_tolerance_trains_the_cheaper_selection_and_says_its_budget
                   tolerance=tolerance, economy=False, feedback=False)
         drive(rt, device, 5, importance)
         assert rt.selection == expected
-    assert Budget(0.4, tolerance=0.05).text == "0.4 (the cheapest within 5% of eq. 3's best)"
+    assert Budget(0.4, tolerance=0.05).text == ("0.4 (giving up at most 5% of eq. 3's estimated "
+                                                "loss drop for at least 5% of the step)")
     assert Budget(0.4).text == "0.4"
     with pytest.raises(ValueError):
         Budget(0.4, tolerance=1.0)
