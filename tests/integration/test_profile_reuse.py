@@ -120,49 +120,6 @@ def test_model_fit_runs_in_one_process_profile_once_per_model_and_batch(tmp_path
     assert calls == [16, 8]
 
 
-@pytest.mark.parametrize("rho,feedback", [("auto", True), ("auto", False), (0.7, True)])
-def test_a_rho_auto_runs_first_profiling_is_given_its_steps_while_its_closed_loop_corrects(
-        tmp_path, monkeypatch, rho, feedback):
-    """Under --rho auto, the command line's run and model.fit's tell their first profiling how
-    many steps they train (profile_model calibrates only when those steps pay for it).  With
-    --rho_feedback false nothing corrects the time model, and a numeric rho is a step ratio the
-    run promises: they give none, and it calibrates."""
-    import keras
-    import tensorflow as tf
-
-    from helpers import image_data
-    from elastictrainer import config
-    from elastictrainer.fit.callback import ElasticCallback
-    from elastictrainer.runs import loop
-
-    got = []
-
-    def fake(model, model_name, input_size, batch_size, num_classes, optimizer="sgd",
-             run_steps=None, **kw):
-        got.append(run_steps)
-        path = scripted_table(model, tmp_path / f"scripted_{len(got)}.json", input_size,
-                              batch_size, optimizer if isinstance(optimizer, str) else "adam")
-        with open(path) as f:
-            return dict(json.load(f), model=model_name, profiling_phases_s={"setup": 0.0})
-
-    monkeypatch.setattr(prun, "profile_model", fake)
-    cfg = config.Config(train_type="elastic_training", optimizer="adam", learning_rate=0.01,
-                        num_epochs=2, rho=rho, rho_feedback=feedback, logdir=str(tmp_path),
-                        run_name="cli", progress=False, energy="none",
-                        cache_frozen_prefix=False, timing_table=str(tmp_path / "cli.json"))
-    loop.run(cfg, log=lambda line: None, model=tiny_model(), data=image_data(40, 16, 4, 8))
-    x, y = batch(n=32, size=16, num_classes=5)
-    model = keras3_cnn(5)
-    model.compile(keras.optimizers.Adam(1e-3),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callback = ElasticCallback(rho=rho, rho_feedback=feedback, cache_frozen_prefix=False,
-                               logdir=str(tmp_path / "fit"), profiles=str(tmp_path / "profiles"),
-                               log=lambda line: None)
-    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=3, verbose=0,
-              callbacks=[callback])
-    assert got == ([5 * 2, 4 * 3] if rho == "auto" and feedback else [None, None])
-
-
 @pytest.fixture
 def skipping(monkeypatch, tmp_path):
     """profile_model replaced by a scripted table that skips calibration when told the run's
@@ -180,6 +137,38 @@ def skipping(monkeypatch, tmp_path):
 
     monkeypatch.setattr(prun, "profile_model", fake)
     return calls
+
+
+@pytest.mark.parametrize("rho,feedback", [("auto", True), ("auto", False), (0.7, True)])
+def test_a_rho_auto_runs_first_profiling_is_given_its_steps_while_its_closed_loop_corrects(
+        tmp_path, skipping, rho, feedback):
+    """Under --rho auto, the command line's run and model.fit's tell their first profiling how
+    many steps they train (profile_model calibrates only when those steps pay for it).  With
+    --rho_feedback false nothing corrects the time model, and a numeric rho is a step ratio the
+    run promises: they give none, and it calibrates."""
+    import keras
+    import tensorflow as tf
+
+    from helpers import image_data
+    from elastictrainer import config
+    from elastictrainer.fit.callback import ElasticCallback
+    from elastictrainer.runs import loop
+
+    cfg = config.Config(train_type="elastic_training", optimizer="adam", learning_rate=0.01,
+                        num_epochs=2, rho=rho, rho_feedback=feedback, logdir=str(tmp_path),
+                        run_name="cli", progress=False, energy="none",
+                        cache_frozen_prefix=False, timing_table=str(tmp_path / "cli.json"))
+    loop.run(cfg, log=lambda line: None, model=tiny_model(), data=image_data(40, 16, 4, 8))
+    x, y = batch(n=32, size=16, num_classes=5)
+    model = keras3_cnn(5)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callback = ElasticCallback(rho=rho, rho_feedback=feedback, cache_frozen_prefix=False,
+                               logdir=str(tmp_path / "fit"), profiles=str(tmp_path / "profiles"),
+                               log=lambda line: None)
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=3, verbose=0,
+              callbacks=[callback])
+    assert skipping == ([5 * 2, 4 * 3] if rho == "auto" and feedback else [None, None])
 
 
 def test_a_table_that_skipped_calibration_is_profiled_again_for_a_run_that_needs_one(
