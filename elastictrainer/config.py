@@ -469,10 +469,9 @@ def same_as(name, **changes):
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
 FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "rho_tolerance", "interval",
-                     "train_type",
-                     "probe_batches", "rho_feedback", "economy", "head_warmup", "dp_resolution",
-                     "timing_table", "bn_mode", "cache_frozen_prefix", "cache_budget_mb",
-                     "cache_views", "cache_dtype", "seed")
+                     "train_type", "probe_batches", "rho_feedback", "economy", "head_warmup",
+                     "dp_resolution", "timing_table", "bn_mode", "cache_frozen_prefix",
+                     "cache_budget_mb", "cache_views", "cache_dtype", "seed")
 
 
 @dataclass(frozen=True)

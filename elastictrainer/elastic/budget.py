@@ -3,8 +3,7 @@ or `--rho auto` (not in the paper), where each re-selection solves one of two ob
 the ratio its selection amounts to becomes the closed loop's target until the next one.  A
 numeric rho may take a tolerance (--rho_tolerance): the cheapest selection within that share of
 eq. 3's best importance when it saves as large a share of the step, a tie-break toward cheaper
-selections (off by default).  The auto
-objectives:
+selections (off by default).  The auto objectives:
 
 - share (--rho_objective share): the cheapest selection that keeps a share of the estimated
   loss drop (method/cheapest.py, the dual of eq. 3, solved as exactly);

@@ -227,8 +227,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
             time_model, cfg.rho, share=cfg.rho_share, objective=cfg.rho_objective,
-            tolerance=cfg.rho_tolerance, feedback=cfg.rho_feedback, steps_per_epoch=self.steps_per_epoch,
-            total_steps=total, interval=cfg.interval, probe_batches=cfg.probe_batches,
+            tolerance=cfg.rho_tolerance, feedback=cfg.rho_feedback,
+            steps_per_epoch=self.steps_per_epoch, total_steps=total, interval=cfg.interval,
+            probe_batches=cfg.probe_batches,
             dp_resolution=cfg.dp_resolution, compile_ms=table.get("compile_ms"),
             economy=cfg.economy, economy_off_words="economy=False",
             is_compiled=lambda selection: selection in compiled, profiling_s=profiling_s,

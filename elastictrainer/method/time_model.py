@@ -242,12 +242,11 @@ class TimeModel:
                                       self.backward_budget_ms(rho), resolution=resolution,
                                       t_fw_ms=self.t_fw)
         mask = self._unorder(res.mask)
-        if tolerance <= 0 or not mask.any():
-            return mask
         positive = np.clip(np.asarray(importance, float), 0, None)
-        if positive[mask].sum() <= 0:
+        kept = float(positive[mask].sum())
+        if tolerance <= 0 or kept <= 0:  # an empty selection keeps nothing either
             return mask
-        share = (1 - tolerance) * float(positive[mask].sum()) / float(positive.sum())
+        share = (1 - tolerance) * kept / float(positive.sum())
         cheaper = self.select_share(importance, min(share, 1.0), resolution=resolution)
         if cheaper is not None and self.predicted_ratio(cheaper) <= (
                 (1 - tolerance) * self.predicted_ratio(mask)):
