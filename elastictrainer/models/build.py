@@ -11,7 +11,7 @@ import os
 from elastictrainer import flavors
 from elastictrainer.errors import UserError, one_line
 from elastictrainer.models import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, MODELS, is_user_model
-from elastictrainer.models import vit
+from elastictrainer.models import efficientnet, vit
 from elastictrainer.models.base import build_builtin, load_weights_file, output_head, weights_kind
 
 
@@ -66,7 +66,8 @@ def build_sized(name_or_path, input_size=None, num_classes=None, weights="none",
 
 
 def load_weights(model, path, log=print):
-    """Weights from a PATH: a published-layout ViT .npz, or what `model.save_weights` wrote
+    """Weights from a PATH: a published-layout ViT .npz, EfficientNet-Lite0's legacy PyTorch
+    .pth, or what `model.save_weights` wrote
     (everything but the classifier when that has another shape; `log` says so)."""
     path = os.path.expanduser(os.fspath(path))
     if path.lower().endswith(".npz"):
@@ -74,6 +75,13 @@ def load_weights(model, path, log=print):
             raise UserError(f"{path}: .npz weights are only supported for the vit model, "
                             f"not {model.name}")
         vit.load_vit_npz(model, path)
+        return model
+    if path.lower().endswith(".pth"):
+        if not efficientnet.is_efficientnet_lite0(model):
+            raise UserError(f"{path}: .pth weights are only supported for efficientnet_lite0, "
+                            f"not {model.name}")
+        efficientnet.load_torch_weights(model, path, int(model.output_shape[-1]))
+        log(f"weights {path}: EfficientNet-Lite0's from a PyTorch file")
         return model
     return load_weights_file(model, path, log)
 

@@ -10,7 +10,7 @@ from elastictrainer.models.build import build_model
 
 
 def test_model_names_and_unknown_name():
-    assert MODEL_NAMES == ("resnet50", "vgg16", "mobilenetv2", "vit", "smallcnn")
+    assert MODEL_NAMES == ("resnet50", "vgg16", "mobilenetv2", "vit", "efficientnet_lite0", "smallcnn")
     with pytest.raises(UserError) as err:
         build_model("resnet18")
     for name in MODEL_NAMES:
