@@ -21,7 +21,7 @@ from elastictrainer.elastic.budget import (AUTO, DEFAULT_OBJECTIVE, DEFAULT_SHAR
                                            parse_rho)
 from elastictrainer.errors import UserError
 from elastictrainer.runlog import rho_text
-from elastictrainer.data import SYNTHETIC_EXAMPLES, choices_help as datasets_help
+from elastictrainer.data import GENERATED_NAMES, SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer.models import (DEFAULT_NUM_CLASSES, MODELS, choices_help as models_help,
                                   is_user_model)
@@ -330,10 +330,10 @@ class Config:
     steps_per_epoch: Optional[int] = field(default=None, metadata=flag(
         "cap on training steps per epoch, for quick trials", shown_default="the whole set"))
     num_train: Optional[int] = field(default=None, metadata=flag(
-        "synthetic dataset only: training images to generate (a set of up to 128 MB of 8-bit "
+        "generated datasets only (synthetic, synthetic_objects): training images to generate (a set of up to 128 MB of 8-bit "
         "pixels is generated once and kept in memory)", shown_default=str(SYNTHETIC_EXAMPLES)))
     num_test: Optional[int] = field(default=None, metadata=flag(
-        "synthetic dataset only: test images (kept in memory as the training set is); every "
+        "generated datasets only: test images (kept in memory as the training set is); every "
         "epoch is evaluated on all of them, so more means steadier accuracies",
         shown_default=str(SYNTHETIC_EXAMPLES)))
     dp_resolution: int = field(default=10000, metadata=flag(
@@ -376,10 +376,11 @@ class Config:
             MODELS.get_or_fail(str(self.model_name).strip().lower())
         for name in ("num_train", "num_test"):
             value = getattr(self, name)
-            if value is not None and self.dataset_name != "synthetic":
+            if value is not None and self.dataset_name not in GENERATED_NAMES:
                 # said without judging the name: an unknown one is refused when loaded
-                raise UserError(f"--{name} sizes the built-in synthetic dataset only, not "
-                                f"--dataset_name {self.dataset_name}")
+                raise UserError(f"--{name} sizes the built-in generated datasets only "
+                                f"({', '.join(GENERATED_NAMES)}), not --dataset_name "
+                                f"{self.dataset_name}")
         if not self.learning_rate > 0:
             raise UserError(f"--learning_rate must be positive, got {self.learning_rate}")
         if self.weight_decay < 0:

@@ -7,6 +7,8 @@ Sources:
   * TFDS: caltech_birds2011, oxford_iiit_pet, stanford_dogs (the paper's --dataset_name values),
     read from `data_dir` (None = TFDS default, ~/tensorflow_datasets or $TFDS_DATA_DIR).
   * synthetic: class-specific oriented gratings made on the fly (no files), see synthetic_dataset.
+  * synthetic_objects: 40 fine-grained classes of procedural objects over cluttered backgrounds
+    (objects.py), the offline target an ImageNet backbone fine-tunes on.
   * a directory: one sub-folder per class holding images, optionally split into train/ and test/.
 
 Every element is (images float32 [B, S, S, 3] in [0, 255], labels int32 [B]). The train split is
@@ -16,17 +18,22 @@ This module only names what exists (no TensorFlow, so `--help` can list it); loa
 (through tfds_data.py, folder.py and synthetic.py).
 """
 
-DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic")
+DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic",
+                 "synthetic_objects")
 TFDS_NAMES = DATASET_NAMES[:3]
+# The datasets generated here, offline: --num_train and --num_test size them
+GENERATED_NAMES = DATASET_NAMES[3:]
 # Class counts of the built-in datasets, known without loading them (the figure scripts size
 # heads and timing tables up front); a test checks them against TFDS's own metadata.
 NUM_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120,
-               "synthetic": 10}
+               "synthetic": 10, "synthetic_objects": 40}
 # Training and test images of the synthetic dataset when --num_train / --num_test are not given.
 SYNTHETIC_EXAMPLES = 512
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 
 def choices_help():
-    return (", ".join(f"{n} (TFDS)" for n in TFDS_NAMES) + ", synthetic (built in, offline), or "
-            "a folder with one sub-folder of images per class")
+    return (", ".join(f"{n} (TFDS)" for n in TFDS_NAMES) + ", synthetic (built in, offline: "
+            "gratings), synthetic_objects (built in, offline: 40 fine-grained classes of "
+            "procedural objects, the target of an ImageNet backbone), or a folder with one "
+            "sub-folder of images per class")

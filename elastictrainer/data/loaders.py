@@ -1,12 +1,12 @@
 """Loading a dataset by name or path: load_dataset, the one entry point.  The loaders
 themselves live by kind: tfds_data.py (TensorFlow Datasets), folder.py (image folders),
-synthetic.py (the built-in synthetic set); pipeline.py holds what they share."""
+synthetic.py and objects.py (the built-in generated sets); pipeline.py holds what they share."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
 from elastictrainer.errors import UserError
-from elastictrainer.data import DATASET_NAMES
+from elastictrainer.data import DATASET_NAMES, GENERATED_NAMES, objects
 from elastictrainer.data import tfds_data  # noqa: F401  (registers the TFDS names)
 from elastictrainer.data.folder import image_folder_dataset
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, positive_int  # noqa: F401
@@ -25,7 +25,7 @@ def load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=No
     shuffle_buffer: TFDS train splits are shuffled through a buffer of this many (still encoded)
       images; folders and synthetic data shuffle whole file/index lists. 0 disables shuffling.
     download: for TFDS datasets not yet prepared in data_dir, try TFDS's download_and_prepare.
-    kwargs: only for 'synthetic' (num_classes, num_train, num_test).
+    kwargs: only for the generated datasets (num_classes, num_train, num_test).
     """
     input_size = positive_int(input_size, "input_size")
     batch_size = positive_int(batch_size, "batch_size")
@@ -38,9 +38,11 @@ def load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=No
 
     if key == "synthetic":
         return synthetic_dataset(**opts, **kwargs)
+    if key == objects.NAME:
+        return objects.objects_dataset(**opts, **kwargs)
     if kwargs:
         raise TypeError(f"unexpected arguments for dataset {key!r}: {', '.join(sorted(kwargs))}"
-                        " (only 'synthetic' takes extra arguments)")
+                        f" (only {', '.join(GENERATED_NAMES)} take extra arguments)")
     if key in LOADERS:
         return LOADERS[key](key, data_dir=data_dir, download=download, **opts)
     looks_like_path = os.sep in key or key.startswith((".", "~")) or os.path.exists(key)

@@ -146,23 +146,32 @@ def synthetic_dataset(input_size=224, num_classes=NUM_CLASSES["synthetic"],
                       num_train=SYNTHETIC_EXAMPLES, num_test=SYNTHETIC_EXAMPLES, seed=0,
                       batch_size=4, shuffle_buffer=1000):
     """The built-in 'synthetic' dataset (see synthetic_examples) as a DatasetBundle."""
+    return generated_bundle("synthetic", _synthetic_source, input_size, num_classes, num_train,
+                            num_test, seed, batch_size, shuffle_buffer)
+
+
+def generated_bundle(name, source, input_size, num_classes, num_train, num_test, seed,
+                     batch_size, shuffle_buffer):
+    """A generated dataset as a DatasetBundle: `source(input_size, num_examples, num_classes,
+    seed, split)` gives (dataset of (index, label), generator) per split; the train split is
+    reshuffled every pass, a split that fits in memory is generated once."""
     input_size = positive_int(input_size, "input_size")
     num_classes = positive_int(num_classes, "num_classes")
     num_train = positive_int(num_train, "num_train")
     num_test = positive_int(num_test, "num_test")
     batch_size = positive_int(batch_size, "batch_size")
     if num_classes < 2:
-        raise UserError(f"synthetic data needs num_classes >= 2, got {num_classes}")
-    train, make = _synthetic_source(input_size, num_train, num_classes, seed, split=0)
+        raise UserError(f"{name} data needs num_classes >= 2, got {num_classes}")
+    train, make = source(input_size, num_train, num_classes, seed, 0)
     make = _kept_if_small(train, make, num_train, input_size)
     train = shuffle(train, num_train if shuffle_buffer > 0 else 0, seed)
     train = train.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    test, make_test = _synthetic_source(input_size, num_test, num_classes, seed, split=1)
+    test, make_test = source(input_size, num_test, num_classes, seed, 1)
     make_test = _kept_if_small(test, make_test, num_test, input_size)
     test = test.map(make_test, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return DatasetBundle(train=batch(train, batch_size), test=batch(test, 2 * batch_size),
                          num_classes=num_classes, num_train=num_train, num_test=num_test,
-                         name="synthetic",
+                         name=name,
                          class_names=tuple(f"class_{i}" for i in range(num_classes)))
 
 

@@ -274,14 +274,15 @@ def scale_to_unit_range(x):
 
 
 def classifier(input_size, num_classes, preprocess, make_backbone, name, keras=keras,
-               augment_images=True):
+               augment_images=True, backbone_training=False):
     """The reference's model around a backbone: augment -> preprocess -> backbone (built by
     `make_backbone()` after the preprocessing layers) in inference mode -> global pool ->
     Dropout(0.2) -> Dense logits.  `keras`: the module to build with (tf_keras, or Keras 3 for
-    a model.fit user's builder)."""
+    a model.fit user's builder).  backbone_training: the backbone runs as the model is called
+    (its BatchNorm on batch statistics in a training step, unless --bn_mode inference)."""
     inputs = image_input(input_size, keras)
     x = preprocess(augment(inputs, keras) if augment_images else inputs)
-    x = make_backbone()(x, training=False)
+    x = make_backbone()(x, **({} if backbone_training else {"training": False}))
     x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
     # force_generator (tf_keras): its random state is a tf.random.Generator that a checkpoint
     # saves, so a resumed run draws the same masks (the legacy ops keep theirs inside the kernel)

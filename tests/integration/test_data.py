@@ -7,6 +7,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
+from elastictrainer.errors import UserError
+
 from elastictrainer import data
 from elastictrainer.data import loaders, synthetic
 from helpers import TFDS_CLASSES, write_image_folder
@@ -190,6 +192,30 @@ def test_synthetic_deterministic_and_shapes():
     _check_batches(big, 96, 4)
     x, _ = next(iter(big.train))
     assert float(tf.math.reduce_std(x)) > 5  # an image, not a constant
+
+
+def test_synthetic_objects_fine_grained_deterministic_and_balanced():
+    from elastictrainer.data import objects
+
+    attributes = objects.class_attributes()
+    assert attributes.shape == (40, 4) and len({tuple(a) for a in attributes}) == 40
+    # fine-grained: any two classes two attributes apart or more, most with a class at two
+    differ = (attributes[:, None] != attributes[None]).sum(-1) + 4 * np.eye(40, dtype=int)
+    assert differ.min() == 2 and (differ == 2).any(axis=1).sum() >= 30
+    a, b, c = (loaders.load_dataset("synthetic_objects", input_size=32, batch_size=8, seed=s,
+                                    num_train=16, num_test=80) for s in (3, 3, 4))
+    assert (a.num_classes, a.num_test, a.name) == (40, 80, "synthetic_objects")
+    _check_batches(a, 32, 8)
+    xa, ya = _arrays(a.test)
+    xb, yb = _arrays(b.test)
+    xc, _ = _arrays(c.test)
+    assert np.array_equal(xa, xb) and np.array_equal(ya, yb) and not np.array_equal(xa, xc)
+    assert np.bincount(ya, minlength=40).tolist() == [2] * 40
+    # two images of one class differ (pose, background)
+    first, second = (np.flatnonzero(ya == 0)[i] for i in (0, 1))
+    assert np.abs(xa[first] - xa[second]).mean() > 10
+    with pytest.raises(UserError):
+        loaders.load_dataset("synthetic_objects", num_classes=1)
 
 
 def test_synthetic_fast_at_224():

@@ -104,3 +104,33 @@ def test_the_missing_package_is_one_line_before_anything_is_built(monkeypatch, t
     model = build_model("efficientnet_lite0", input_size=32, num_classes=3, weights=str(copy))
     assert model.output_shape == (None, 3)
 
+
+
+def test_its_batchnorm_runs_on_batch_statistics_in_a_training_step_unless_held():
+    """Held on its moving statistics the ImageNet weights do not fine-tune (build_efficientnet_
+    lite0 says why): the backbone runs as the model is called, and --bn_mode inference holds it."""
+    import tf_keras as keras
+
+    from elastictrainer.flavors import batchnorm
+
+    model = build_model("efficientnet_lite0", input_size=32, num_classes=3, weights="none")
+    features = keras.Model(model.input, model.get_layer("global_pool").output)
+    x = tf.random.stateless_uniform((4, 32, 32, 3), (1, 2), 0, 255)
+    batch_statistics = features(x, training=True).numpy()  # moves the moving statistics too
+    held = features(x, training=False).numpy()
+    assert np.abs(batch_statistics - held).max() > 1e-3
+    forced = batchnorm.apply(model, batchnorm.INFERENCE)
+    try:
+        np.testing.assert_allclose(features(x, training=True).numpy(), held, atol=1e-5)
+    finally:
+        batchnorm.restore(forced)
+
+
+def test_the_benchmarks_last_stage_starts_at_block6(imagenet_model):
+    """efficientnet_imagenet's hand-frozen baseline trains blocks 6-7 and the head: tensor 99 on."""
+    from helpers import load_script
+
+    bench = load_script("bench_time_to_accuracy")
+    first = bench.CONFIGS["efficientnet_imagenet"].last_stage
+    names = [v.name for v in imagenet_model.trainable_variables]
+    assert names[first].startswith("block6a_expand_conv") and "block5" in names[first - 1]
