@@ -135,7 +135,7 @@ CONFIGS = {
 
 CONFIG_NAMES = list(CONFIGS) + list(FIT_CONFIGS)
 LABELS = {"full_training": "Full training", "traditional_tl_training": "Traditional TL",
-          "bn_plus_bias_training": "BN+Bias",
+          "bn_plus_bias_training": "BN+Bias", "prunetrain": "PruneTrain",
           "plain_fit": "model.fit, all weights", "hand_frozen": "model.fit, last stage by hand"}
 
 
