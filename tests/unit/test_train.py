@@ -83,9 +83,9 @@ def test_rho_validation():
     (["--num_epochs", "-1"], "num_epochs"),
     (["--save_txt", "maybe"], "save_txt"),
     (["--dataset_name", "imagenet"], "synthetic"),
-    (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "synthetic dataset only"),
+    (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "generated datasets only"),
     # an unknown name is not said to have splits of its own
-    (["--dataset_name", "nosuchdata", "--num_train", "100"], "only, not --dataset_name nosuchdata"),
+    (["--dataset_name", "nosuchdata", "--num_train", "100"], "synthetic_objects), not --dataset_name nosuchdata"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
     # the frozen-prefix cache's and rho auto's settings
     (["--cache_frozen_prefix", "sometimes"], "expected auto, true or false, got 'sometimes'"),
