@@ -55,31 +55,26 @@ def backbone(keras, input_size, name="efficientnet_lite0"):
     out."""
     layers = keras.layers
 
-    def conv_bn(x, filters, kernel, stride, prefix, act=True, depthwise=False):
-        if depthwise:
-            x = layers.DepthwiseConv2D(kernel, stride, padding="same", use_bias=False,
-                                       name=prefix + "dwconv")(x)
-            suffix = "bn"
-        else:
-            conv = {"stem_": "conv", "top_": "conv"}.get(prefix)
-            part = conv or ("expand_conv" if act else "project_conv")
-            x = layers.Conv2D(filters, kernel, stride, padding="same", use_bias=False,
-                              name=prefix + part)(x)
-            suffix = "bn" if conv else part.replace("conv", "bn")
-        x = layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM,
-                                      name=prefix + suffix)(x)
-        return layers.ReLU(6.0, name=prefix + suffix.replace("bn", "activation"))(x) if act else x
+    def conv(filters, kernel, stride, name):
+        return layers.Conv2D(filters, kernel, stride, padding="same", use_bias=False, name=name)
+
+    def bn(x, name, activation=None):
+        x = layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name=name)(x)
+        return layers.ReLU(6.0, name=activation)(x) if activation else x
 
     image = keras.Input((input_size, input_size, 3), name="features_in")
-    x = conv_bn(image, STEM, 3, 2, "stem_")
-    for prefix, _, kernel, stride, expand, width, out in block_names():
+    x = bn(conv(STEM, 3, 2, "stem_conv")(image), "stem_bn", "stem_activation")
+    for p, _, kernel, stride, expand, width, out in block_names():
         y = x
         if expand != 1:
-            y = conv_bn(y, width * expand, 1, 1, prefix)
-        y = conv_bn(y, None, kernel, stride, prefix, depthwise=True)
-        y = conv_bn(y, out, 1, 1, prefix, act=False)
-        x = layers.Add(name=prefix + "add")([x, y]) if stride == 1 and width == out else y
-    x = conv_bn(x, HEAD, 1, 1, "top_")
+            y = bn(conv(width * expand, 1, 1, p + "expand_conv")(y), p + "expand_bn",
+                   p + "expand_activation")
+        y = layers.DepthwiseConv2D(kernel, stride, padding="same", use_bias=False,
+                                   name=p + "dwconv")(y)
+        y = bn(y, p + "bn", p + "activation")
+        y = bn(conv(out, 1, 1, p + "project_conv")(y), p + "project_bn")  # linear: no ReLU6
+        x = layers.Add(name=p + "add")([x, y]) if stride == 1 and width == out else y
+    x = bn(conv(HEAD, 1, 1, "top_conv")(x), "top_bn", "top_activation")
     return keras.Model(image, x, name=name)
 
 
