@@ -9,6 +9,8 @@ import pytest
 
 from elastictrainer import cli, config
 from elastictrainer.config import Config
+from elastictrainer.errors import UserError
+from elastictrainer.flavors.optimizers import LR_SCHEDULES, OPTIMIZERS
 
 FIELDS = dataclasses.fields(Config)
 
@@ -47,15 +49,13 @@ def test_choices_come_from_the_registries():
 
     actions = _actions(cli.train_parser())
     assert tuple(actions["train_type"].choices) == tuple(SCHEMES)
-    assert tuple(actions["optimizer"].choices) == tuple(config.OPTIMIZERS)
-    assert tuple(actions["lr_schedule"].choices) == tuple(config.LR_SCHEDULES)
+    assert tuple(actions["optimizer"].choices) == tuple(OPTIMIZERS)
+    assert tuple(actions["lr_schedule"].choices) == tuple(LR_SCHEDULES)
     assert tuple(actions["energy"].choices) == tuple(MODES)
     assert tuple(actions["bn_mode"].choices) == ("model", "inference")
 
 
 def test_bn_mode_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
-    from elastictrainer.errors import UserError
-
     args = cli.train_parser().parse_args(["--bn_mode", "inference"])
     assert cli.config_from_args(args).bn_mode == "inference"
     assert Config().bn_mode == "model"
@@ -64,8 +64,6 @@ def test_bn_mode_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
 
 
 def test_the_cache_settings_parse_and_bad_ones_are_one_line_user_errors():
-    from elastictrainer.errors import UserError
-
     def parsed(*argv):
         return cli.config_from_args(cli.train_parser().parse_args(list(argv)))
 
@@ -85,8 +83,6 @@ def test_the_cache_settings_parse_and_bad_ones_are_one_line_user_errors():
 
 
 def test_rho_objective_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
-    from elastictrainer.errors import UserError
-
     args = cli.train_parser().parse_args(["--rho", "auto", "--rho_objective", "rate"])
     assert cli.config_from_args(args).rho_objective == "rate"
     assert Config().rho_objective == "share"  # until measurements choose the default
@@ -102,7 +98,6 @@ def test_rho_objective_reaches_the_config_and_a_bad_one_is_a_one_line_user_error
 
 
 def test_an_unknown_model_name_is_refused_with_the_flags_before_any_data_loads(monkeypatch):
-    from elastictrainer.errors import UserError
     from elastictrainer.train import distribution
 
     # the first thing train_main does past the flags' checks
@@ -114,8 +109,6 @@ def test_an_unknown_model_name_is_refused_with_the_flags_before_any_data_loads(m
 
 
 def test_head_warmup_is_auto_or_a_share_and_a_bad_one_is_a_one_line_user_error():
-    from elastictrainer.errors import UserError
-
     assert Config().head_warmup == "auto"
     args = cli.train_parser().parse_args(["--head_warmup", "0.2"])
     assert cli.config_from_args(args).head_warmup == 0.2
@@ -238,9 +231,9 @@ def test_profile_and_figure_checks_are_the_settings_checks(capsys):
                           (["figure", "17", "--steps_per_epoch", "0"],
                            "--steps_per_epoch must be a positive integer, got 0"),
                           (["figure", "17", "--ray_resources", "pi4=1"], "needs --ray")):
-        with pytest.raises(config.UserError, match=message.replace("-", r"\-")):
+        with pytest.raises(UserError, match=message.replace("-", r"\-")):
             cli.main(argv)
-    with pytest.raises(config.UserError, match="--steps_per_epoch must be a positive integer"):
+    with pytest.raises(UserError, match="--steps_per_epoch must be a positive integer"):
         Config(steps_per_epoch=0).validate()  # the same check as train's
 
 
