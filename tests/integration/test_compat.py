@@ -385,7 +385,7 @@ OWN_PRIVATE_ATTRIBUTES = {
                         "optimizer",
     "_names": "profiler.table.TimingTable's own classmethod",
     "_get_help_string": "the hook argparse's HelpFormatter subclasses override "
-                        "(config.DefaultsHelpFormatter); Python's argparse, not TensorFlow",
+                        "(config.flags.DefaultsHelpFormatter); Python's argparse, not TensorFlow",
     "_exit": "os._exit, Python's documented exit without teardown (the profiling child ends "
              "so once its table is written); not TensorFlow",
 }

@@ -177,7 +177,7 @@ def test_a_scheme_registered_later_is_a_valid_train_type(monkeypatch):
     assert args.train_type == "my_scheme"
 
 
-# -- the other commands' settings and ElasticCallback's come from config.py too --------------
+# -- the other commands' settings and ElasticCallback's come from elastictrainer.config too --
 
 def _defaults(parser):
     return {dest: a.default for dest, a in _actions(parser).items()}
@@ -283,5 +283,5 @@ def test_each_commands_documented_flag_table_is_generated_from_its_settings(comm
     block = config.documented_flag_table(open(doc, encoding="utf-8").read(), command)
     assert block is not None, f"{doc} lost its {config.table_markers(command)[0]} block"
     assert block == config.flag_table(settings), (
-        f"{doc}'s {command} flags differ from config.py: run python -m elastictrainer.config "
-        "--write")
+        f"{doc}'s {command} flags differ from {settings.__name__}'s: run python -m "
+        "elastictrainer.config --write")

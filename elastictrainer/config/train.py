@@ -1,51 +1,30 @@
-"""A run's settings: one frozen object, validated before anything is loaded, saved with the run
-as config.json.  No TensorFlow: the CLI builds and checks it before starting TensorFlow.
-
-Each field also carries its command-line flag (`flag(...)` metadata: help, choices, the default
-as shown), so the train command's flags (cli.train_parser) and docs/usage.md's flag table
-(`python -m elastictrainer.config --write`) are both generated from this one class.  The
-profile and figure commands' settings are ProfileConfig and FigureConfig, made the same way
-(their model and data flags are Config's fields; their tables are in docs/usage.md and
-docs/reproducing.md), and ElasticCallback's defaults are Config's.
+"""The train command's settings: Config, one frozen object validated before anything is
+loaded and saved with the run as config.json.  Each field also carries its command-line flag, so
+the train parser (cli.train_parser) and docs/usage.md's flag table are both generated from this
+one class; the profile and figure commands take their model and data flags from its fields, and
+ElasticCallback's defaults are its defaults.  No TensorFlow: the CLI builds and checks it before
+starting TensorFlow.
 """
 import argparse
-import dataclasses
 import datetime
 import os
-import re
-import sys
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
+from elastictrainer.config.flags import check_positive, flag, parse_auto_bool
 from elastictrainer.elastic.budget import (AUTO, DEFAULT_OBJECTIVE, DEFAULT_SHARE, OBJECTIVES,
                                            parse_rho)
 from elastictrainer.errors import UserError
 from elastictrainer.runlog import rho_text
 from elastictrainer.data import GENERATED_NAMES, SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
-from elastictrainer.models import (DEFAULT_NUM_CLASSES, MODELS, choices_help as models_help,
-                                  is_user_model)
-from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,  # noqa: F401
-                                  lr_schedule_for)
+from elastictrainer.models import MODELS, choices_help as models_help, is_user_model
+from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,
+                                               lr_schedule_for)
 from elastictrainer.method.schemes import SCHEMES, choices_help as schemes_help
 from elastictrainer.prefix.store import CACHE_DTYPES, MAX_AUTO_VIEWS
 from elastictrainer.flavors.batchnorm import (HELP as BN_HELP, MODEL as BN_MODEL, MODES as BN_MODES,
                                               check as check_bn_mode)
-
-# ----------------------------------------------------------------------------------- flags
-# argparse types and the parser every command shares: a bad flag is one line and exit code 2
-def comma_list(cast, what="numbers"):
-    """argparse type for '0.4,0.5' -> (0.4, 0.5); a bad or empty list is a usage error."""
-    def parse(text):
-        try:
-            values = tuple(cast(v) for v in str(text).split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated {what}, got {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got an empty list")
-        return values
-    return parse
 
 
 def _parse_rho(text):
@@ -68,109 +47,6 @@ def _parse_head_warmup(text):
                                          f"{text!r}") from None
 
 
-def parse_auto_bool(text):
-    """argparse type of auto/true/false settings (and their reading in ElasticCallback):
-    "auto", True or False."""
-    if str(text).strip().lower() == AUTO:
-        return AUTO
-    try:
-        return str2bool(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected auto, true or false, got {text!r}") from None
-
-
-def str2bool(s):
-    """argparse type for booleans: true/false/1/0/yes/no (the reference took any string but 'False' as true)."""
-    v = str(s).strip().lower()
-    if v in ("1", "true", "t", "yes", "y"):
-        return True
-    if v in ("0", "false", "f", "no", "n"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false/1/0, got {s!r}")
-
-
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Adds "(default: X)" to a flag's help unless the help already names its default or the
-    default is None (which means "derived", and the help says from what)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if "default" in text or action.default in (None, argparse.SUPPRESS):
-            return text
-        return super()._get_help_string(action)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with a one-line error (usage is one `--help` away) and exit code 2."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message):
-        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
-        sys.exit(2)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How a Config field appears on the command line and in docs/usage.md's flag table.
-
-    help: plain text (no argparse %-escapes, no markdown; both renderings add their own), or a
-      function giving it, for lists that grow when users register their own entries.
-    choices: the valid values, or a function giving them when the parser is built (a scheme a
-      user registers after this module is imported is still a valid --train_type).
-    shown_default: the default as a reader should see it, where the value alone says too little
-      (None usually means "derived", and this says from what).
-    off_switch: for a bool field that is on by default, the name of the flag that turns it off
-      (a plain switch, no value).
-    switch: for a bool field that is off by default, the flag is a plain switch that turns it on.
-    parse: the argparse type, where the field's annotation is not one (a comma list, say).
-    """
-    help: str
-    choices: Optional[tuple] = None
-    metavar: Optional[str] = None
-    shown_default: Optional[str] = None
-    off_switch: Optional[str] = None
-    switch: bool = False
-    parse: Optional[object] = None
-
-    def help_text(self):
-        return self.help() if callable(self.help) else self.help
-
-    def choice_list(self):
-        return tuple(self.choices()) if callable(self.choices) else self.choices
-
-
-def flag(help, **kwargs):
-    """Field metadata that makes a Config field a flag: `field(default=..., metadata=flag(...))`."""
-    return {"flag": Flag(help, **kwargs)}
-
-
-def flag_of(f):
-    """The Flag of a Config field (dataclasses.Field); KeyError if it has none."""
-    return f.metadata["flag"]
-
-
-def option_of(f):
-    """The field's command-line option, e.g. '--rho'."""
-    return "--" + (flag_of(f).off_switch or f.name)
-
-
-def shown_default(f):
-    """The field's default as --help and the flag table show it."""
-    fl = flag_of(f)
-    if fl.shown_default is not None:
-        return fl.shown_default
-    if fl.off_switch or fl.switch:
-        return "off"
-    if isinstance(f.default, bool):
-        return str(f.default).lower()  # as str2bool reads it
-    if isinstance(f.default, float):
-        return f"{f.default:g}"
-    return str(f.default)
-
-
 def _synthetic_weights():
     return ", ".join(f"{name} up to {spec.synthetic['max_input_size']} px"
                      for name, spec in MODELS.items() if spec.synthetic)
@@ -184,15 +60,6 @@ def _strategies():
     from elastictrainer.train.distribution import STRATEGIES
 
     return STRATEGIES
-
-
-def check_positive(settings, names):
-    """UserError unless each of `names` (attributes of `settings`) is None or a positive
-    integer."""
-    for name in names:
-        value = getattr(settings, name)
-        if value is not None and value < 1:
-            raise UserError(f"--{name} must be a positive integer, got {value}")
 
 
 @dataclass(frozen=True)
@@ -457,15 +324,6 @@ class Config:
 CONFIG_FIELDS = {f.name: f for f in fields(Config)}
 
 
-def same_as(name, **changes):
-    """A field that is Config's `name` (its default and flag) in another command's settings,
-    with `changes`: `default`, and Flag's fields (help, shown_default, ...)."""
-    f = CONFIG_FIELDS[name]
-    default = changes.pop("default", f.default)
-    return field(default=default, metadata={"flag": dataclasses.replace(flag_of(f), **changes),
-                                            "same_as": name})
-
-
 # ElasticCallback's own settings (model.fit has no command line; its other arguments are
 # Config's fields, with Config's defaults): the run directory it writes when given none.
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
@@ -474,194 +332,3 @@ FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "rho_tolerance", "inte
                      "train_type", "probe_batches", "rho_feedback", "economy", "head_warmup",
                      "dp_resolution", "timing_table", "bn_mode", "cache_frozen_prefix",
                      "cache_budget_mb", "cache_views", "cache_dtype", "seed")
-
-
-@dataclass(frozen=True)
-class ProfileConfig:
-    """The profile command's settings (profiler/run.py's profile_configuration); the model's
-    flags mean what they mean to train, except that it needs no data."""
-    model_name: str = same_as("model_name")
-    input_size: int = same_as("input_size")
-    num_classes: Optional[int] = same_as(
-        "num_classes", help="classifier outputs (a saved model file keeps its own)",
-        shown_default=f"{DEFAULT_NUM_CLASSES}, as the paper's CUB-200")
-    optimizer: str = same_as("optimizer")
-    batch_size: int = same_as("batch_size", help="training batch size to profile")
-    weights: str = same_as(
-        "weights", default="none",
-        help="imagenet | synthetic | none | PATH; timings do not depend on the values, so the "
-             "default avoids a download")
-    num_iterations: int = field(default=5, metadata=flag(
-        "profiled training steps (also the most timed steps and calibration rounds, which "
-        "stop after 3 once their repeats agree within 8%)"))
-    calibrate: bool = field(default=True, metadata=flag(
-        "also time a few real partial selections and fit separate t_dw / t_dy scales, so that "
-        "rho holds when ops overlap (adds about 3 compiles and 10 steps per selection)"))
-    warmup: int = field(default=2, metadata=flag("untimed warm-up steps"))
-    output: Optional[str] = field(default=None, metadata=flag(
-        "table path, where training looks for it",
-        shown_default=flag_of(CONFIG_FIELDS["timing_table"]).shown_default))
-    trace_dir: Optional[str] = field(default=None, metadata=flag(
-        "where tf.profiler writes its trace, beside the runs: tensorboard --logdir logs shows "
-        "it in its Profile tab", shown_default="logs/<table>_profile"))
-    figure: Optional[str] = field(default=None, metadata=flag(
-        "t_dw/t_dy bar chart ('' = none)", shown_default="figures/profile_<table>.png"))
-    seed: int = same_as("seed", help="seed of the random profiling batch")
-    progress: bool = same_as("progress")
-
-    def validate(self):
-        check_positive(self, ("input_size", "batch_size", "num_classes", "num_iterations"))
-        if self.warmup < 0:
-            raise UserError(f"--warmup must be >= 0, got {self.warmup}")
-
-
-def parse_resources(text):
-    """'pi4=1,big_memory=0.5' -> {'pi4': 1.0, 'big_memory': 0.5} (an argparse type: a bad one is
-    a usage error)."""
-    resources = {}
-    for item in str(text).split(","):
-        if not item.strip():
-            continue
-        name, sep, amount = item.partition("=")
-        name = name.strip()
-        try:
-            value = float(amount) if sep else 1.0
-        except ValueError:
-            value = -1.0
-        if not name or value <= 0:
-            raise argparse.ArgumentTypeError(
-                f"expected NAME=N[,NAME=N] with N > 0 (a custom resource the nodes advertise), "
-                f"got {text!r}")
-        resources[name] = value
-    if not resources:
-        raise argparse.ArgumentTypeError(f"expected NAME=N[,NAME=N], got {text!r}")
-    return resources
-
-
-@dataclass(frozen=True)
-class FigureConfig:
-    """The figure command's settings (experiments/figures.py's Driver): which runs it starts,
-    where they write, and where they run; the data flags mean what they mean to train."""
-    ego: bool = field(default=False, metadata=flag(
-        "ElasticTrainer runs only, no baselines (what the _ego scripts pass)", switch=True))
-    smoke: bool = field(default=False, metadata=flag(
-        "the README's command 1 settings (smallcnn from --weights synthetic on synthetic data, "
-        "64 px): the whole pipeline in minutes (what SMOKE=1 passes)", switch=True))
-    offline: bool = field(default=False, metadata=flag(
-        "the paper's regime offline (the time-to-accuracy benchmark's mobilenetv2_paper "
-        "settings, experiments/protocols.py: backbones from --weights synthetic fine-tuned on "
-        "synthetic data with the paper's SGD), and a table of each scheme against full training "
-        "beside the paper's numbers (what OFFLINE=1 passes)", switch=True))
-    seeds: tuple = field(default=(0,), metadata=flag(
-        "comma-separated seeds; each run once per seed (the plots average them)",
-        parse=comma_list(int, "integers"),
-        shown_default="0"))
-    logdir: Optional[str] = field(default=None, metadata=flag(
-        "run directories",
-        shown_default="logs/figures/FIG, smoke: logs/smoke/FIG, offline: logs/offline/FIG"))
-    figdir: Optional[str] = field(default=None, metadata=flag(
-        "figures", shown_default="figures/, smoke: figures/smoke/, offline: figures/offline/"))
-    profiles: Optional[str] = field(default=None, metadata=flag(
-        "timing tables", shown_default="profiles/"))
-    data_dir: Optional[str] = same_as("data_dir")
-    steps_per_epoch: Optional[int] = same_as(
-        "steps_per_epoch", help="cap on every run's training steps per epoch, for a quick check "
-                                "of the pipeline (the numbers then mean little)")
-    cache_frozen_prefix: Union[bool, str] = same_as(
-        "cache_frozen_prefix", default=False,
-        help="every training run's --cache_frozen_prefix: false keeps the paper's protocol, "
-             "where every step runs the whole forward pass; auto or true lets the runs cache as "
-             "train does (not the paper's protocol: runs and figures then go under names ending "
-             "in _cacheauto or _cachetrue)")
-    dry_run: bool = field(default=False, metadata=flag(
-        "print the commands, run nothing (with --ray: contact no cluster)", switch=True))
-    ray: Optional[str] = field(default=None, metadata=flag(
-        "run every profiling and training run as a Ray task on the cluster at ADDRESS "
-        "(HOST:PORT of its head, which starting it prints; auto: the cluster this "
-        "machine belongs to; local: start one here, a run per core): profiling first, then "
-        "the runs, each retried once; run directories come back into --logdir here and the "
-        "figures are drawn here (needs pip install .[cluster])", metavar="ADDRESS",
-        shown_default="off: the runs run here, one after another"))
-    ray_resources: Optional[dict] = field(default=None, metadata=flag(
-        "NAME=N[,NAME=N], with --ray: run only on nodes that advertise these custom resources "
-        "(give each Pi's Ray the custom resource pi4 = 1, then pi4=1: one run at a time per "
-        "board); timing tables go to PROFILES/NAME", metavar="NAME=N[,NAME=N]",
-        parse=parse_resources, shown_default="any node"))
-
-    def validate(self):
-        check_positive(self, ("steps_per_epoch",))
-        if self.smoke and self.offline:
-            raise UserError("--smoke and --offline are two protocols: give one of them")
-        if self.ray_resources and not self.ray:
-            raise UserError("--ray_resources pins runs to a Ray cluster's nodes: it needs --ray")
-
-
-# ----------------------------------------------------------------------------------- docs
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
-USAGE_DOC = os.path.join(DOCS, "usage.md")
-# each command's flag table: the settings it is made from, and the doc that shows it between
-# its markers
-DOC_TABLES = {"train": (Config, USAGE_DOC), "profile": (ProfileConfig, USAGE_DOC),
-              "figure": (FigureConfig, os.path.join(DOCS, "reproducing.md"))}
-
-
-def table_markers(command="train"):
-    return f"<!-- flags:{command} -->", f"<!-- /flags:{command} -->"
-
-
-TABLE_BEGIN, TABLE_END = table_markers("train")
-# Flags and $VARIABLES read as code, and so must a word with <placeholders>, which GitHub would
-# otherwise drop as an HTML tag.
-_CODE = re.compile(r"(?<![\w`-])(--\w+|\$\w+|[^\s`(),;]*<[^\s`(),;]*)")
-
-
-def _markdown(text):
-    return _CODE.sub(r"`\1`", text).replace("|", "\\|")
-
-
-def flag_table(settings=Config):
-    """A command's flags as a markdown table, one row per field of its settings, in order."""
-    rows = ["| flag | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{option_of(f)}` | {_markdown(shown_default(f))} | {_markdown(flag_of(f).help_text())} |"
-             for f in fields(settings)]
-    return "\n".join(rows) + "\n"
-
-
-def documented_flag_table(text, command="train"):
-    """The flag table between `command`'s markers in `text`; None without the markers."""
-    begin_marker, end_marker = table_markers(command)
-    begin, end = text.find(begin_marker), text.find(end_marker)
-    if begin < 0 or end < begin:
-        return None
-    return text[begin + len(begin_marker):end].lstrip("\n")
-
-
-def write_flag_table(path=USAGE_DOC, command="train"):
-    """Put `command`'s flag_table() between its markers in `path`; True when the file
-    changed."""
-    begin_marker, end_marker = table_markers(command)
-    table = flag_table(DOC_TABLES[command][0])
-    text = open(path, encoding="utf-8").read()
-    old = documented_flag_table(text, command)
-    if old is None:
-        raise UserError(f"{path} has no {begin_marker} ... {end_marker} block")
-    if old == table:
-        return False
-    begin, end = text.index(begin_marker) + len(begin_marker), text.index(end_marker)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text[:begin] + "\n" + table + text[end:])
-    return True
-
-
-if __name__ == "__main__":
-    # python -m elastictrainer.config [--write]: print the tables, or rewrite the docs' blocks
-    if sys.argv[1:] == ["--write"]:
-        for command, (_, doc) in DOC_TABLES.items():
-            changed = write_flag_table(doc, command)
-            print(f"{doc} ({command}): " + ("table rewritten" if changed else "up to date"))
-    elif sys.argv[1:]:
-        print("usage: python -m elastictrainer.config [--write]", file=sys.stderr)
-        sys.exit(2)
-    else:
-        for command, (settings, _) in DOC_TABLES.items():
-            print(f"{table_markers(command)[0]}\n{flag_table(settings)}")
