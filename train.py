@@ -1,7 +1,8 @@
 """The training loop, for readers of the paper's code: `run(Config(...))` trains one run.
 
-It lives in elastictrainer/runs/loop.py (the loop), elastictrainer/config.py (the settings) and
-elastictrainer/method/schemes.py (what each --train_type trains); the command line is main.py.
+It lives in elastictrainer/runs/loop.py (the loop), elastictrainer/config/train.py (the
+settings) and elastictrainer/method/schemes.py (what each --train_type trains); the command line
+is main.py.
 """
 from elastictrainer.config import Config  # noqa: F401
 from elastictrainer.runs.loop import run  # noqa: F401

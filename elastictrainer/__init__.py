@@ -5,7 +5,8 @@ Grouped by what each part does, in layers that import only downwards (docs/desig
     cli.py, keras.py   the commands; `from elastictrainer.keras import ElasticCallback`
     experiments/       the paper's figures as sweeps, compare, Ray sweeps, benchmark tables
     fit/               ElasticTrainer inside model.fit (ElasticCallback)
-    config.py          Config: every setting, its flag and its help
+    config/            every command's settings (Config, the train command's), each with its
+                       flag and help, and the docs' flag tables generated from them
     runs/              one run's lifecycle: setup, the loop, the recorder (summary.json,
                        TensorBoard, the closing line, for every driver), checkpoints, energy
     elastic/           the runtime: when to re-select, the closed loop on rho, overheads
