@@ -3,7 +3,7 @@ so that the parsers and the docs' flag tables are generated from one declaration
 TensorFlow: the CLI builds and checks the settings before starting TensorFlow.
 
     flags.py       argparse types, the one-line-error parser, a field's Flag metadata
-    train.py       Config: the train command's settings (saved with a run as config.json),
+    settings.py    Config: the train command's settings (saved with a run as config.json),
                    and ElasticCallback's defaults
     commands.py    ProfileConfig and FigureConfig: the profile and figure commands' settings
     doc_tables.py  the docs' flag tables (`python -m elastictrainer.config [--write]`)
@@ -13,7 +13,7 @@ The names callers use are importable from here: `from elastictrainer.config impo
 from elastictrainer.config.flags import (ArgumentParser, DefaultsHelpFormatter, Flag,
                                          check_positive, comma_list, flag, flag_of, option_of,
                                          parse_auto_bool, shown_default, str2bool)
-from elastictrainer.config.train import CONFIG_FIELDS, FIT_CONFIG_FIELDS, FIT_LOGDIR, Config
+from elastictrainer.config.settings import CONFIG_FIELDS, FIT_CONFIG_FIELDS, FIT_LOGDIR, Config
 from elastictrainer.config.commands import (FigureConfig, ProfileConfig, parse_resources,
                                             same_as)
 from elastictrainer.config.doc_tables import (DOC_TABLES, DOCS, TABLE_BEGIN, TABLE_END,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from elastictrainer.config.flags import check_positive, comma_list, flag, flag_of
-from elastictrainer.config.train import CONFIG_FIELDS
+from elastictrainer.config.settings import CONFIG_FIELDS
 from elastictrainer.errors import UserError
 from elastictrainer.models import DEFAULT_NUM_CLASSES
 

@@ -11,7 +11,7 @@ from dataclasses import fields
 
 from elastictrainer.config.commands import FigureConfig, ProfileConfig
 from elastictrainer.config.flags import flag_of, option_of, shown_default
-from elastictrainer.config.train import Config
+from elastictrainer.config.settings import Config
 from elastictrainer.errors import UserError
 
 # the repository's docs/, beside the package

@@ -82,7 +82,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
     `profiles`); log: where the runtime's lines go (print; None for silence);
     clock: seconds, for step timing."""
 
-    # the command line's settings with its defaults (config/train.py)
+    # the command line's settings with its defaults (config/settings.py)
     def __init__(self, rho=Config.rho, rho_share=Config.rho_share,
                  rho_objective=Config.rho_objective, rho_tolerance=Config.rho_tolerance,
                  interval=Config.interval, logdir=FIT_LOGDIR,

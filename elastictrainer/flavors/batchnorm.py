@@ -12,7 +12,7 @@ prefix cache may cut above it.
 Each layer's calls are forced to training=False (compat.force_call_argument), which reaches
 every call of the layer object whichever Keras and however deep it is nested.  Functions
 traced while a layer is forced keep it forced; a run puts its model in the mode before it
-traces anything.  Imports no Keras: config/train.py takes MODES from here.
+traces anything.  Imports no Keras: config/settings.py takes MODES from here.
 """
 import contextlib
 import weakref
