@@ -4,9 +4,13 @@ import json
 import os
 import re
 
+import pytest
+
 from helpers import ROOT, write_image_folder
 from elastictrainer import runlog
 from elastictrainer.elastic import SHORT_RUN
+
+pytestmark = pytest.mark.tf_versions
 
 
 

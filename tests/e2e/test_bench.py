@@ -9,8 +9,6 @@ import tf_keras as keras
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.one_tf
-
 
 def test_bench_speedup_smoke(tmp_path):
     inp = keras.Input((16, 16, 3))

@@ -12,7 +12,6 @@ import pytest
 
 from helpers import ROOT, TRAIN_COMMAND as TRAIN
 
-pytestmark = pytest.mark.one_tf
 
 SCRIPT = os.path.join(ROOT, "scripts", "run_figure15.sh")
 FIGURES = ("fig15.png", "fig15.pdf", "fig15_bars.png", "fig15_bars.pdf", "fig15_bars.md",

@@ -21,7 +21,6 @@ from PIL import Image
 from elastictrainer import config, runlog
 from elastictrainer.profiler import table as ptable
 
-pytestmark = pytest.mark.one_tf
 
 RUNS = {"elastic_rho0.6": ("elastic_training", 0.6), "elastic_rho0.8": ("elastic_training", 0.8),
         "full": ("full_training", 0.5)}

@@ -4,8 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from elastictrainer import runlog
 from helpers import ROOT
+
+pytestmark = pytest.mark.tf_versions
 
 
 def test_profiling_first_does_not_change_the_run(tmp_path):

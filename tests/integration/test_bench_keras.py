@@ -2,11 +2,7 @@
 written with the machine and date."""
 import json
 
-import pytest
-
 from helpers import load_script
-
-pytestmark = pytest.mark.one_tf
 
 
 def test_the_keras_comparison_writes_both_kerases_rows(tmp_path):

@@ -8,8 +8,6 @@ from helpers import bench_runtime_summary as _summary, load_script
 
 from elastictrainer import runlog
 
-pytestmark = pytest.mark.one_tf
-
 
 def test_quick_cell_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))

@@ -3,13 +3,10 @@ finished run read back instead of trained again."""
 import json
 import os
 
-import pytest
-
 import compare as compare_cli
 from elastictrainer import runlog
 from elastictrainer.experiments import compare
 
-pytestmark = pytest.mark.one_tf
 
 ARGV = ["--model_name", "smallcnn", "--weights", "none", "--dataset_name", "synthetic",
         "--num_train", "32", "--num_test", "16", "--input_size", "16", "--batch_size", "8",

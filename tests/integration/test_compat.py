@@ -20,6 +20,9 @@ from elastictrainer.flavors import compat
 from elastictrainer.flavors import optimizers
 
 
+pytestmark = pytest.mark.tf_versions
+
+
 
 def _sgd():
     return optimizers.make_optimizer("sgd", 0.1, 5e-2, 10)  # momentum, weight decay, cosine lr

@@ -14,6 +14,9 @@ from elastictrainer.models import efficientnet
 from elastictrainer.models.build import build_model
 from elastictrainer.models.torch_legacy import TorchFileError, read_state_dict
 
+
+pytestmark = pytest.mark.tf_versions
+
 # ImageNet classes: scikit-learn's sample photographs of a Chinese palace and of a daisy
 PHOTOS = {"china.jpg": 698, "flower.jpg": 985}
 

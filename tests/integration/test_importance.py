@@ -233,7 +233,6 @@ def test_taylor_ranks_tensors_by_the_loss_drop_their_training_brings(opt, lr):
     assert spearman(estimate, drops) > 0.6, (estimate, drops)
 
 
-@pytest.mark.one_tf
 def test_no_collapse_over_12_epochs_of_readme_command_1(tmp_path):
     """The README's command 1 (smallcnn from random weights, Adam 3e-3, rho 0.6), 16 steps an
     epoch: the paper's estimate (elastic_training_taylor_paper) scores fewer and fewer of the

@@ -23,6 +23,9 @@ from elastictrainer.errors import UserError
 from elastictrainer.method.roles import tensor_roles
 
 
+pytestmark = pytest.mark.tf_versions
+
+
 def _data(n=8, size=16, classes=5, seed=0):
     rng = np.random.default_rng(seed)
     return (tf.constant(rng.uniform(0, 255, (n, size, size, 3)), tf.float32),

@@ -18,6 +18,9 @@ from elastictrainer.profiler import table as ptable
 from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
 
 
+pytestmark = pytest.mark.tf_versions
+
+
 def _keras(flavor):
     if flavor == "keras3":
         import keras

@@ -12,6 +12,9 @@ import tf_keras as keras
 from elastictrainer.models.build import build_model, load_weights as load_weights_file, replace_head
 from elastictrainer.models.vit import MultiHeadDotProductAttention, build_vit, load_vit_npz, npz_table
 
+
+pytestmark = pytest.mark.tf_versions
+
 TINY_VIT = dict(patch_size=8, hidden=32, depth=2, heads=4, mlp_dim=64)
 
 

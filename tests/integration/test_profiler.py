@@ -20,6 +20,9 @@ from elastictrainer.errors import UserError
 from helpers import tiny_attention, tiny_cnn  # noqa: E402
 
 
+pytestmark = pytest.mark.tf_versions
+
+
 @pytest.mark.parametrize("which", ["cnn_table", "attn_table"])
 def test_every_tensor_timed_and_covered(which, request):
     model, table = request.getfixturevalue(which)

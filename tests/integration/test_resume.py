@@ -12,6 +12,9 @@ import pytest
 from elastictrainer import runlog
 
 
+pytestmark = pytest.mark.tf_versions
+
+
 def test_truncate_events_drops_what_came_after_the_checkpoint(tmp_path):
     import tensorflow as tf
     from tensorboard.compat.proto import event_pb2

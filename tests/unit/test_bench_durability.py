@@ -3,11 +3,7 @@ time, summed; its flags parse with the paper regime's defaults."""
 import importlib.util
 import os
 
-import pytest
-
 from helpers import ROOT
-
-pytestmark = pytest.mark.one_tf
 
 
 def _script():
