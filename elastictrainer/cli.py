@@ -251,7 +251,8 @@ def figure_main(argv=None, prog="elastictrainer figure"):
                     logdir=cfg.logdir, figdir=cfg.figdir, profiles=cfg.profiles,
                     data_dir=cfg.data_dir, dry_run=cfg.dry_run,
                     steps_per_epoch=cfg.steps_per_epoch, runner=runner,
-                    cache_frozen_prefix=cfg.cache_frozen_prefix, offline=cfg.offline)
+                    cache_frozen_prefix=cfg.cache_frozen_prefix, offline=cfg.offline,
+                    num_test=cfg.num_test)
     _, failed = driver()
     return 1 if failed else 0
 

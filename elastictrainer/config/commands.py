@@ -114,6 +114,11 @@ class FigureConfig:
     steps_per_epoch: Optional[int] = same_as(
         "steps_per_epoch", help="cap on every run's training steps per epoch, for a quick check "
                                 "of the pipeline (the numbers then mean little)")
+    num_test: Optional[int] = same_as(
+        "num_test", help="every run's test images (generated datasets only), for a quick check "
+                         "of the pipeline: each epoch is evaluated on all of them, which then "
+                         "costs more than its steps (the numbers then mean little)",
+        shown_default="the protocol's")
     cache_frozen_prefix: Union[bool, str] = same_as(
         "cache_frozen_prefix", default=False,
         help="every training run's --cache_frozen_prefix: false keeps the paper's protocol, "
@@ -136,7 +141,7 @@ class FigureConfig:
         parse=parse_resources, shown_default="any node"))
 
     def validate(self):
-        check_positive(self, ("steps_per_epoch",))
+        check_positive(self, ("steps_per_epoch", "num_test"))
         if self.smoke and self.offline:
             raise UserError("--smoke and --offline are two protocols: give one of them")
         if self.ray_resources and not self.ray:

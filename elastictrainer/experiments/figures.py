@@ -170,7 +170,7 @@ class Driver:
     def __init__(self, key, ego=False, smoke=False, seeds=(0,), logdir=None, figdir=None,
                  profiles=None, data_dir=None, dry_run=False, python=None,
                  log=None, steps_per_epoch=None, runner=None, cache_frozen_prefix=False,
-                 offline=False):
+                 offline=False, num_test=None):
         key = figure_key(key)
         if smoke and offline:
             raise UserError("--smoke and --offline are two protocols: give one of them")
@@ -189,6 +189,7 @@ class Driver:
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.dry_run = dry_run
         self.steps_per_epoch = steps_per_epoch  # a cap for quick checks of the pipeline
+        self.num_test = num_test  # the same: fewer test images than the protocol's
         self.cache_frozen_prefix = cache_frozen_prefix
         # None: this Python here, and on a cluster node the Python that node's Ray runs
         self.python = python
@@ -243,6 +244,8 @@ class Driver:
         """`elastictrainer train` arguments of one run, writing LOGDIR/<run name> with the
         timing table found in `profiles`."""
         flags = self.protocol.flags(run.model)
+        if self.num_test:
+            flags = dict(flags, num_test=self.num_test)
         args = ["train", "--model_name", run.model, "--dataset_name", run.dataset,
                 "--train_type", run.train_type, "--num_classes", str(run.num_classes),
                 "--seed", str(seed), "--logdir", logdir, "--run_name", run.name(seed),

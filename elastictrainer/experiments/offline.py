@@ -69,6 +69,8 @@ def command(driver):
         words += ["--seeds", ",".join(map(str, driver.seeds))]
     if driver.steps_per_epoch:
         words += ["--steps_per_epoch", str(driver.steps_per_epoch)]
+    if driver.num_test:
+        words += ["--num_test", str(driver.num_test)]
     if driver.cache_frozen_prefix is not False:
         words += ["--cache_frozen_prefix", str(driver.cache_frozen_prefix).lower()]
     return " ".join(words)

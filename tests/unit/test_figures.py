@@ -4,12 +4,11 @@ import glob
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from elastictrainer import cli, runlog
-from elastictrainer.errors import UserError
+from elastictrainer.errors import UserError, run_cli
 from elastictrainer.experiments import figures
 from elastictrainer.method.schemes import BASELINES
 
@@ -81,7 +80,7 @@ def test_dry_run_prints_the_reference_command_lines(tmp_path):
     assert all("--cache_frozen_prefix false" in line for line in mains)
 
 
-def test_the_figures_runs_cache_only_when_asked(tmp_path, monkeypatch):
+def test_the_figures_runs_cache_only_when_asked(tmp_path, monkeypatch, capsys):
     """The paper's protocol leaves the prefix cache off (train's default is auto); the figure
     command passes --cache_frozen_prefix on to every run when asked, and a bad value is one
     line, exit 2."""
@@ -102,10 +101,8 @@ def test_the_figures_runs_cache_only_when_asked(tmp_path, monkeypatch):
     parsed = cli.figure_parser().parse_args(["fig17", "--cache_frozen_prefix", "auto"])
     assert parsed.cache_frozen_prefix == "auto"
     assert cli.figure_parser().parse_args(["fig17"]).cache_frozen_prefix is False
-    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig17",
-                          "--cache_frozen_prefix", "sometimes", "--dry_run"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert_one_line_exit_2(["figure", "fig17", "--cache_frozen_prefix", "sometimes",
+                            "--dry_run"], "--cache_frozen_prefix", capsys)
     # cached runs are not the paper's: their folder and figures are named apart
     monkeypatch.chdir(tmp_path)
     paper = figures.Driver("fig17", smoke=True, dry_run=True, log=lambda m: None)
@@ -126,11 +123,8 @@ def test_the_figures_runs_cache_only_when_asked(tmp_path, monkeypatch):
     assert (run, 0) in done_runs
 
 
-def test_bad_figure_name_is_one_line_exit_2():
-    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig99"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2
-    assert "fig15" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+def test_bad_figure_name_is_one_line_exit_2(capsys):
+    assert_one_line_exit_2(["figure", "fig99"], "fig15", capsys)
 
 
 def _fake_table(folder, t_fp=4.5, t_full=10.0):
@@ -180,17 +174,36 @@ def test_comma_lists_parse_or_fail_as_usage_errors():
             common_flags.comma_list(int, "integers")(bad)
 
 
-def test_a_bad_steps_per_epoch_is_one_line_exit_2_before_anything_runs(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig15", "--smoke",
-                          "--steps_per_epoch", "0", "--logdir", str(tmp_path / "logs")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "--steps_per_epoch" in lines[0], lines
+def assert_one_line_exit_2(argv, needle, capsys):
+    """The command, run as its console script runs it: one line on stderr, exit code 2."""
+    from elastictrainer import cli
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        run_cli(cli.main, argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1 and needle in lines[0], err
+
+
+def test_a_quick_check_caps_steps_and_test_images_and_bad_caps_stop_before_anything_runs(
+        tmp_path, capsys):
+    """--steps_per_epoch and --num_test reach every training run, --num_test over the
+    protocol's own; a bad value of either is one line, exit 2, before anything runs."""
+    driver = figures.Driver("fig15", smoke=True, dry_run=True, log=lambda m: None,
+                            logdir=str(tmp_path / "logs"), profiles=str(tmp_path / "p"),
+                            steps_per_epoch=6, num_test=64)
+    for run in driver.runs:
+        args = driver.train_args(run, 0, driver.logdir, driver.profiles)
+        assert args.count("--num_test") == 1 and args[args.index("--num_test") + 1] == "64"
+        assert args[args.index("--steps_per_epoch") + 1] == "6"
+    for flag in ("--steps_per_epoch", "--num_test"):
+        assert_one_line_exit_2(["figure", "fig15", "--smoke", flag, "0", "--logdir",
+                                str(tmp_path / "logs")], flag, capsys)
     assert not os.path.exists(tmp_path / "logs")
 
 
-def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path):
+def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path, capsys):
     """OFFLINE=1 (--offline): every run is the time-to-accuracy benchmark's mobilenetv2_paper
     configuration on the synthetic data, at the paper's rhos, under logs/offline and
     figures/offline; a rho at or below the forward floor is skipped with the reason."""
@@ -234,7 +247,5 @@ def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path):
     assert all(MODELS[r.model].synthetic for r in fig19)
     assert {r.rho for r in fig19} == {None, 0.4}
     # one protocol at a time: one line, exit 2
-    both = subprocess.run([sys.executable, "-m", "elastictrainer", "figure", "fig17",
-                           "--offline", "--smoke", "--dry_run"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1, both.stderr
+    assert_one_line_exit_2(["figure", "fig17", "--offline", "--smoke", "--dry_run"],
+                           "two protocols", capsys)
