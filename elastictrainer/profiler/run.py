@@ -26,7 +26,7 @@ from elastictrainer.flavors import optimizers
 from elastictrainer.errors import UserError, one_line
 from elastictrainer.machine import peak_rss_mb, release_memory
 from elastictrainer.profiler import attribution, calibration, report, reuse, table as tables
-from elastictrainer.profiler import child, trace
+from elastictrainer.profiler import child, table_format, trace
 from elastictrainer.profiler.phases import Phases, phases_text
 from elastictrainer.profiler.dataflow import GraphInfo
 from elastictrainer.method.time_model import selection_sums, uniform_scale
@@ -197,7 +197,7 @@ def profile_model(model, model_name, input_size, batch_size, num_classes, num_it
                        f"machine?): t_fp_ms set to the traced forward share {share:.2f} of it")
         t_fp = t_full * share
     return {
-        "version": tables.TABLE_VERSION,
+        "version": table_format.TABLE_VERSION,
         "model": str(model_name),
         "input_size": int(input_size),
         "batch_size": int(batch_size),
