@@ -7,6 +7,7 @@
     table_format.py the timing table's format: records, validation, older versions migrated
     table.py        the timing table's files: where it lives, writing it, reading it back
     run.py          the driver: profile a model and write its table, or find one to reuse
+    assemble.py     a profiling's measurements (timed steps, attribution, references) -> its table
     child.py        profiling in a child process that builds the model again (its parent side)
     reuse.py        tables kept in this process for the next run of the same model and shapes
     phases.py       where profiling's seconds go, and the line a run logs about it
