@@ -254,13 +254,13 @@ def scripted_table(model, path, input_size, batch_size, optimizer, t_fp_ms=30.0,
     r * t_full_ms - t_fp_ms, whatever the machine's timings: with the defaults and rho 0.6 or
     0.7, some tensors and never all.  Returns `path`."""
     from elastictrainer import flavors
-    from elastictrainer.profiler import table as ptable
+    from elastictrainer.profiler import table as ptable, table_format
 
     variables = model.trainable_weights
     n = len(variables)
     each = (t_full_ms - t_fp_ms) / (2 * n)
     table = {
-        "version": ptable.TABLE_VERSION, "model": model.name, "input_size": input_size,
+        "version": table_format.TABLE_VERSION, "model": model.name, "input_size": input_size,
         "batch_size": batch_size, "num_classes": int(model.output_shape[-1]),
         "optimizer": optimizer, "t_fp_ms": t_fp_ms, "t_full_ms": t_full_ms,
         "t_bp_ms": t_full_ms - t_fp_ms, "t_grads_ms": None, "t_fp_ops_ms": None,

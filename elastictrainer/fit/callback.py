@@ -6,10 +6,10 @@
               callbacks=[ElasticCallback(rho=0.5, interval=1, logdir="logs/my_run")])
 
 The callback trains only the tensors ElasticTrainer selects, with the optimizer the model was
-compiled with.  On the first batch it profiles the model (the table is cached under profiles/,
-keyed by the model's tensors, the batch shape and the optimizer's kind), then drives the same
-runtime as the command line (elastic/: importance from probe steps, the exact selection under
-rho, the closed loop on rho, the overhead accounting) through the same hooks
+compiled with.  On the first batch it profiles the model (timing_table.py: the table is cached
+under profiles/, keyed by the model's tensors, the batch shape and the optimizer's kind), then
+drives the same runtime as the command line (elastic/: importance from probe steps, the exact
+selection under rho, the closed loop on rho, the overhead accounting) through the same hooks
 (elastic.driver.ElasticDriver).  It does so by giving model.fit its own train function for the
 run: each batch goes through the step the runtime asks for (a probe, a timed full step, or the
 selection's compiled step), which is Keras' own train step (the compiled loss and metrics, the
@@ -22,21 +22,20 @@ a warning, and the fit goes on uncached).
 The run directory (`logdir`) holds what a command-line run writes: config.json, summary.json
 and TensorBoard events under the reference's tags; history and the epoch logs get
 `elastic_measured_ratio` and `elastic_selected`.  With BackupAndRestore the runtime's state is
-restored with the epoch it restarts from (elastic_state.json), the prefix cache's store with
-it (prefix/persist.py).
+restored with the epoch it restarts from (elastic_state.json, persist.py), the prefix cache's
+store with it (prefix/persist.py).
 """
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import argparse
 import dataclasses
-import hashlib
 import os
 import time
 
 import keras as _keras3
 import tensorflow as tf
 
-from elastictrainer import flavors, runlog
+from elastictrainer import flavors
 from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import batchnorm, compat, optimizers
 from elastictrainer.flavors import shared
@@ -47,6 +46,7 @@ from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.elastic.budget import AUTO, parse_rho
 from elastictrainer.fit import steps as fit_steps
 from elastictrainer.fit.steps import FitSteps
+from elastictrainer.fit import persist, timing_table as fit_table
 from elastictrainer.runs.recorder import Recorder, new_summary
 from elastictrainer.profiler import calibration, table as tables
 from elastictrainer.method.roles import tensor_roles
@@ -54,7 +54,6 @@ from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.method.time_model import TimeModel
 from elastictrainer.prefix.plan import why_not_distributed
 
-STATE_FILE = "elastic_state.json"
 # what the callback adds to Keras' epoch logs (and so to history)
 MEASURED_RATIO_LOG = "elastic_measured_ratio"
 SELECTED_LOG = "elastic_selected"
@@ -184,26 +183,14 @@ class ElasticCallback(_keras3.callbacks.Callback):
         model, flavor, cfg = self.model, self.flavor, self.cfg
         optimizer = model.optimizer
         data = self._local(data)  # under a strategy, the replicas' shares together
-        x, _, _ = flavor.keras.utils.unpack_x_y_sample_weight(data)
-        x0 = tf.nest.flatten(x)[0]
-        batch_size = int(x0.shape[0])
-        input_size = int(x0.shape[1]) if len(x0.shape) > 1 else 1
-        num_classes = int(model.output_shape[-1])
+        batch_size, input_size, num_classes = fit_table.batch_shape(flavor, model, data)
         opt_name = type(optimizer).__name__.lower()
-        path = cfg.timing_table or tables.default_table_path(
-            f"{model.name}-{_architecture_digest(model)}", input_size, batch_size, num_classes,
-            opt_name, folder=self.profiles)
-        profiling_s = 0.0
+        path = cfg.timing_table or fit_table.default_path(
+            model, input_size, batch_size, num_classes, opt_name, self.profiles)
         run_steps = calibration.first_profiling_steps(cfg.rho == AUTO, cfg.rho_feedback,
                                                       self.steps_per_epoch * self.epochs)
-        found = tables.load_table(path) if os.path.exists(path) else None
-        stale = found is not None and calibration.recalibrate_reason(found, run_steps)
-        if found is None or not _matches(found, model) or stale:
-            if stale:
-                self.log(f"the timing table at {path} cannot be used: {stale}")
-            t0 = self.clock()
-            self._profile(path, data, input_size, batch_size, num_classes, run_steps=run_steps)
-            profiling_s = self.clock() - t0
+        profiling_s = fit_table.ensure(path, model, flavor, data, input_size, batch_size,
+                                       num_classes, run_steps, self.log, self.clock)
         table = tables.load_table(path, batch_size=batch_size, optimizer=opt_name)
         # the run's settings as model.fit resolves them, saved as config.json
         self.cfg = cfg = dataclasses.replace(
@@ -278,42 +265,10 @@ class ElasticCallback(_keras3.callbacks.Callback):
         return tf.nest.map_structure(
             lambda v: tf.concat(self.strategy.experimental_local_results(v), 0), data)
 
-    def _profile(self, path, data, input_size, batch_size, num_classes, run_steps=None):
-        from elastictrainer.profiler import report, reuse
-        from elastictrainer.profiler.phases import phases_text
-        from elastictrainer.profiler.run import profile_model
-
-        model, flavor = self.model, self.flavor
-        x, y, _ = flavor.keras.utils.unpack_x_y_sample_weight(data)
-        # the batch's structure, the compiled loss and the optimizer make the step profiled
-        table_key = reuse.key(
-            model, batch=[[list(map(int, t.shape)), str(t.dtype)] for t in tf.nest.flatten((x, y))],
-            num_classes=num_classes, optimizer=reuse.describe(model.optimizer),
-            loss=reuse.describe(getattr(model, "loss", None)), profiled="fit")
-        table = reuse.get(table_key, model, model.name)
-        if table is not None and not calibration.recalibrate_reason(table, run_steps):
-            self.log(f"no timing table at {path}: reusing the one profiled in this process for "
-                     f"the same model and batch")
-            tables.save_table(table, path)
-            return
-        self.log(f"no timing table at {path}: profiling {model.name} on this batch first")
-        states = [(v, v.numpy()) for v in flavor.random_state_variables(model)]
-        table = profile_model(model, model.name, input_size, batch_size, num_classes,
-                              optimizer=model.optimizer, batch=(x, y),
-                              loss_fn=flavor.fit_loss_fn(model), progress=False,
-                              run_steps=run_steps)
-        for v, value in states:  # profiling must not move the run's random streams
-            v.assign(value)
-        model.reset_metrics()  # nor count in its first epoch's metrics
-        tables.save_table(table, path)
-        reuse.put(table_key, table)
-        self.log(phases_text(table["profiling_phases_s"], "in this process"))
-        self.log(report.summarize(table))
-
     # ------------------------------------------------------------------ epochs
     def on_epoch_begin(self, epoch, logs=None):
         if self._epoch_start is None:  # the first epoch of this fit: a restart resumes
-            self._restore_state = self._saved_state(epoch)
+            self._restore_state = persist.saved_state(self.out, epoch)
             if self._restore_state is not None and self.driver is not None:
                 self._load(self._restore_state)
             if self._restore_state is None:
@@ -333,16 +288,11 @@ class ElasticCallback(_keras3.callbacks.Callback):
             self.driver.on_epoch_end(epoch + 1, self._global_step)
         self.rec.elastic(rt.records, rt.corrections)
         self._cache_summary()
-        self.rec.epoch(_epoch_record(epoch + 1, self._train_time, logs, rt), self._global_step,
-                       train_scalars=True)
+        self.rec.epoch(persist.epoch_record(epoch + 1, self._train_time, logs, rt),
+                       self._global_step, train_scalars=True)
         self.rec.flush()
-        runlog.write_json(os.path.join(self.out, STATE_FILE), {
-            "epoch": epoch + 1, "global_step": self._global_step,
-            "train_time_s": self._train_time, "runtime": rt.state(),
-            "summary": self.rec.summary.to_dict(),
-            "prefix_cache": None if self.cache is None else self.cache.state(self._global_step)})
-        if self.cache is not None:  # one state is kept: the files of earlier ones go
-            self.cache.kept([self._global_step])
+        persist.save_state(self.out, epoch + 1, self._global_step, self._train_time, rt,
+                           self.rec.summary, self.cache)
         measured = rt.measured_so_far()
         logs[MEASURED_RATIO_LOG] = float("nan") if measured is None else measured
         logs[SELECTED_LOG] = len(rt.selection or ())
@@ -373,18 +323,6 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self.rec.elastic(rt.records, rt.corrections)
         self.rec.save()
 
-    def _saved_state(self, epoch):
-        """The runtime's state saved at the end of epoch `epoch` (a restart, as
-        BackupAndRestore makes, begins there); None for a fresh start."""
-        import json
-
-        path = os.path.join(self.out, STATE_FILE)
-        if epoch == 0 or not os.path.exists(path):
-            return None
-        with open(path) as f:
-            state = json.load(f)
-        return state if state.get("epoch") == epoch else None
-
     def _load(self, state):
         self.driver.rt.load_state(state["runtime"])
         self._global_step = int(state["global_step"])
@@ -412,38 +350,3 @@ def _setting(value):
     except argparse.ArgumentTypeError:
         raise UserError(f"cache_frozen_prefix must be auto, true or false, got {value!r}") \
             from None
-
-
-def _architecture_digest(model):
-    """A short digest of the model's trainable tensors (their shapes, in order): tables of
-    models that share a name but not their tensors do not collide, and a model built again
-    (whose layers Keras may number anew) finds its table."""
-    text = ";".join(str(tuple(v.shape)) for v in model.trainable_weights)
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
-
-
-def _matches(table, model):
-    """Whether a table's tensors have the model's shapes, in order (their names may differ:
-    Keras numbers the layers of every model built in a process)."""
-    return [t["shape"] for t in table["tensors"]] == [
-        [int(d) for d in v.shape] for v in model.trainable_weights]
-
-
-def _epoch_record(epoch, train_time, logs, rt):
-    """summary.json's record of a model.fit epoch, from Keras' epoch logs: the validation
-    accuracy (in %) and loss are its test ones, where fit has them."""
-    def metric(prefix):
-        for key, value in logs.items():
-            name = key[len(prefix):] if key.startswith(prefix) else None
-            if name and "acc" in name and (prefix or not key.startswith("val_")):
-                return 100.0 * float(value)
-        return None
-
-    def value(key):
-        return None if logs.get(key) is None else float(logs[key])
-
-    selection = rt.selection
-    return runlog.EpochRecord(
-        epoch=epoch, train_time_s=train_time, test_accuracy=metric("val_"),
-        test_loss=value("val_loss"), train_accuracy=metric(""), train_loss=value("loss"),
-        selected=len(selection) if selection is not None else len(rt.mask or ()))

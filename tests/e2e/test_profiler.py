@@ -3,7 +3,7 @@ declared format, its figure and its trace kept."""
 import json
 import os
 
-from elastictrainer.profiler import table as ptable
+from elastictrainer.profiler import table_format as pformat
 from helpers import run_profiler_cli as _run, tiny_cnn
 
 
@@ -16,10 +16,10 @@ def test_cli_profiles_a_user_model_file(tmp_path):
     assert r.returncode == 0, r.stderr
     table = json.load(open(out))
     assert table["input_size"] == 24 and table["num_classes"] == 3
-    for key in ptable.REQUIRED_KEYS:
+    for key in pformat.REQUIRED_KEYS:
         assert key in table
     # the file the profiler wrote is exactly what the declared format reads and writes back
-    assert ptable.TimingTable.from_dict(table, out).to_dict() == table
+    assert pformat.TimingTable.from_dict(table, out).to_dict() == table
     assert os.path.exists(tmp_path / "fig.png")
     # the real trace is kept where TensorBoard's Profile tab looks, beside the runs in logs/
     kept = list((tmp_path / "logs" / "table_profile" / "plugins" / "profile").glob("*/*.xplane.pb"))

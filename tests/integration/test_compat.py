@@ -386,7 +386,7 @@ OWN_PRIVATE_ATTRIBUTES = {
                      "optimizer",
     "_adam_update_xla": "train_steps._apply's XLA-compiled train_steps._adam_update, cached on the "
                         "optimizer",
-    "_names": "profiler.table.TimingTable's own classmethod",
+    "_names": "profiler.table_format.TimingTable's own classmethod",
     "_get_help_string": "the hook argparse's HelpFormatter subclasses override "
                         "(config.flags.DefaultsHelpFormatter); Python's argparse, not TensorFlow",
     "_exit": "os._exit, Python's documented exit without teardown (the profiling child ends "

@@ -10,7 +10,8 @@ import pytest
 
 from helpers import flat_cnn, image_data, scripted_table
 from elastictrainer import config, runlog
-from elastictrainer.fit.callback import MEASURED_RATIO_LOG, STATE_FILE, ElasticCallback
+from elastictrainer.fit.callback import MEASURED_RATIO_LOG, ElasticCallback
+from elastictrainer.fit.persist import STATE_FILE
 from elastictrainer.fit.steps import FitSteps, parts
 from elastictrainer.flavors import optimizers
 from elastictrainer.method.schemes import SCHEMES

@@ -15,7 +15,8 @@ from elastictrainer import config, runlog
 from elastictrainer.errors import UserError
 from elastictrainer.flavors import batchnorm
 from elastictrainer.profiler import table as ptable
-from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, STATE_FILE, ElasticCallback
+from elastictrainer.fit.callback import MEASURED_RATIO_LOG, SELECTED_LOG, ElasticCallback
+from elastictrainer.fit.persist import STATE_FILE
 
 
 pytestmark = pytest.mark.tf_versions

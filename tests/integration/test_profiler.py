@@ -15,6 +15,7 @@ from elastictrainer import plotting
 from elastictrainer.method import time_model
 from elastictrainer.profiler import attribution, calibration, dataflow
 from elastictrainer.profiler import report as preport, run as prun, table as ptable
+from elastictrainer.profiler import table_format as pformat
 from elastictrainer.errors import UserError
 
 from helpers import tiny_attention, tiny_cnn  # noqa: E402
@@ -299,27 +300,27 @@ def test_a_profiled_table_round_trips_through_its_declared_format(tmp_path, cnn_
     path = str(tmp_path / "t.json")
     ptable.save_table(table, path)
     text = open(path).read()
-    typed = ptable.TimingTable.from_dict(json.loads(text), path)
+    typed = pformat.TimingTable.from_dict(json.loads(text), path)
     assert _all_extras(typed) == {}  # the profiler writes no key the format does not declare
-    assert typed.version == ptable.TABLE_VERSION and typed.calibration is not None
-    assert isinstance(typed.tensors[0], ptable.TensorTiming)
+    assert typed.version == pformat.TABLE_VERSION and typed.calibration is not None
+    assert isinstance(typed.tensors[0], pformat.TensorTiming)
     assert typed.tensors[0].name == model.trainable_weights[0].name
     # the same file again, byte for byte, and load_table's dict is the profiler's
     assert json.dumps(typed.to_dict(), indent=1) == text
     assert ptable.load_table(path, model=model) == table
     uncalibrated = dict(table, calibration=None, trace="x.xplane.pb", timing_note="busy")
-    assert ptable.TimingTable.from_dict(uncalibrated).to_dict() == uncalibrated
+    assert pformat.TimingTable.from_dict(uncalibrated).to_dict() == uncalibrated
 
 
 def test_a_table_of_a_newer_format_is_refused_in_one_line(tmp_path, cnn_table):
     _, table = cnn_table
-    newer = ptable.TABLE_VERSION + 1
+    newer = pformat.TABLE_VERSION + 1
     path = tmp_path / "newer.json"
     path.write_text(json.dumps(dict(table, version=newer, tensors="renamed")))
     with pytest.raises(UserError) as e:
         ptable.load_table(str(path))
     assert str(e.value) == (f"timing table {path} has format version {newer}, newer than this "
-                            f"ElasticTrainer reads ({ptable.TABLE_VERSION}); upgrade "
+                            f"ElasticTrainer reads ({pformat.TABLE_VERSION}); upgrade "
                             f"elastictrainer or re-run profiler.py")
     for bad in ("2", 0, None, True, 1.5):
         path.write_text(json.dumps(dict(table, version=bad)))
@@ -341,14 +342,14 @@ def test_an_older_table_is_migrated_with_the_defaults_it_lacked(tmp_path, cnn_ta
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     untouched = json.loads(json.dumps(old))
-    assert ptable.migrate_table(old) is not old and old == untouched
+    assert pformat.migrate_table(old) is not old and old == untouched
     loaded = ptable.load_table(str(path), optimizer="sgd")
-    assert loaded["version"] == ptable.TABLE_VERSION
+    assert loaded["version"] == pformat.TABLE_VERSION
     assert loaded["optimizer"] == "sgd" and loaded["t_grads_ms"] is None
     assert loaded["calibration"]["fixed_ms"] == 0.0
     assert loaded["tensors"][0]["estimated"] is False and loaded["tensors"][0]["shape"] is None
     assert loaded["timing_note"] is None and loaded["host"] is None and loaded["note"] == "kept"
-    assert ptable.TimingTable.from_dict(old).extra == {"note": "kept"}
+    assert pformat.TimingTable.from_dict(old).extra == {"note": "kept"}
     for key in ("model", "t_fp_ms", "t_full_ms", "coverage", "unattributed"):
         assert loaded[key] == table[key]
     assert [t["t_dw_ms"] for t in loaded["tensors"]] == [t["t_dw_ms"] for t in table["tensors"]]
@@ -362,7 +363,7 @@ def test_a_table_of_an_older_version_is_raised_to_the_current_one(tmp_path, cnn_
     _, table = cnn_table
     path = str(tmp_path / "t.json")
     ptable.save_table(table, path)
-    monkeypatch.setattr(ptable, "TABLE_VERSION", table["version"] + 1)
+    monkeypatch.setattr(pformat, "TABLE_VERSION", table["version"] + 1)
     loaded = ptable.load_table(path)
     assert loaded["version"] == table["version"] + 1
     assert dict(loaded, version=table["version"]) == table
@@ -455,7 +456,7 @@ def test_uncalibrated_profile_and_corrupt_calibration(tmp_path):
                              progress=False, calibrate=False)
     assert table["calibration"] is None and not time_model.TimeModel(table).calibrated
     assert table["compile_ms"] is None  # no reference selection compiled
-    assert ptable.TimingTable.from_dict(table).to_dict() == table
+    assert pformat.TimingTable.from_dict(table).to_dict() == table
     assert "not calibrated" in preport.summarize(table)
     table["calibration"] = {"dw_scale": float("nan"), "dy_scale": 1.0, "references": []}
     path = str(tmp_path / "t.json")

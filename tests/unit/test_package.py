@@ -27,7 +27,8 @@ LIGHT_MODULES = ["elastictrainer", "elastictrainer.cli", "elastictrainer.errors"
                  "elastictrainer.experiments.protocols", "elastictrainer.experiments.offline",
                  "elastictrainer.data",
                  "elastictrainer.models", "elastictrainer.profiler",
-                 "elastictrainer.profiler.table", "elastictrainer.profiler.calibration"]
+                 "elastictrainer.profiler.table", "elastictrainer.profiler.table_format",
+                 "elastictrainer.profiler.calibration"]
 
 
 def test_importing_the_light_modules_does_not_import_tensorflow():

@@ -1,0 +1,59 @@
+"""What ElasticCallback (callback.py) writes down at the end of each model.fit epoch beyond
+Keras' own logs, and what a restart reads back: summary.json's record of the epoch, taken
+from Keras' epoch logs, and the runtime's state (elastic_state.json).
+
+Keras' BackupAndRestore restores the model and optimizer at the start of an epoch, but not
+the elastic runtime (its selection, importance, closed loop and accounting), the run's
+summary or the prefix cache's store.  So each epoch's end saves them beside the run's other
+files, and a fit that begins at epoch e > 0 (a restart) resumes from the state saved at the
+end of epoch e (a state saved at another epoch's end is not used).
+"""
+import json
+import os
+
+from elastictrainer import runlog
+
+STATE_FILE = "elastic_state.json"
+
+
+def save_state(out, epoch, global_step, train_time, rt, summary, cache):
+    """Write the state at the end of epoch `epoch` (counted from 1) in the run directory
+    `out`: the runtime `rt`'s, the run's summary (runs.recorder's RunSummary) and the prefix
+    cache's (None: no cache), whose files of earlier states then go."""
+    runlog.write_json(os.path.join(out, STATE_FILE), {
+        "epoch": epoch, "global_step": global_step, "train_time_s": train_time,
+        "runtime": rt.state(), "summary": summary.to_dict(),
+        "prefix_cache": None if cache is None else cache.state(global_step)})
+    if cache is not None:  # one state is kept: the files of earlier ones go
+        cache.kept([global_step])
+
+
+def saved_state(out, epoch):
+    """The state saved in `out` at the end of epoch `epoch` (a restart, as BackupAndRestore
+    makes, begins there); None for a fresh start."""
+    path = os.path.join(out, STATE_FILE)
+    if epoch == 0 or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        state = json.load(f)
+    return state if state.get("epoch") == epoch else None
+
+
+def epoch_record(epoch, train_time, logs, rt):
+    """summary.json's record of a model.fit epoch, from Keras' epoch logs: the validation
+    accuracy (in %) and loss are its test ones, where fit has them."""
+    def metric(prefix):
+        for key, value in logs.items():
+            name = key[len(prefix):] if key.startswith(prefix) else None
+            if name and "acc" in name and (prefix or not key.startswith("val_")):
+                return 100.0 * float(value)
+        return None
+
+    def value(key):
+        return None if logs.get(key) is None else float(logs[key])
+
+    selection = rt.selection
+    return runlog.EpochRecord(
+        epoch=epoch, train_time_s=train_time, test_accuracy=metric("val_"),
+        test_loss=value("val_loss"), train_accuracy=metric(""), train_loss=value("loss"),
+        selected=len(selection) if selection is not None else len(rt.mask or ()))
