@@ -18,7 +18,7 @@ Grouped by what each part does, in layers that import only downwards (docs/desig
     method/            the paper's method: time model and exact selector (eq. 3), importance
                        (eq. 4-6), the schemes
     runlog.py          run directories, TensorBoard tags, summary.json's format
-    flavors/           the two Kerases, their optimizers, every private API (compat.py)
+    flavors/           the two Kerases, their optimizers, every private API (compat/)
     errors.py, machine.py
 
 Importing the package imports no TensorFlow; `elastictrainer.run` and `elastictrainer.Config`

@@ -1,7 +1,7 @@
 """Keras 3 (`import keras` on TensorFlow >= 2.16, TensorFlow backend): its optimizers' update
 without the distribution machinery, per-tensor Adam bias correction, the closed-form fresh step,
 and what the rest of the package needs to know about its models (their functional graph
-included, which the prefix cache flattens).  Private Keras 3 API through compat.py.
+included, which the prefix cache flattens).  Private Keras 3 API through flavors/compat/.
 
 A Keras 3 optimizer is built once for every trainable variable and then applies gradients to
 any subset of them (it refuses a variable it was not built with: "Unknown variable").  Its own
@@ -19,8 +19,9 @@ from elastictrainer.errors import UserError
 from elastictrainer.flavors import shared
 
 NAME = "keras3"
-# Keras 3 releases whose optimizer internals (compat.py's Keras 3 part) were tested: the one
-# requirements-tf216.txt installs beside TensorFlow 2.16, and the one TensorFlow 2.21 takes.
+# Keras 3 releases whose optimizer internals (compat/optimizers.py's Keras 3 part) were tested:
+# the one requirements-tf216.txt installs beside TensorFlow 2.16, and the one TensorFlow 2.21
+# takes.
 TESTED_KERAS = ((3, 3), (3, 15))
 
 

@@ -27,7 +27,7 @@ def release(keras):
 
 def check_version(keras, tested, label, package):
     """Refuse, in one line, a `keras` outside the (lowest, highest) releases `tested`: its
-    optimizer internals (compat.py) may differ."""
+    optimizer internals (compat/optimizers.py) may differ."""
     version = release(keras)
     if not tested[0] <= version <= tested[1]:
         lo, hi = (".".join(map(str, v)) for v in tested)

@@ -1,7 +1,7 @@
 """tf-keras (Keras 2 API, `import tf_keras as keras`): its optimizers' update without the
 distribution machinery, per-tensor Adam bias correction, the closed-form fresh step, and what
 the rest of the package needs to know about its models (their functional graph included,
-which the prefix cache flattens).  Private tf-keras API through compat.py."""
+which the prefix cache flattens).  Private tf-keras API through flavors/compat/."""
 import tensorflow as tf
 import tf_keras as keras
 
@@ -156,7 +156,7 @@ def fresh_step(optimizer, grads, variables):
 
 
 # The steps apply_gradients runs inside tf.distribute's merge_call (see apply_updates), all
-# private tf-keras API (compat.py).  Tested against tf-keras TESTED_TF_KERAS
+# private tf-keras API (compat/optimizers.py).  Tested against tf-keras TESTED_TF_KERAS
 # (tests/integration/test_engine.py compares with apply_gradients); check_optimizer refuses other
 # versions.
 def begin_update(optimizer):

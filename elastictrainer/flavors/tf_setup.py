@@ -83,7 +83,7 @@ def _autograph_skips_tf_keras():
     """TF 2.21's AutoGraph leaves tf_keras' own code unconverted; 2.16's rules name only
     'keras', so every new train step (one per selection) transpiled all of tf_keras: 15 s for
     the first trace instead of 1 s, 0.8 s for each later one instead of 0.2 s (measured).
-    Adding the 2.21 rule changes no traced op.  Private TensorFlow API (compat.py);
+    Adding the 2.21 rule changes no traced op.  Private TensorFlow API (compat/tracing.py);
     `autograph=False` would also stop converting users' own layers."""
     from elastictrainer.flavors import compat
 

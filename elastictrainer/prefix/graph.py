@@ -9,7 +9,7 @@ whatever the step's mode; Keras 3 hands a model's mode to every call of its grap
 step's training=True wins over the backbone's training=False.  Every BatchNorm layer under
 --bn_mode inference runs in inference mode either way.  A subclassed model or layer stays one
 opaque call.  The model's calls, with their arguments and tensors, come from its flavor module
-(graph_calls; the private attributes they read are compat.py's); this module is the same for
+(graph_calls; the private attributes they read are compat's); this module is the same for
 both Kerases.  Sub-models call the same layer objects again on new inputs (public functional
 API), so they share every weight with the model.
 

@@ -1,5 +1,5 @@
-"""compat.py: each private-API function does on this TensorFlow / tf-keras what the public
-behaviour it stands in for implies, and no other module of the package reaches private API."""
+"""flavors/compat/: each private-API function does on this TensorFlow / tf-keras what the public
+behaviour it stands in for implies, and no module of the package outside it reaches private API."""
 import ast
 import importlib
 import importlib.util
@@ -617,6 +617,10 @@ def _uses_in(code):
     return private_uses(tree, _defined_names([tree]), framework_classes([tree]))
 
 
+# The package where private API lives: every module under it is exempt from the check.
+COMPAT_DIR = os.path.join("elastictrainer", "flavors", "compat") + os.sep
+
+
 def _package_sources():
     sources = {}
     for path in package_files():
@@ -625,11 +629,17 @@ def _package_sources():
     return sources
 
 
+def _compat_sources(sources):
+    return {p: t for p, t in sources.items() if p.startswith(COMPAT_DIR)}
+
+
 def test_no_module_but_compat_uses_private_api():
     sources = _package_sources()
-    compat_path = os.path.join("elastictrainer", "flavors", "compat.py")
-    assert compat_path in sources and len(sources) > 20
-    others = {p: t for p, t in sources.items() if p != compat_path}
+    compat_sources = _compat_sources(sources)
+    # the package's own files only (a flavors/compat_x.py is checked like any other module)
+    assert os.path.join(COMPAT_DIR, "__init__.py") in compat_sources and len(compat_sources) > 3
+    assert len(sources) - len(compat_sources) > 20
+    others = {p: t for p, t in sources.items() if p not in compat_sources}
     defined = _defined_names(others.values())
     frameworks = framework_classes(others.values())
     # the package's Keras subclasses are seen as such (the callback, the ViT's and the
@@ -637,7 +647,7 @@ def test_no_module_but_compat_uses_private_api():
     assert {"ElasticCallback", "ClassToken", "ImagenetPreprocess"} <= {c.name for c in frameworks}
     found = [f"{path}:{line}: {what}" for path, tree in sorted(others.items())
              for line, what in private_uses(tree, defined, frameworks)]
-    assert not found, "private API outside compat.py:\n" + "\n".join(found)
+    assert not found, "private API outside flavors/compat/:\n" + "\n".join(found)
     # every allow-listed name is still used somewhere, so the list stays honest
     used = {n.attr for t in others.values() for n in ast.walk(t) if isinstance(n, ast.Attribute)}
     strings = {n.value for t in others.values() for n in ast.walk(t)
@@ -663,7 +673,7 @@ def test_the_private_api_checker_finds_each_kind_of_use():
     assert _uses_in(own) == []
 
 
-# What the callback did before its private API moved to compat.py: a Keras 3 callback that
+# What the callback did before its private API moved to compat: a Keras 3 callback that
 # answers tf-keras' CallbackList itself, and a Keras layer touching its own base's private state.
 OLD_CALLBACK = '''
 import keras as _keras3
@@ -711,15 +721,18 @@ def test_the_checker_sees_private_names_of_keras_objects_on_self():
 
 
 def test_the_current_callback_and_compat_agree_with_the_checker():
-    # the package's callback passes, and compat.py itself (what it is for) does not
+    # the package's callback passes, and compat's modules themselves (what they are for) do not
     sources = _package_sources()
     defined = _defined_names(sources.values())
     frameworks = framework_classes(sources.values())
-    compat_uses = private_uses(sources[os.path.join("elastictrainer", "flavors", "compat.py")],
-                               defined, frameworks)
-    assert {"_supports_tf_logs", "_implements_train_batch_hooks", "_trainable_weights"} <= {
-        what for _, what in compat_uses}
-    assert "tensorboard.backend.event_processing" in {what for _, what in compat_uses}
+    compat_uses = {path: {what for _, what in private_uses(tree, defined, frameworks)}
+                   for path, tree in _compat_sources(sources).items()}
+    every = set().union(*compat_uses.values())
+    assert {"_supports_tf_logs", "_implements_train_batch_hooks", "_trainable_weights"} <= every
+    assert "tensorboard.backend.event_processing" in every
+    # each submodule holds private uses; the package's __init__ only re-exports them
+    assert compat_uses.pop(os.path.join(COMPAT_DIR, "__init__.py")) == set()
+    assert all(compat_uses.values()), compat_uses
 
 
 def test_steps_per_execution_is_what_compile_was_given():

@@ -1,5 +1,5 @@
 """Keras 3 models (`import keras`, TensorFlow backend) everywhere a tf-keras model goes: their
-optimizers' update path (flavors/keras3.py and compat.py's Keras 3 part) against Keras' own, the
+optimizers' update path (flavors/keras3.py and compat's Keras 3 part) against Keras' own, the
 closed-form importance step, profiling with unfused BatchNormalization, every --train_type on a
 saved .keras file, a new head and --weights, and which Keras saved a file."""
 import json
@@ -157,7 +157,7 @@ def test_a_train_step_per_selection_leaves_no_graph_behind():
     assert traced == len(selections) - 2 and alive == traced
 
 
-# -- compat.py's Keras 3 part -----------------------------------------------------------------
+# -- compat's Keras 3 part --------------------------------------------------------------------
 
 def test_keras3_private_api_is_there_and_does_what_it_stands_for():
     keras3.utils.set_random_seed(0)

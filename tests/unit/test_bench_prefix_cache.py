@@ -40,7 +40,7 @@ def test_the_resnet50_table_gives_both_ratios_with_their_predictions():
 
 
 def test_the_fit_rows_are_set_against_plain_fit_and_said_in_a_sentence_in_the_readme():
-    from elastictrainer.experiments import perfdoc
+    from elastictrainer.experiments import readme_tables
 
     script = load_script("bench_prefix_cache")
     plain = script.FIT_REFERENCE
@@ -56,20 +56,21 @@ def test_the_fit_rows_are_set_against_plain_fit_and_said_in_a_sentence_in_the_re
     # 1.0 and 0.4 under
     assert means[5] == ("| ElasticCallback + cache (auto) | 0.3 | 2 | 80.3% | 0.7 | 79.3% | "
                         "0.30 | 0.25 |")
-    assert perfdoc._fit_note(rows) == (
+    assert readme_tables._fit_note(rows) == (
         "A pretrained Keras 3 CNN in `model.fit`, seeds 0-1: plain fit 81.0%; ElasticCallback at "
         "rho 0.5 uncached ends 2.0 under in 0.50 of its time, rho 0.3 uncached is refused "
         "(below the forward floor), rho 0.3 cached ends 0.7 under in 0.30 of its time")
 
 
 def test_a_mean_that_rounds_to_zero_points_is_zero_not_minus_zero():
-    from elastictrainer.experiments import perfdoc
+    from elastictrainer.experiments import readme_tables
 
     script = load_script("bench_prefix_cache")
     rows = [row(0, "full training", None, 80.0, 1.0), row(0, "ElasticTrainer", 0.5, 80.04, 0.5)]
     assert script.command1_means(rows).splitlines()[3].startswith(
         "| ElasticTrainer | 0.5 | 1 | 80.0% | 0.0 |")
-    assert perfdoc._points(-0.04) == "0.0 under" and perfdoc._points(-0.06) == "0.1 over"
+    assert readme_tables._points(-0.04) == "0.0 under"
+    assert readme_tables._points(-0.06) == "0.1 over"
 
 
 def test_an_unknown_part_is_one_line():

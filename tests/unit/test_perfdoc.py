@@ -1,8 +1,9 @@
-"""docs/performance.md's tables are the benchmarks' own files, copied by perfdoc, never edited."""
+"""docs/performance.md's tables are the benchmarks' own files, copied by perfdoc, never edited;
+README.md's are rendered from them by readme_tables."""
 import os
 import re
 
-from elastictrainer.experiments import perfdoc
+from elastictrainer.experiments import perfdoc, readme_tables
 
 
 def test_every_block_of_the_performance_doc_is_its_benchmarks_file():
@@ -52,9 +53,9 @@ def test_every_readme_table_is_a_block_rendered_from_its_benchmarks_figures():
     with open(perfdoc.README, encoding="utf-8") as f:
         text = f.read()
     found = perfdoc.blocks(text)
-    assert set(found) == set(perfdoc.README_BLOCKS)
+    assert set(found) == set(readme_tables.README_BLOCKS)
     for name, body in found.items():
-        assert body == perfdoc.readme_block(name), (
+        assert body == readme_tables.readme_block(name, perfdoc.FIGURES), (
             f"README.md's {name} block differs from what figures/{name}.json gives: run "
             "`python -m elastictrainer.experiments.perfdoc --readme`")
         # the benchmark that wrote it, the machine, the date, and the flags it ran with
@@ -80,7 +81,7 @@ def test_command_1s_table_is_the_seeds_benchmark_at_seed_0(tmp_path):
     data = json.loads(path.read_text())
     seed0 = next(r for r in data["results"] if r["seed"] == 0)
     time_ratio = "elastic time / full's"
-    body = perfdoc.readme_command1(str(figures))
+    body = readme_tables.readme_command1(str(figures))
     assert (f"| ElasticTrainer | {data['args']['rho']:g} | {seed0['ElasticTrainer']:.1f}% | "
             f"{seed0['mean of the last epochs']['ElasticTrainer']:.1f}% | "
             f"{seed0[time_ratio]:.2f} | "
@@ -91,7 +92,7 @@ def test_command_1s_table_is_the_seeds_benchmark_at_seed_0(tmp_path):
     other = next(r for r in data["results"] if r["seed"] != 0)
     seed0.update({k: other[k] for k in ("ElasticTrainer", "elastic measured_ratio")})
     path.write_text(json.dumps(data))
-    changed = perfdoc.readme_command1(str(figures))
+    changed = readme_tables.readme_command1(str(figures))
     assert f"| {other['ElasticTrainer']:.1f}% |" in changed and changed != body
 
 
@@ -105,7 +106,7 @@ def test_update_readme_rewrites_only_its_block(tmp_path):
                       "<!-- bench:memory -->\nkept\n<!-- /bench:memory -->\n")
     assert perfdoc.update_readme("bench_keras", readme=str(readme), figures=str(figures))
     assert readme.read_text() == ("# R\n<!-- bench:bench_keras -->\n"
-                                  + perfdoc.readme_block("bench_keras", str(figures))
+                                  + readme_tables.readme_block("bench_keras", str(figures))
                                   + "<!-- /bench:bench_keras -->\n"
                                   "<!-- bench:memory -->\nkept\n<!-- /bench:memory -->\n")
     assert not perfdoc.update_readme("bench_keras", readme=str(readme), figures=str(figures))
