@@ -217,7 +217,7 @@ def test_profile_and_figure_flags_shared_with_train_have_trains_defaults_and_cho
             assert actions[f.name].default == expected, (command, name)
             assert actions[f.name].choices == train[name].choices, (command, name)
             assert actions[f.name].type == train[name].type, (command, name)
-    assert shared == 11
+    assert shared == 12
     assert config.ProfileConfig().weights == "none" != Config().weights
     assert config.FigureConfig().cache_frozen_prefix is False != Config().cache_frozen_prefix
 
