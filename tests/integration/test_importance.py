@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from helpers import (assert_fresh_step_matches_general_probe, batch, paper_taylor_by_hand,
-                     snapshot, tiny_model)
+                     scripted_table, snapshot, tiny_model)
 from elastictrainer import config
 from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
@@ -240,13 +240,11 @@ def test_no_collapse_over_12_epochs_of_readme_command_1(tmp_path):
     4, then 2); elastic_training's keeps all 20 positive and the budget used."""
     from elastictrainer.models.build import build_sized
     from elastictrainer.profiler import table as ptable
-    from elastictrainer.profiler.run import load_or_profile
     path = str(tmp_path / "smallcnn.json")
     model, _, _ = build_sized("smallcnn", 32, 10, progress=False)
-    table = load_or_profile(path, model, "smallcnn", 32, 8, 10, progress=False,
-                            log=lambda msg: None, optimizer="adam")
-    # The profiled table's tensors and ranks with fixed times, so that what the selections
-    # train depends on the importance alone, not on how busy the machine was while profiling:
+    table = ptable.load_table(scripted_table(model, path, 32, 8, "adam"))
+    # The model's tensors and ranks with fixed times, so that what the selections train
+    # depends on the importance alone, not on how busy the machine was while profiling:
     # per tensor t_dw and t_dy of 1-4 ms, the forward pass 0.35 of a step, the update a tenth,
     # a selection's compile 24 full steps (this configuration's profile on a 2-core machine),
     # no calibration.
