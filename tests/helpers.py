@@ -122,7 +122,25 @@ def write_image_folder(root, classes=("cat", "dog", "eel"), per_class=5, fmt="pn
 TFDS_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120}
 
 
-# ------------------------------------------------------------------ profiler.py
+# ------------------------------------------------------------------ the scripts
+def script_cli(script, argv, capture):
+    """Run `script`.py's main (main, profiler or plot) in this process as `python script.py
+    argv` runs it, through errors.run_cli: (exit code, stdout, non-blank stderr lines).  An
+    exception run_cli lets through (a traceback, run as a script) fails the caller's test.
+    capture: pytest's capsys, or capfd to see what TensorFlow's C++ side writes to stderr too."""
+    import importlib
+
+    import pytest
+
+    from elastictrainer import errors
+
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit) as e:
+        errors.run_cli(module.main, argv)
+    out, err = capture.readouterr()
+    return e.value.code, out, [line for line in err.splitlines() if line.strip()]
+
+
 def run_profiler_cli(args, cwd):
     """profiler.py with `args` in a subprocess: its CompletedProcess, output captured."""
     import subprocess
@@ -143,15 +161,7 @@ def assert_figures(base):
 
 def plot_cli(argv, capsys):
     """Run plot.py as `python plot.py` does: (exit code, stdout, stderr lines)."""
-    import pytest
-
-    import plot
-    from elastictrainer import errors
-
-    with pytest.raises(SystemExit) as e:
-        errors.run_cli(plot.main, argv)
-    out, err = capsys.readouterr()
-    return e.value.code, out, [line for line in err.splitlines() if line.strip()]
+    return script_cli("plot", argv, capsys)
 
 
 # ------------------------------------------------------------------ figures

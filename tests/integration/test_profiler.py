@@ -533,8 +533,8 @@ def test_profiles_with_the_runs_optimizer_and_refuses_a_table_of_another(tmp_pat
 
 
 @pytest.mark.parametrize("edit,needle", [
-    ({"t_full_ms": 0.0}, "t_full_ms"),
-    ({"t_fp_ms": float("nan")}, "t_fp_ms"),
+    ({"t_full_ms": 0.0}, "t_full_ms 0.0"),
+    ({"t_fp_ms": float("nan")}, "t_fp_ms nan"),
     ({"t_fp_ms": 30.0, "t_full_ms": 20.0}, "t_fp_ms < t_full_ms"),
     ({"tensor_0": {"t_dw_ms": -1.0}}, "t_dw_ms -1.0"),
     ({"tensor_0": {"t_dy_ms": float("nan")}}, "t_dy_ms nan"),

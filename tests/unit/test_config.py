@@ -122,9 +122,12 @@ def test_head_warmup_is_auto_or_a_share_and_a_bad_one_is_a_one_line_user_error()
     (["--rho", "half"], "--rho"),
     (["--optimizer", "lamb"], "--optimizer"),
     (["--resume", "maybe"], "--resume"),
+    (["--save_txt", "maybe"], "--save_txt"),
     (["--quiet", "yes"], "unrecognized"),
     (["--bn_mode", "training"], "--bn_mode"),
-    (["--cache_frozen_prefix", "sometimes"], "--cache_frozen_prefix"),
+    (["--train_type", "elastic"], "full_training"),  # the choices are listed
+    (["--cache_frozen_prefix", "sometimes"],
+     "--cache_frozen_prefix: expected auto, true or false, got 'sometimes'"),
     (["--cache_dtype", "int8"], "--cache_dtype"),
     (["--rho", "auto", "--rho_objective", "fastest"], "--rho_objective"),
     (["--head_warmup", "long"], "--head_warmup"),

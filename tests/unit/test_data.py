@@ -1,6 +1,6 @@
 """data/: what is refused before any data is read (TFDS not prepared, downloads that fail or
-cannot start, bad folders and arguments, unknown names), the held-out split, and the
-network check's bound."""
+cannot start, bad folders, one class only among them, bad arguments, unknown names), the
+held-out split, and the network check's bound."""
 from elastictrainer.errors import UserError
 
 import threading
@@ -11,7 +11,7 @@ from PIL import Image
 
 from elastictrainer import data
 from elastictrainer.data import folder, loaders, tfds_data
-from helpers import TFDS_CLASSES
+from helpers import TFDS_CLASSES, write_image_folder
 
 
 def _assert_one_line_prepare_error(excinfo, name, data_dir):
@@ -142,6 +142,9 @@ def test_bad_folders(tmp_path):
     assert "\n" not in str(excinfo.value)
     with pytest.raises(UserError, match="not a directory"):
         loaders.load_dataset(str(tmp_path / "loose.png"))
+    one = write_image_folder(tmp_path / "one", classes=("cat",), per_class=8)
+    with pytest.raises(UserError, match="a classifier needs at least two"):
+        loaders.load_dataset(str(one))
 
 
 def test_synthetic_bad_arguments():

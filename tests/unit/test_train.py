@@ -1,10 +1,7 @@
 """Training's pieces that need no training: tensor roles, the time model on a made-up table,
-the settings refused in one line (also by main.py, in a subprocess), the registered schemes,
+the settings refused in one line (also by main.py's entry point, in this process, with exit
+code 2), an unwritable --logdir refused before any data loads, the registered schemes,
 and the filter that drops TensorFlow's retracing warning."""
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -15,7 +12,9 @@ from elastictrainer.method import schemes
 from elastictrainer.method import time_model
 from elastictrainer.errors import UserError
 from elastictrainer.method.roles import tensor_roles
-from helpers import ROOT, tiny_model
+from elastictrainer.runs import setup as run_setup
+from elastictrainer.train import distribution
+from helpers import script_cli, tiny_model
 
 
 # ----------------------------------------------------------------- roles and schemes
@@ -77,30 +76,39 @@ def test_rho_validation():
         config.Config(num_epochs=-1).validate()
 
 
+# What main.py refuses once its flags parsed (the parsing's own refusals are test_config.py's).
+# A bad rho, num_epochs or scheme is refused above, an unknown dataset in test_data.py, bad cache
+# settings in test_prefix_time_model.py: the same Config.validate and load_dataset calls.
 @pytest.mark.parametrize("args,needle", [
-    (["--rho", "1.5"], "rho"),
-    (["--train_type", "elastic"], "full_training"),
-    (["--num_epochs", "-1"], "num_epochs"),
-    (["--save_txt", "maybe"], "save_txt"),
-    (["--dataset_name", "imagenet"], "synthetic"),
     (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "generated datasets only"),
     # an unknown name is not said to have splits of its own
     (["--dataset_name", "nosuchdata", "--num_train", "100"], "synthetic_objects), not --dataset_name nosuchdata"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
-    # the frozen-prefix cache's and rho auto's settings
-    (["--cache_frozen_prefix", "sometimes"], "expected auto, true or false, got 'sometimes'"),
-    (["--cache_budget_mb", "-1"], "--cache_budget_mb must be a size in MB >= 0"),
-    (["--cache_frozen_prefix", "true", "--strategy", "mirrored"], "does not combine"),
     (["--rho", "auto", "--rho_share", "0"], "--rho_share"),
     (["--rho", "auto", "--rho_share", "1.5"], "--rho_share"),
 ])
-def test_bad_input_one_line_exit_2(tmp_path, args, needle):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--weights", "none",
-                        "--quiet"] + args, cwd=str(tmp_path), capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 2, r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+def test_bad_settings_are_one_line_and_exit_2(args, needle, capsys, monkeypatch):
+    """main.py's entry point, in this process, refuses them in one stderr line with exit code 2
+    before the process is prepared for TensorFlow."""
+    # a setting let through would start a run: stop it at the first step past the checks
+    monkeypatch.setattr(distribution, "prepare_process", lambda cfg: pytest.fail("went on"))
+    code, _, err = script_cli("main", ["--weights", "none", "--quiet"] + args, capsys)
+    assert code == 2 and len(err) == 1 and needle in err[0], err
+
+
+@pytest.mark.parametrize("logdir,needle", [("/proc/x", "--logdir /proc/x: cannot write there"),
+                                           ("FILE", "cannot write there")])
+def test_an_unwritable_logdir_is_one_line_and_exit_2_before_any_data_loads(
+        tmp_path, logdir, needle, capsys, monkeypatch):
+    if logdir == "FILE":
+        (tmp_path / "afile").write_text("x")
+        logdir = str(tmp_path / "afile")
+    # the logdir is checked before minutes of loading and profiling (runs/setup.py)
+    monkeypatch.setattr(run_setup, "load_dataset", lambda *a, **kw: pytest.fail("data loaded"))
+    code, _, err = script_cli("main", ["--dataset_name", "synthetic", "--logdir", logdir,
+                                       "--model_name", "smallcnn", "--weights", "none",
+                                       "--train_type", "full_training", "--quiet"], capsys)
+    assert code == 2 and len(err) == 1 and needle in err[0], err
 
 
 def test_help_lists_every_registered_scheme():
