@@ -4,7 +4,8 @@ workers on localhost train as one device does on the same global batches, every 
 worker ends with the same weights and ran the same steps, the all-reduced bytes are the
 selected tensors' exactly, a batch that does not divide among the replicas is one line, and a
 lost worker fails the run, which then resumes.  The settings refused before a strategy is made
-are tests/unit/test_distribute.py's."""
+are tests/unit/test_distribute.py's; --weights synthetic made before the strategy's scope is
+tests/integration/test_pretrain.py's."""
 import json
 import os
 import signal
@@ -239,20 +240,3 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
     assert 0 < sum(last) < len(last)
     for key in ("loss", "val_loss", "val_accuracy"):
         np.testing.assert_allclose(one[key], two[key], rtol=1e-4, atol=1e-6)
-
-
-def test_synthetic_weights_are_made_before_the_strategy_scope(tmp_path):
-    """--weights synthetic at a size not cached yet, under --strategy mirrored: pretraining
-    (a one-device loop, whose loss reduction a strategy's scope refuses) runs first, then the
-    run trains."""
-    env = dict(os.environ, KERAS_HOME=str(tmp_path / "keras"))
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--model_name", "smallcnn",
-                        "--weights", "synthetic", "--dataset_name", "synthetic",
-                        "--input_size", "32", "--num_train", "64", "--num_test", "32",
-                        "--batch_size", "4", "--strategy", "mirrored", "--logical_cpus", "2",
-                        "--num_epochs", "1", "--steps_per_epoch", "2",
-                        "--train_type", "full_training", "--logdir", str(tmp_path / "logs"),
-                        "--quiet"], capture_output=True, text=True, timeout=600, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert list((tmp_path / "keras" / "models").glob("elastictrainer_synthetic_smallcnn_i32_*"))
-    assert "full_training finished" in r.stdout
