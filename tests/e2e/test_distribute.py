@@ -1,11 +1,11 @@
 """--strategy end to end, in subprocesses (the CPU is split into logical devices, and a
 multi-worker strategy configured, only as a process starts): mirrored on 2 logical CPUs and two
-workers on localhost train as one device does on the same global batches, every replica and
-worker ends with the same weights and ran the same steps, the all-reduced bytes are the
-selected tensors' exactly, a batch that does not divide among the replicas is one line, and a
-lost worker fails the run, which then resumes.  The settings refused before a strategy is made
-are tests/unit/test_distribute.py's; --weights synthetic made before the strategy's scope is
-tests/integration/test_pretrain.py's."""
+workers on localhost train as one device does on the same global batches (the two workers
+after one was lost, which failed the run, and the run resumed), every replica and worker ends
+with the same weights and ran the same steps, the all-reduced bytes are the selected tensors'
+exactly, and a batch that does not divide among the replicas is one line.  The settings refused
+before a strategy is made are tests/unit/test_distribute.py's; --weights synthetic made before
+the strategy's scope is tests/integration/test_pretrain.py's."""
 import json
 import os
 import signal
@@ -157,12 +157,26 @@ def _workers(tmp, name, fault=None):
     return [(p, *p.communicate(timeout=600)) for p in procs]
 
 
-def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
+def test_a_lost_worker_fails_the_run_which_resumes_to_the_steps_of_one_device(work):
+    """Two workers on localhost, worker 1 killed (SIGKILL) in epoch 2: the chief stops the run
+    in one line and its summary says failed.  The same command again resumes it on both; the
+    run then ends as one device's on the same global batches, both workers ran the same steps
+    with the same weights, the all-reduced bytes are the selected tensors', and every step the
+    chief's decision is broadcast."""
     tmp = work
+    (chief, out, err), (worker, _, werr) = _workers(tmp, "two_workers", fault=STEPS + 3)
+    assert worker.returncode == -signal.SIGKILL, werr[-2000:]
+    assert chief.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: the run stopped in epoch 2: a worker of the cluster was lost")
+    summary = _summary(tmp, "two_workers")
+    assert summary["status"] == "failed" and len(summary["epochs"]) == 1
     (chief, out, err), (worker, _, werr) = _workers(tmp, "two_workers")
     assert chief.returncode == 0, err[-2000:]
     assert worker.returncode == 0, werr[-2000:]
+    assert "resuming" in out
     summary = _summary(tmp, "two_workers")
+    assert summary["status"] == "finished"
     other = json.load(open(tmp / "logs" / "two_workers" / "worker1.json"))
     assert summary["ran"] == other["ran"]  # the same steps, the same tensors, on both
     assert summary["replicas_agree"] and other["replicas_agree"]
@@ -174,21 +188,6 @@ def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
     assert summary["allreduce_bytes_per_step"] < full
     # and every step the chief's decision: float64 [step, kind, one flag per tensor]
     assert summary["decision_allreduce_bytes_per_step"] == 8 * (len(table["tensors"]) + 2)
-
-
-def test_a_lost_worker_fails_the_run_which_then_resumes(work):
-    tmp = work
-    (chief, out, err), (worker, _, werr) = _workers(tmp, "lost", fault=STEPS + 3)
-    assert worker.returncode == -signal.SIGKILL, werr[-2000:]
-    assert chief.returncode == 1
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: the run stopped in epoch 2: a worker of the cluster was lost")
-    summary = _summary(tmp, "lost")
-    assert summary["status"] == "failed" and len(summary["epochs"]) == 1
-    (chief, out, err), (worker, _, werr) = _workers(tmp, "lost")
-    assert chief.returncode == 0 and worker.returncode == 0, err[-2000:] + werr[-2000:]
-    assert "resuming" in out
-    assert _summary(tmp, "lost")["status"] == "finished"
 
 
 def test_a_batch_that_does_not_divide_among_the_replicas_is_one_line_exit_2(work):
