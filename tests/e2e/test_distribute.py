@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from elastictrainer import runlog
+from elastictrainer.profiler import run as prun
 from elastictrainer.train.distribution import local_cluster
 from elastictrainer.runs.interrupt import FAULT_AT_STEP_ENV
 from helpers import ROOT
@@ -38,24 +39,20 @@ def work(tmp_path_factory):
     for filters in (8, 16, 16):
         x = keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(x)
     outputs = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x))
-    keras.Model(inputs, outputs, name="nobn").save(str(tmp / "nobn.keras"))
+    model = keras.Model(inputs, outputs, name="nobn")
+    model.save(str(tmp / "nobn.keras"))
     r = subprocess.run(_cmd(tmp, "one_full", "full_training"), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "profiler.py"), "--model_name",
-                        str(tmp / "nobn.keras"), "--batch_size", "8", "--num_classes", "10",
-                        "--optimizer", "adam", "--num_iterations", "2", "--output",
-                        str(tmp / "table.json"), "--figure", "", "--quiet"],
-                       capture_output=True, text=True, timeout=600, cwd=str(tmp))
-    assert r.returncode == 0, r.stderr[-2000:]
-    # The runs compare one device with two and need rho 0.7 to leave a partial selection: the
-    # forward share of this tiny model's step, timed on a loaded 2-core machine, came out
-    # anywhere from 0.6 to 0.8, so it is pinned at half the step the profiler measured; and
-    # without the calibration's fitted scales the tensors' times add up to the other half, so
-    # that training all of them is priced at the full step, above 0.7.
-    table = json.load(open(tmp / "table.json"))
+    # profiled in this process (profiler.py's command line is test_profiler.py's).  The runs
+    # compare one device with two and need rho 0.7 to leave a partial selection: the forward
+    # share of this tiny model's step, timed on a loaded 2-core machine, came out anywhere from
+    # 0.6 to 0.8, so it is pinned at half the step the profiler measured; and without a
+    # calibration's fitted scales the tensors' times add up to the other half, so that training
+    # all of them is priced at the full step, above 0.7.
+    table = prun.profile_model(model, str(tmp / "nobn.keras"), 16, 8, 10, num_iterations=2,
+                               progress=False, calibrate=False, optimizer="adam")
     table["t_fp_ms"] = table["t_bp_ms"] = table["t_full_ms"] / 2
-    table.pop("calibration", None)
     runlog.write_json(str(tmp / "table.json"), table)
     r = subprocess.run(_cmd(tmp, "one_elastic", "elastic_training"), capture_output=True,
                        text=True, timeout=600)
