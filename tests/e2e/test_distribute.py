@@ -208,31 +208,32 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
     """model.fit with ElasticCallback inside MirroredStrategy (two logical CPUs) selects and
     trains as on one device (uncached) on the same batches, the same timing table; the
     prefix cache stays off under the strategy and says so in one line."""
+    from .fit_run import fit
+
     script = os.path.join(ROOT, "tests", "e2e", "fit_run.py")
+    uncached = ("prefix cache off (cache_frozen_prefix auto): the model's tf.distribute "
+                "strategy trains on several replicas, and the cache keeps one process's rows "
+                "keyed by the images of one-device batches (docs/design.md)")
 
-    def fit(mode, table=None):
-        out = str(tmp_path / mode)
-        r = subprocess.run([sys.executable, script, flavor, mode, out] + ([table] if table else []),
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-2000:]
-        said = [line for line in r.stderr.splitlines() if line.startswith("prefix cache off")]
-        assert said == ([] if mode == "one" else [
-            "prefix cache off (cache_frozen_prefix auto): the model's tf.distribute strategy "
-            "trains on several replicas, and the cache keeps one process's rows keyed by the "
-            "images of one-device batches (docs/design.md)"])
-        return json.loads(r.stdout.strip().splitlines()[-1]), runlog.read_summary(out)
-
-    one, one_summary = fit("one")
+    # one device in this process; only the strategy's two logical CPUs need a fresh one
+    said = []
+    one = fit(flavor, "one", str(tmp_path / "one"), log=said.append)
+    one_summary = runlog.read_summary(str(tmp_path / "one"))
+    assert not [line for line in said if line.startswith("prefix cache off")]
     table = str(tmp_path / "one" / "profiles" / os.listdir(tmp_path / "one" / "profiles")[0])
+    r = subprocess.run([sys.executable, script, flavor, "mirrored", str(tmp_path / "two"), table],
+                       capture_output=True, text=True, timeout=600)
     import keras
 
     from elastictrainer.flavors.shared import release
     if flavor == "keras3" and release(keras) < (3, 15):
-        r = subprocess.run([sys.executable, script, flavor, "mirrored", str(tmp_path / "m"),
-                            table], capture_output=True, text=True, timeout=600)
         assert r.returncode != 0 and "needs Keras 3.15 or later" in r.stderr, r.stderr[-2000:]
         return
-    two, two_summary = fit("mirrored", table)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [line for line in r.stderr.splitlines() if line.startswith("prefix cache off")] == \
+        [uncached]
+    two = json.loads(r.stdout.strip().splitlines()[-1])
+    two_summary = runlog.read_summary(str(tmp_path / "two"))
     assert [s["mask"] for s in one_summary["selections"]] == \
         [s["mask"] for s in two_summary["selections"]]
     # a partial selection (rho clear of this tiny model's forward floor, 0.6-0.75 of its step)
