@@ -192,8 +192,9 @@ def test_a_lost_worker_fails_the_run_which_resumes_to_the_steps_of_one_device(wo
 
 
 def test_a_batch_that_does_not_divide_among_the_replicas_is_one_line_exit_2(work):
-    """The one refusal that needs the strategy made (3 logical CPUs); the others are told from
-    the settings, in this process (tests/unit/test_distribute.py)."""
+    """The one refusal that needs the strategy made (3 logical CPUs), and the exit code 2 of
+    one line; the refusals before a strategy is made are tested in this process
+    (tests/unit/test_distribute.py)."""
     r = subprocess.run(_cmd(work, "bad", "full_training", "--strategy", "mirrored",
                             "--logical_cpus", "3"), capture_output=True, text=True, timeout=600)
     assert r.returncode == 2
