@@ -1,9 +1,11 @@
 """--strategy end to end, in subprocesses (the CPU is split into logical devices, and a
 multi-worker strategy configured, only as a process starts): mirrored on 2 logical CPUs and two
-workers on localhost train as one device does on the same global batches, every replica and
-worker ends with the same weights and ran the same steps, the all-reduced bytes are the
-selected tensors' exactly, bad settings are one line, and a lost worker fails the run, which
-then resumes."""
+workers on localhost train as one device does on the same global batches (the two workers
+after one was lost, which failed the run, and the run resumed), every replica and worker ends
+with the same weights and ran the same steps, the all-reduced bytes are the selected tensors'
+exactly, and a batch that does not divide among the replicas is one line.  The settings refused
+before a strategy is made are tests/unit/test_distribute.py's; --weights synthetic made before
+the strategy's scope is tests/integration/test_pretrain.py's."""
 import json
 import os
 import signal
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 from elastictrainer import runlog
+from elastictrainer.profiler import run as prun
 from elastictrainer.train.distribution import local_cluster
 from elastictrainer.runs.interrupt import FAULT_AT_STEP_ENV
 from helpers import ROOT
@@ -36,29 +39,29 @@ def work(tmp_path_factory):
     for filters in (8, 16, 16):
         x = keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(x)
     outputs = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x))
-    keras.Model(inputs, outputs, name="nobn").save(str(tmp / "nobn.keras"))
-    r = subprocess.run(_cmd(tmp, "one_full", "full_training"), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "profiler.py"), "--model_name",
-                        str(tmp / "nobn.keras"), "--batch_size", "8", "--num_classes", "10",
-                        "--optimizer", "adam", "--num_iterations", "2", "--output",
-                        str(tmp / "table.json"), "--figure", "", "--quiet"],
-                       capture_output=True, text=True, timeout=600, cwd=str(tmp))
-    assert r.returncode == 0, r.stderr[-2000:]
-    # The runs compare one device with two and need rho 0.7 to leave a partial selection: the
-    # forward share of this tiny model's step, timed on a loaded 2-core machine, came out
-    # anywhere from 0.6 to 0.8, so it is pinned at half the step the profiler measured; and
-    # without the calibration's fitted scales the tensors' times add up to the other half, so
-    # that training all of them is priced at the full step, above 0.7.
-    table = json.load(open(tmp / "table.json"))
+    model = keras.Model(inputs, outputs, name="nobn")
+    model.save(str(tmp / "nobn.keras"))
+    _one_device(tmp, "one_full", "full_training")
+    # profiled in this process (profiler.py's command line is test_profiler.py's).  The runs
+    # compare one device with two and need rho 0.7 to leave a partial selection: the forward
+    # share of this tiny model's step, timed on a loaded 2-core machine, came out anywhere from
+    # 0.6 to 0.8, so it is pinned at half the step the profiler measured; and without a
+    # calibration's fitted scales the tensors' times add up to the other half, so that training
+    # all of them is priced at the full step, above 0.7.
+    table = prun.profile_model(model, str(tmp / "nobn.keras"), 16, 8, 10, num_iterations=2,
+                               progress=False, calibrate=False, optimizer="adam")
     table["t_fp_ms"] = table["t_bp_ms"] = table["t_full_ms"] / 2
-    table.pop("calibration", None)
     runlog.write_json(str(tmp / "table.json"), table)
-    r = subprocess.run(_cmd(tmp, "one_elastic", "elastic_training"), capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    _one_device(tmp, "one_elastic", "elastic_training")
     return tmp
+
+
+def _one_device(tmp, name, train_type):
+    """The one-device run a strategy's is matched against, in this process: only the
+    strategies need a fresh one (main.py's command line on one device is test_train.py's)."""
+    import main as main_cli
+
+    assert main_cli.main(_cmd(tmp, name, train_type)[2:]) == 0
 
 
 def _cmd(tmp, name, train_type, *extra):
@@ -155,12 +158,26 @@ def _workers(tmp, name, fault=None):
     return [(p, *p.communicate(timeout=600)) for p in procs]
 
 
-def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
+def test_a_lost_worker_fails_the_run_which_resumes_to_the_steps_of_one_device(work):
+    """Two workers on localhost, worker 1 killed (SIGKILL) in epoch 2: the chief stops the run
+    in one line and its summary says failed.  The same command again resumes it on both; the
+    run then ends as one device's on the same global batches, both workers ran the same steps
+    with the same weights, the all-reduced bytes are the selected tensors', and every step the
+    chief's decision is broadcast."""
     tmp = work
+    (chief, out, err), (worker, _, werr) = _workers(tmp, "two_workers", fault=STEPS + 3)
+    assert worker.returncode == -signal.SIGKILL, werr[-2000:]
+    assert chief.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: the run stopped in epoch 2: a worker of the cluster was lost")
+    summary = _summary(tmp, "two_workers")
+    assert summary["status"] == "failed" and len(summary["epochs"]) == 1
     (chief, out, err), (worker, _, werr) = _workers(tmp, "two_workers")
     assert chief.returncode == 0, err[-2000:]
     assert worker.returncode == 0, werr[-2000:]
+    assert "resuming" in out
     summary = _summary(tmp, "two_workers")
+    assert summary["status"] == "finished"
     other = json.load(open(tmp / "logs" / "two_workers" / "worker1.json"))
     assert summary["ran"] == other["ran"]  # the same steps, the same tensors, on both
     assert summary["replicas_agree"] and other["replicas_agree"]
@@ -174,41 +191,15 @@ def test_two_workers_on_localhost_run_the_same_steps_as_one_device(work):
     assert summary["decision_allreduce_bytes_per_step"] == 8 * (len(table["tensors"]) + 2)
 
 
-def test_a_lost_worker_fails_the_run_which_then_resumes(work):
-    tmp = work
-    (chief, out, err), (worker, _, werr) = _workers(tmp, "lost", fault=STEPS + 3)
-    assert worker.returncode == -signal.SIGKILL, werr[-2000:]
-    assert chief.returncode == 1
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: the run stopped in epoch 2: a worker of the cluster was lost")
-    summary = _summary(tmp, "lost")
-    assert summary["status"] == "failed" and len(summary["epochs"]) == 1
-    (chief, out, err), (worker, _, werr) = _workers(tmp, "lost")
-    assert chief.returncode == 0 and worker.returncode == 0, err[-2000:] + werr[-2000:]
-    assert "resuming" in out
-    assert _summary(tmp, "lost")["status"] == "finished"
-
-
-@pytest.mark.parametrize("extra,says", [
-    (["--strategy", "mirrored"], "pass --logical_cpus N"),
-    (["--strategy", "mirrored", "--logical_cpus", "3"], "does not divide among the 3"),
-    (["--strategy", "multi_worker"], "needs the cluster"),
-])
-def test_bad_settings_are_one_line_exit_2(work, extra, says):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "SLURM_PROCID")}
-    r = subprocess.run(_cmd(work, "bad", "full_training", *extra), capture_output=True,
-                       text=True, timeout=600, env=env)
+def test_a_batch_that_does_not_divide_among_the_replicas_is_one_line_exit_2(work):
+    """The one refusal that needs the strategy made (3 logical CPUs), and the exit code 2 of
+    one line; the refusals before a strategy is made are tested in this process
+    (tests/unit/test_distribute.py)."""
+    r = subprocess.run(_cmd(work, "bad", "full_training", "--strategy", "mirrored",
+                            "--logical_cpus", "3"), capture_output=True, text=True, timeout=600)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], r.stderr[-2000:]
-
-
-def test_a_malformed_tf_config_is_one_line_exit_2(work):
-    r = subprocess.run(_cmd(work, "bad", "full_training", "--strategy", "multi_worker"),
-                       capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TF_CONFIG='{"cluster": {}}'))
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
-    assert "no 'cluster'" in r.stderr
+    assert len(lines) == 1 and "does not divide among the 3" in lines[0], r.stderr[-2000:]
 
 
 # Keras 3.3 (TensorFlow 2.16's) and later Kerases scale a replica's loss differently
@@ -218,31 +209,32 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
     """model.fit with ElasticCallback inside MirroredStrategy (two logical CPUs) selects and
     trains as on one device (uncached) on the same batches, the same timing table; the
     prefix cache stays off under the strategy and says so in one line."""
+    from .fit_run import fit
+
     script = os.path.join(ROOT, "tests", "e2e", "fit_run.py")
+    uncached = ("prefix cache off (cache_frozen_prefix auto): the model's tf.distribute "
+                "strategy trains on several replicas, and the cache keeps one process's rows "
+                "keyed by the images of one-device batches (docs/design.md)")
 
-    def fit(mode, table=None):
-        out = str(tmp_path / mode)
-        r = subprocess.run([sys.executable, script, flavor, mode, out] + ([table] if table else []),
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-2000:]
-        said = [line for line in r.stderr.splitlines() if line.startswith("prefix cache off")]
-        assert said == ([] if mode == "one" else [
-            "prefix cache off (cache_frozen_prefix auto): the model's tf.distribute strategy "
-            "trains on several replicas, and the cache keeps one process's rows keyed by the "
-            "images of one-device batches (docs/design.md)"])
-        return json.loads(r.stdout.strip().splitlines()[-1]), runlog.read_summary(out)
-
-    one, one_summary = fit("one")
+    # one device in this process; only the strategy's two logical CPUs need a fresh one
+    said = []
+    one = fit(flavor, "one", str(tmp_path / "one"), log=said.append)
+    one_summary = runlog.read_summary(str(tmp_path / "one"))
+    assert not [line for line in said if line.startswith("prefix cache off")]
     table = str(tmp_path / "one" / "profiles" / os.listdir(tmp_path / "one" / "profiles")[0])
+    r = subprocess.run([sys.executable, script, flavor, "mirrored", str(tmp_path / "two"), table],
+                       capture_output=True, text=True, timeout=600)
     import keras
 
     from elastictrainer.flavors.shared import release
     if flavor == "keras3" and release(keras) < (3, 15):
-        r = subprocess.run([sys.executable, script, flavor, "mirrored", str(tmp_path / "m"),
-                            table], capture_output=True, text=True, timeout=600)
         assert r.returncode != 0 and "needs Keras 3.15 or later" in r.stderr, r.stderr[-2000:]
         return
-    two, two_summary = fit("mirrored", table)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [line for line in r.stderr.splitlines() if line.startswith("prefix cache off")] == \
+        [uncached]
+    two = json.loads(r.stdout.strip().splitlines()[-1])
+    two_summary = runlog.read_summary(str(tmp_path / "two"))
     assert [s["mask"] for s in one_summary["selections"]] == \
         [s["mask"] for s in two_summary["selections"]]
     # a partial selection (rho clear of this tiny model's forward floor, 0.6-0.75 of its step)
@@ -250,20 +242,3 @@ def test_elastic_callback_under_mirrored_strategy_trains_as_one_device(tmp_path,
     assert 0 < sum(last) < len(last)
     for key in ("loss", "val_loss", "val_accuracy"):
         np.testing.assert_allclose(one[key], two[key], rtol=1e-4, atol=1e-6)
-
-
-def test_synthetic_weights_are_made_before_the_strategy_scope(tmp_path):
-    """--weights synthetic at a size not cached yet, under --strategy mirrored: pretraining
-    (a one-device loop, whose loss reduction a strategy's scope refuses) runs first, then the
-    run trains."""
-    env = dict(os.environ, KERAS_HOME=str(tmp_path / "keras"))
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--model_name", "smallcnn",
-                        "--weights", "synthetic", "--dataset_name", "synthetic",
-                        "--input_size", "32", "--num_train", "64", "--num_test", "32",
-                        "--batch_size", "4", "--strategy", "mirrored", "--logical_cpus", "2",
-                        "--num_epochs", "1", "--steps_per_epoch", "2",
-                        "--train_type", "full_training", "--logdir", str(tmp_path / "logs"),
-                        "--quiet"], capture_output=True, text=True, timeout=600, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert list((tmp_path / "keras" / "models").glob("elastictrainer_synthetic_smallcnn_i32_*"))
-    assert "full_training finished" in r.stdout

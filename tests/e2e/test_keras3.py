@@ -41,7 +41,7 @@ def _cmd(tmp, name):
     return [sys.executable, os.path.join(ROOT, "main.py"), "--model_name",
             str(tmp / "k3aug.keras"), "--input_size", "16", "--dataset_name", "synthetic",
             "--batch_size", "8", "--optimizer", "adam", "--learning_rate", "0.003",
-            "--num_epochs", "4", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.9",
+            "--num_epochs", "3", "--steps_per_epoch", "5", "--interval", "1", "--rho", "0.9",
             "--rho_feedback", "false", "--economy", "false", "--seed", "3",
             "--timing_table", str(tmp / "table.json"), "--logdir", str(tmp / "logs"),
             "--run_name", name, "--quiet"]
@@ -52,6 +52,7 @@ def test_a_killed_keras3_run_resumes_bit_for_bit_and_plots(saved, capsys):
     checkpoint carries on as well."""
     whole = subprocess.run(_cmd(saved, "whole"), capture_output=True, text=True, timeout=900)
     assert whole.returncode == 0, whole.stderr[-2000:]
+    # killed as it is about to run step 12: epochs 1 and 2 checkpointed, epoch 3 under way
     killed = subprocess.run(_cmd(saved, "killed"), capture_output=True, timeout=900,
                             env=dict(os.environ, **{FAULT_AT_STEP_ENV: "12"}))
     assert killed.returncode == -signal.SIGKILL

@@ -97,6 +97,29 @@ def test_cache_is_made_once_reused_and_rebuilt_when_corrupt(tiny_recipe, tmp_pat
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_a_strategys_run_pretrains_before_entering_its_scope(tiny_recipe, tmp_path,
+                                                            monkeypatch):
+    """--weights synthetic under --strategy mirrored, the backbone not cached yet: pretraining
+    (a one-device loop, whose loss reduction a strategy's scope refuses) runs before the run
+    enters the strategy's scope, then the run trains on the weights it made."""
+    from elastictrainer import config
+    from elastictrainer.runs import loop
+    from elastictrainer.train import distribution
+
+    # a MirroredStrategy over this process's one CPU stands for --logical_cpus 2, which only a
+    # fresh process can split the CPU for: its scope refuses the reduction all the same
+    monkeypatch.setattr(distribution, "configure", lambda cfg: distribution.Distribution(
+        tf.distribute.MirroredStrategy(["/cpu:0"])))
+    cfg = config.Config(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+                        input_size=16, num_train=16, num_test=8, batch_size=4,
+                        strategy="mirrored", num_epochs=1, steps_per_epoch=2,
+                        train_type="full_training", logdir=str(tmp_path / "logs"),
+                        run_name="r", progress=False)
+    summary = loop.run(cfg, log=lambda m: None)
+    assert summary["status"] == "finished" and summary["strategy"] == "mirrored"
+    assert len(tiny_recipe) == 1 and os.path.isfile(pretrain.cache_path("smallcnn", 16))
+
+
 def test_resample_smooths_pixel_noise_and_keeps_the_image():
     """Recipe.resample: a sub-pixel shift and a few degrees of rotation, bilinear, as the
     target's rotation augmentation resamples its training images: pixel noise is smoothed,

@@ -1,5 +1,7 @@
-"""train/distribution.py's checks that need no TensorFlow: TF_CONFIG as TensorFlow documents it, and
-the flags that go together."""
+"""train/distribution.py's checks that need no TensorFlow device: TF_CONFIG as TensorFlow
+documents it, the flags that go together, and a strategy without its devices or its cluster
+(the one check that needs a strategy made, a batch that does not divide among its replicas, is
+tests/e2e/test_distribute.py's)."""
 import json
 
 import pytest
@@ -47,3 +49,21 @@ def test_flags_that_do_not_go_together_are_refused(monkeypatch):
     with pytest.raises(UserError, match="TF_CONFIG is not JSON"):
         Config(strategy="multi_worker").validate()
     Config(strategy="mirrored", logical_cpus=2).validate()
+
+
+def test_a_strategy_without_its_devices_or_its_cluster_is_refused_in_one_line(monkeypatch):
+    import tensorflow as tf
+
+    from elastictrainer.train import distribution
+
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [])  # no GPU
+    with pytest.raises(UserError) as e:
+        distribution.configure(Config(strategy="mirrored"))
+    assert str(e.value) == ("--strategy mirrored found 0 GPU(s): it needs two devices or more; "
+                            "pass --logical_cpus N to split the CPU into N")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    with pytest.raises(UserError) as e:
+        distribution.configure(Config(strategy="multi_worker"))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("--strategy multi_worker needs the cluster: set TF_CONFIG")
