@@ -8,11 +8,11 @@ import subprocess
 import pytest
 
 from elastictrainer import cli, runlog
-from elastictrainer.errors import UserError, run_cli
+from elastictrainer.errors import UserError
 from elastictrainer.experiments import figures
 from elastictrainer.method.schemes import BASELINES
 
-from helpers import ROOT, TRAIN_COMMAND as TRAIN
+from helpers import ROOT, TRAIN_COMMAND as TRAIN, script_cli
 
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "run_figure*.sh")))
 
@@ -176,14 +176,9 @@ def test_comma_lists_parse_or_fail_as_usage_errors():
 
 def assert_one_line_exit_2(argv, needle, capsys):
     """The command, run as its console script runs it: one line on stderr, exit code 2."""
-    from elastictrainer import cli
-
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        run_cli(cli.main, argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert stop.value.code == 2 and len(lines) == 1 and needle in lines[0], err
+    capsys.readouterr()  # only this command's output
+    code, _, lines = script_cli("elastictrainer.cli", argv, capsys)
+    assert code == 2 and len(lines) == 1 and needle in lines[0], lines
 
 
 def test_a_quick_check_caps_steps_and_test_images_and_bad_caps_stop_before_anything_runs(
