@@ -369,6 +369,7 @@ def markdown(results, args, machine):
              f"{' --rate' if args.rate else ''}{' --gain' if getattr(args, 'gain', False) else ''}"
              f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
+             f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
