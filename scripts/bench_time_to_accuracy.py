@@ -175,6 +175,10 @@ def build_parser():
                    help="keras3_fit's ElasticCallback(bn_mode=...): inference holds BatchNorm on "
                         "its moving statistics, as the hand-frozen layers run theirs, which lets "
                         "the cache cut above it")
+    p.add_argument("--bn_mode", default=None, choices=("model", "inference", "frozen"),
+                   help="the command-line configurations' --bn_mode (default: each one's own, "
+                        "model); frozen runs the BatchNorm layers below the deepest tensor a "
+                        "step trains on their moving statistics, as a hand-frozen Keras layer's")
     p.add_argument("--lr_sweep", default=(), type=comma_list(float),
                    help="learning rates of full training to sweep, beside each command-line "
                         "configuration's own, on its first seed: the table that chose the "
@@ -191,9 +195,14 @@ def _base_config(name, seed, args):
     import elastictrainer
 
     setup = CONFIGS[name]
-    return elastictrainer.Config(**setup.fields, num_epochs=args.epochs or setup.epochs,
+    return elastictrainer.Config(**_fields(name, args), num_epochs=args.epochs or setup.epochs,
                                  seed=seed, logdir=os.path.join(args.logdir, name),
                                  progress=False, resume=True)
+
+
+def _fields(name, args):
+    """Configuration `name`'s Config fields, with --bn_mode when given."""
+    return {**CONFIGS[name].fields, **({"bn_mode": args.bn_mode} if args.bn_mode else {})}
 
 
 def _read_or_run(cfg, log, what):
@@ -360,6 +369,7 @@ def markdown(results, args, machine):
              f"{' --rate' if args.rate else ''}{' --gain' if getattr(args, 'gain', False) else ''}"
              f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
+             f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
@@ -442,7 +452,7 @@ def main(argv=None):
                                     "costs": tta.summarize_costs(costs, curves[reference])}
         if name in CONFIGS:  # what the runs were given, for the README's excerpt
             results["configs"][name]["settings"] = {
-                **CONFIGS[name].fields, "epochs": args.epochs or CONFIGS[name].epochs}
+                **_fields(name, args), "epochs": args.epochs or CONFIGS[name].epochs}
         if name in FIT_CONFIGS:
             results["configs"][name]["settings"] = fit_settings(name, args)
         if args.lr_sweep and name in CONFIGS:

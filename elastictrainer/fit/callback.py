@@ -76,7 +76,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
     their defaults are Config's fields; bn_mode "inference" holds the model's BatchNorm layers
     on their moving statistics from the fit's start to its end, and puts them back as the model
-    calls them after; seed: which stored view of an image a cached step trains on);
+    calls them after, and "frozen" holds those below the deepest tensor each step trains;
+    seed: which stored view of an image a cached step trains on);
     timing_table: a table to use instead of profiling (else one is looked up or profiled under
     `profiles`); log: where the runtime's lines go (print; None for silence);
     clock: seconds, for step timing."""
@@ -154,6 +155,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                             "model.fit (the dataset's length is unknown)")
         self.steps_per_epoch, self.epochs = int(steps), int(self.params["epochs"])
         self.driver, self._restore_state, self.cache = None, None, None
+        self._bn_hold = None
         self._global_step, self._train_time, self._epoch_start = 0, 0.0, None
         self._last_batch_end = None
         # before the first batch traces (or profiles) a step with the model
@@ -208,8 +210,10 @@ class ElasticCallback(_keras3.callbacks.Callback):
                             f"({path}){no_cut_note(model)}")
         optimizers.prepare_optimizer(optimizer, model.trainable_weights)
         scheme = SCHEMES[cfg.train_type]
+        self._bn_hold = (batchnorm.FrozenHold(model, list(model.trainable_weights))
+                         if cfg.bn_mode == batchnorm.FROZEN else None)
         self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy,
-                                prefix_cache=self.cache)
+                                prefix_cache=self.cache, bn_hold=self._bn_hold)
         compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
@@ -300,6 +304,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
     def on_train_end(self, logs=None):
         compat.restore_train_function(self.model, self.keras_train_functions)
         batchnorm.restore(self._bn_forced)
+        if self._bn_hold is not None:
+            self._bn_hold.release()
         if self.driver is None:
             return
         with self.writer.as_default():

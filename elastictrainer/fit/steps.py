@@ -23,11 +23,14 @@ class FitSteps:
     Under the model's tf.distribute strategy a step all-reduces the selected tensors' gradients
     only and updates every replica's copy, as the command line's distributed steps do
     (distributed_steps.DistributedStep).  prefix_cache: a prefix.cache.PrefixCache (one
-    device only), whose steps then train the selections that leave a frozen prefix."""
+    device only), whose steps then train the selections that leave a frozen prefix; bn_hold: a
+    batchnorm.FrozenHold (bn_mode "frozen"), held as compiled.CompiledSteps holds it."""
 
-    def __init__(self, model, optimizer, importance, strategy=None, prefix_cache=None):
+    def __init__(self, model, optimizer, importance, strategy=None, prefix_cache=None,
+                 bn_hold=None):
         self.model, self.optimizer = model, optimizer
         self.prefix_cache = prefix_cache
+        self.bn_hold = bn_hold
         self.variables = list(model.trainable_weights)
         self.flavor = flavors.for_model(model)
         self.strategy = strategy
@@ -44,6 +47,8 @@ class FitSteps:
         self._probe = self._terms_fn = None
 
     def step_for(self, selection):
+        if self.bn_hold is not None:  # before the step (and its prefix plan) is traced
+            self.bn_hold.hold(selection)
         return self.steps(tuple(selection))
 
     def _selection_step(self, selection):
@@ -124,6 +129,8 @@ class FitSteps:
 
     def probe_step(self, *data, want_terms):
         """Every tensor's gradient, no update; (loss, logs, terms)."""
+        if self.bn_hold is not None:
+            self.bn_hold.hold(None)
         if self._probe is None:
             self._probe = self._step(self.variables, False)
             self._terms_fn = tf.function(self._terms)

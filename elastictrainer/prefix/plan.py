@@ -11,6 +11,7 @@ import os
 import time
 import weakref
 
+from elastictrainer.flavors.batchnorm import FROZEN
 from elastictrainer.prefix.cache import PrefixCache
 from elastictrainer.prefix.graph import FlatGraph
 from elastictrainer.prefix.store import MAX_AUTO_VIEWS, free_disk_bytes, row_bytes
@@ -42,7 +43,10 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     everything = graph.tensor_cuts(variables)
     # cuts at or below this index hold no trainable tensor in their prefix (tensor_cuts)
     weightless = min(everything, default=-1)
-    blockers = [_blocker(graph, c, j <= weightless) for j, c in enumerate(graph.cuts)]
+    # --bn_mode frozen holds every BatchNorm layer below a selection's deepest tensor, so below
+    # any cut its selections train above (flavors/batchnorm.FrozenHold)
+    held = cfg.bn_mode == FROZEN
+    blockers = [_blocker(graph, c, j <= weightless, held) for j, c in enumerate(graph.cuts)]
     usable = [c for c, why in zip(graph.cuts, blockers) if why is None]
     views = {id(c): views_at(c, cfg, capacity) for c in usable}
 
@@ -119,16 +123,17 @@ def _uncached(model, why, log, explicit=True):
     return None
 
 
-def _blocker(graph, cut, weightless=False):
+def _blocker(graph, cut, weightless=False, held=False):
     """What keeps `cut` from being cached whatever the flags, in a few words; None when
     nothing does.  weightless: no trainable tensor lies below the cut, so no selection leaves
     a frozen prefix there; caching it would only replay the input's preprocessing (and its
-    augmentation, as views) while the time model priced every selection as cached."""
+    augmentation, as views) while the time model priced every selection as cached.  held: the
+    BatchNorm layers below a cut run on their moving statistics whenever it is used."""
     if cut.forward_share > 1 - MIN_PREFIX_SHARE:
         return f"less than {MIN_PREFIX_SHARE:.0%} of the forward pass below them"
-    if cut.batch_prefix:
+    if cut.batch_prefix and not held:
         return (f"BatchNorm computing batch statistics below them ({cut.batch_prefix[0]}; "
-                f"--bn_mode inference runs every BatchNorm on its moving statistics, as a "
+                f"--bn_mode inference or frozen runs them on their moving statistics, as a "
                 f"frozen one or one in a model called with training=False does; moving "
                 f"statistics cannot follow a target whose images differ from the source's)")
     if cut.random_prefix:

@@ -49,6 +49,8 @@ def run(cfg, log=print, model=None, data=None, clock=time.perf_counter):
             return _train(setup, log, clock)
     finally:  # a model given leaves with its BatchNorm layers as it came (--bn_mode)
         batchnorm.restore(setup.bn_forced)
+        if setup.bn_hold is not None:
+            setup.bn_hold.release()
 
 
 def _train(setup, log, clock):

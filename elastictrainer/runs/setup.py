@@ -52,6 +52,7 @@ class RunSetup:
     table_path: Optional[str] = None
     prefix_cache: Any = None  # prefix.cache.PrefixCache (--cache_frozen_prefix)
     bn_forced: tuple = ()  # the BatchNorm layers --bn_mode inference forced (batchnorm.restore)
+    bn_hold: object = None  # --bn_mode frozen's batchnorm.FrozenHold (released at the end)
     profiling_s: float = 0.0  # seconds spent profiling the timing table first (0: read one)
 
 
@@ -145,8 +146,10 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
         examples = bundle.num_train or steps_per_epoch * cfg.batch_size
         cache = plan_cache(model, list(model.trainable_weights), cfg, examples, out, log,
                            clock=clock)
+    bn_hold = (batchnorm.FrozenHold(model, list(model.trainable_weights))
+               if cfg.bn_mode == batchnorm.FROZEN else None)
     compiled = CompiledSteps(model, optimizer, scheme, roles, dist=dist,
-                             global_batch=cfg.batch_size, prefix_cache=cache)
+                             global_batch=cfg.batch_size, prefix_cache=cache, bn_hold=bn_hold)
     if scheme.elastic and dist.on and not compiled.in_step:
         raise UserError(f"--strategy {cfg.strategy}: {cfg.train_type} with --optimizer "
                         f"{cfg.optimizer} needs importance probes of its own, which a "
@@ -165,7 +168,7 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
     return RunSetup(cfg=cfg, scheme=scheme, bundle=bundle, model=model, compiled=compiled,
                     roles=roles, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                     out=out, resume=resume, dist=dist, time_model=time_model, table=table,
-                    table_path=table_path, prefix_cache=cache, bn_forced=bn_forced,
+                    table_path=table_path, prefix_cache=cache, bn_forced=bn_forced, bn_hold=bn_hold,
                     profiling_s=profiling_s)
 
 

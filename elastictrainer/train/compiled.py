@@ -137,10 +137,12 @@ class CompiledSteps:
     """Holds the model, the optimizer (built once for all trainable weights) and the compiled
     steps; `step_for(selection)` gives the train step of a selection (tuple of indices).
     prefix_cache: a prefix_cache.PrefixCache, whose steps then train the selections that leave
-    a frozen prefix (--cache_frozen_prefix)."""
+    a frozen prefix (--cache_frozen_prefix); bn_hold: a batchnorm.FrozenHold (--bn_mode
+    frozen), which step_for holds the selection's frozen BatchNorm layers with, and the steps
+    that compute every gradient none."""
 
     def __init__(self, model, optimizer, scheme, roles, dist=None, global_batch=None,
-                 prefix_cache=None):
+                 prefix_cache=None, bn_hold=None):
         self.model = model
         self.variables = list(model.trainable_weights)
         self.optimizer = optimizer
@@ -163,9 +165,16 @@ class CompiledSteps:
         else:
             self.steps = StepCache(self._step)
         self.prefix_cache = prefix_cache
+        self.bn_hold = bn_hold
         # every tensor's gradient, no update: the importance probes that need their own
         # backward passes (importance.py), and the profiler
-        self.grads_fn = train_steps.make_gradient_step(model, self.loss_fn, self.variables)
+        grads = train_steps.make_gradient_step(model, self.loss_fn, self.variables)
+
+        def grads_fn(x, y):
+            self._hold(None)
+            return grads(x, y)
+
+        self.grads_fn = grads_fn
         # an elastic scheme's probe and timed full steps (every gradient, no update;
         # elastic/driver.py), built on first use
         self._probe = None
@@ -182,7 +191,12 @@ class CompiledSteps:
         self.eval_fn = eval_fn
 
     def step_for(self, selection):
+        self._hold(selection)  # before the step (and its prefix plan) is traced
         return self.steps(tuple(selection))
+
+    def _hold(self, selection):
+        if self.bn_hold is not None:
+            self.bn_hold.hold(selection)
 
     def _step(self, selection):
         def plain():
@@ -204,6 +218,7 @@ class CompiledSteps:
     def probe_step(self, x, y, want_terms):
         """Every tensor's gradient and the importance terms when `want_terms`, no update
         (train_steps.make_probe_step): (loss, logits, terms)."""
+        self._hold(None)
         if self._probe is None:
             from elastictrainer.method.importance import in_step_terms
 

@@ -1,7 +1,9 @@
 """--bn_mode inference (flavors/batchnorm.py): every BatchNorm layer of a tf-keras or Keras 3
 model, nested ones included, runs on its moving statistics in training steps and leaves them
 unchanged, its gamma and beta still train, the model's trainable weights stay as they were, and
-the prefix cache may then cut above it; a run puts the model back as it came."""
+the prefix cache may then cut above it; a run puts the model back as it came.  --bn_mode
+frozen: the same for the BatchNorm layers below the deepest tensor a step trains only, in both
+trainers (the command line's and model.fit's)."""
 import dataclasses
 
 import numpy as np
@@ -115,8 +117,8 @@ def test_model_mode_changes_nothing(flavor):
     model = bn_cnn(flavor)
     assert batchnorm.apply(model, "model") == []
     assert not _alone_is_in_batch(model, _images())
-    with pytest.raises(UserError, match="unknown --bn_mode 'frozen'"):
-        batchnorm.apply(model, "frozen")
+    with pytest.raises(UserError, match="unknown --bn_mode 'batch'"):
+        batchnorm.apply(model, "batch")
 
 
 def test_the_prefix_graph_cuts_above_batchnorm_in_inference_mode():
@@ -195,7 +197,7 @@ def test_the_no_usable_cut_line_names_the_flag(tmp_path):
                              EXAMPLES, str(tmp_path / "p"), log=lines.append)
     assert cache is None
     assert len(lines) == 1 and "have BatchNorm computing batch statistics below them (bn_in; " \
-        "--bn_mode inference runs every BatchNorm on its moving statistics" in lines[0], lines
+        "--bn_mode inference or frozen runs them on their moving statistics" in lines[0], lines
 
 
 def test_a_run_resumes_only_in_the_mode_it_started_in(tmp_path):
@@ -209,3 +211,71 @@ def test_a_run_resumes_only_in_the_mode_it_started_in(tmp_path):
     check_same_run(saved, cfg(tmp_path, "r"), "run")
     with pytest.raises(UserError, match="--bn_mode model, not inference"):
         check_same_run(saved, cfg(tmp_path, "r", bn_mode="inference"), "run")
+
+
+def _fit_steps(model, hold):
+    from elastictrainer.fit.steps import FitSteps
+    from elastictrainer.flavors import optimizers
+    from elastictrainer.method.schemes import SCHEMES
+
+    import tf_keras as keras
+    model.compile(optimizer=keras.optimizers.SGD(0.05),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    optimizers.prepare_optimizer(model.optimizer, model.trainable_weights)
+    return FitSteps(model, model.optimizer, SCHEMES["elastic_training"].importance,
+                    bn_hold=hold)
+
+
+def _compiled_steps(model, hold):
+    import tf_keras as keras
+    from elastictrainer.method.roles import tensor_roles
+    from elastictrainer.method.schemes import SCHEMES
+    from elastictrainer.train.compiled import CompiledSteps
+
+    return CompiledSteps(model, keras.optimizers.SGD(0.05), SCHEMES["elastic_training"],
+                         tensor_roles(model), bn_hold=hold)
+
+
+@pytest.mark.parametrize("trainer", [_compiled_steps, _fit_steps])
+def test_frozen_mode_holds_the_batchnorm_below_each_selection_and_none_for_every_gradient(
+        trainer):
+    """Tensors: conv0 (0, 1), bn0 (2, 3), conv1 (4, 5), bn1 (6, 7), head (8, 9).  The head's
+    step holds both layers, conv1's holds bn0 only (their moving statistics stay, the others'
+    move), the probe (every gradient) holds none; every layer is given back at the end."""
+    model = bn_cnn()
+    bn0, bn1 = (model.get_layer("backbone").get_layer("bn0"), model.get_layer("bn1"))
+    hold = batchnorm.FrozenHold(model, list(model.trainable_weights))
+    assert set(hold.layers_for((8, 9))) == {bn0, bn1} and hold.layers_for((4, 9)) == (bn0,)
+    assert hold.layers_for(tuple(range(10))) == () and hold.layers_for((3, 8)) == ()
+    steps = trainer(model, hold)
+    x, y = _images(), tf.zeros([BATCH], tf.int32)
+    for selection, still in (((8, 9), (bn0, bn1)), ((4, 5, 8, 9), (bn0,))):
+        stats = _stats([bn0, bn1])
+        steps.step_for(selection)(x, y)
+        assert set(hold.held) == set(still)
+        for (mean, _), layer in zip(stats, (bn0, bn1)):
+            assert np.array_equal(mean, layer.moving_mean.numpy()) == (layer in still)
+    steps.probe_step(x, y, want_terms=False)
+    assert hold.held == () and not any(batchnorm.in_inference(l) for l in (bn0, bn1))
+    steps.step_for((8, 9))
+    hold.release()
+    assert not any(batchnorm.in_inference(l) for l in (bn0, bn1))
+
+
+def test_a_frozen_mode_run_caches_above_the_held_batchnorm_and_gives_the_model_back(tmp_path):
+    """Traditional TL (the head alone) in --bn_mode frozen: every BatchNorm lies below the
+    head, so the cache cuts at the pool as under --bn_mode inference, the moving statistics
+    stay, and the run's end gives the layers back."""
+    model = bn_cnn()
+    layers = batchnorm.batch_norm_layers(model)
+    stats = _stats(layers)
+    lines = []
+    summary = loop.run(cfg(tmp_path, "frozen", cache_frozen_prefix=True, bn_mode="frozen"),
+                       log=lines.append, model=model, data=data())
+    assert summary["status"] == "finished"
+    build, = summary["prefix_cache"]["builds"]
+    assert build["cut"] == "pool" and summary["prefix_cache"]["served_steps"] > 0
+    assert any("--bn_mode frozen: of the 2 BatchNorm layers of bncnn" in m for m in lines)
+    for (mean, var), layer in zip(stats, layers):
+        np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)
+    assert not any(batchnorm.in_inference(layer) for layer in layers)

@@ -272,6 +272,16 @@ def test_a_configuration_runs_its_baselines_for_its_own_epochs(tmp_path, monkeyp
                             "ElasticTrainer rho auto, share 0.7"]
     assert "--elastic_only" in bench.markdown({"date": "d", "configs": {}}, args, {
         "cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
+    # --bn_mode: every run of the configuration in that mode (each one's own, model, without)
+    assert {c.bn_mode for c in seen} == {"model"}
+    seen.clear()
+    args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
+                                            "--shares", "0.7", "--bn_mode", "frozen",
+                                            "--logdir", str(tmp_path / "frozen")])
+    bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
+    assert len(seen) == 7 and {c.bn_mode for c in seen} == {"frozen"}
+    assert "--bn_mode frozen" in bench.markdown({"date": "d", "configs": {}}, args, {
+        "cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
 
 
 def test_the_from_scratch_configuration_runs_each_elastic_run_uncached_too(tmp_path,

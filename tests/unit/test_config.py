@@ -52,14 +52,14 @@ def test_choices_come_from_the_registries():
     assert tuple(actions["optimizer"].choices) == tuple(OPTIMIZERS)
     assert tuple(actions["lr_schedule"].choices) == tuple(LR_SCHEDULES)
     assert tuple(actions["energy"].choices) == tuple(MODES)
-    assert tuple(actions["bn_mode"].choices) == ("model", "inference")
+    assert tuple(actions["bn_mode"].choices) == ("model", "inference", "frozen")
 
 
 def test_bn_mode_reaches_the_config_and_a_bad_one_is_a_one_line_user_error():
     args = cli.train_parser().parse_args(["--bn_mode", "inference"])
     assert cli.config_from_args(args).bn_mode == "inference"
     assert Config().bn_mode == "model"
-    with pytest.raises(UserError, match=r"^unknown --bn_mode 'train'; valid: model, inference$"):
+    with pytest.raises(UserError, match=r"^unknown --bn_mode 'train'; valid: model, inference, frozen$"):
         Config(bn_mode="train").validate()  # elastictrainer.run(Config(...)) checks it so
 
 
