@@ -1,5 +1,8 @@
 """Resuming a run (checkpoint.py): a run killed with SIGKILL and started again ends exactly as
 the same run never interrupted, and from the checkpoint before when its newest is damaged.
+The uninterrupted run profiles first and the killed one loads the table it wrote, so the same
+comparison shows that profiling first does not change what a run draws (augmentation
+generators, dropout, the op-seed counter).
 Checked in this process instead: a resume with the prefix cache serving
 (tests/integration/test_prefix_cache.py), what a resume refuses (other settings, a finished
 run: tests/unit/test_resume.py; every checkpoint damaged: tests/integration/test_resume.py) and
@@ -73,11 +76,14 @@ def runs(tmp_path_factory):
     return tmp, _summary(tmp, "whole"), _summary(tmp, "killed")
 
 
+@pytest.mark.tf_versions
 def test_a_killed_run_resumes_bit_for_bit_as_the_uninterrupted_one(runs):
     """Epochs, every selection (its mask and step, a re-selection each epoch across the
-    restart too) equal to the uninterrupted run's; the cache never built; training time
-    counted across the restart."""
+    restart too) equal to the uninterrupted run's, which profiled first; the cache never
+    built; training time counted across the restart."""
     tmp, whole, again = runs
+    # the uninterrupted run waited for its profiling: it counts it against itself
+    assert whole["profiling_s"] > 0 and again["profiling_s"] == 0.0
     assert again["status"] == "finished" and len(again["epochs"]) == EPOCHS
     assert _epochs(whole) == _epochs(again)
     assert len(whole["selections"]) >= EPOCHS
@@ -90,6 +96,7 @@ def test_a_killed_run_resumes_bit_for_bit_as_the_uninterrupted_one(runs):
     assert times == sorted(times) and again["train_time_s"] == times[-1]
 
 
+@pytest.mark.tf_versions
 def test_tensorboard_events_continue_without_repeated_steps(runs):
     from tensorboard.backend.event_processing import event_accumulator
     tmp, whole, _ = runs

@@ -8,7 +8,7 @@ from helpers import load_script
 def test_the_keras_comparison_writes_both_kerases_rows(tmp_path):
     script = load_script("bench_keras")
     out = str(tmp_path / "bench_keras")
-    assert script.main(["--cells", "cnn64", "--steps", "30", "--repeats", "1", "--out", out]) == 0
+    assert script.main(["--cells", "cnn64", "--steps", "9", "--repeats", "1", "--out", out]) == 0
     results = json.load(open(out + ".json"))
     cell = results["cells"]["cnn64"]
     for flavor in ("tf_keras", "keras3"):
