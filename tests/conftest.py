@@ -4,7 +4,7 @@ re-exported here, so `from conftest import tiny_model` works as `from helpers im
 tiny_model` does.
 
 The tests are in three levels, each a folder: unit/ (no TensorFlow graph traced, no model
-trained; `pytest tests/unit -q` takes about a minute), integration/ (tiny models built,
+trained; `pytest tests/unit -q` takes about 30 s), integration/ (tiny models built,
 trained and profiled in-process, input pipelines read, checkpoints restored) and e2e/ (the
 README's example, the command-line programs as subprocesses, the smoke figure, a run killed
 and resumed).  `pytest -q` from the repository's root runs all three."""
