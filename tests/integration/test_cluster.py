@@ -57,7 +57,7 @@ elif args[0] == "train":
         os.kill(os.getppid(), signal.SIGKILL)  # the Ray worker running this run dies
         sys.exit(1)
     if name == {interrupt_driver!r} and n == 1:
-        signal.alarm(30)  # a safety net: the driver's cancel interrupts this long before
+        signal.alarm(10)  # a safety net: the driver's cancel interrupts this long before
         with open({driver_pid!r}) as f:
             os.kill(int(f.read()), signal.SIGINT)  # Ctrl-C on the driver
         try:
