@@ -154,21 +154,30 @@ def test_a_run_in_inference_mode_caches_above_batchnorm_and_gives_the_model_back
     build, = summary["prefix_cache"]["builds"]
     assert build["cut"] == "conv0"  # below bn0, which computes batch statistics
 
+    model = _held_run_caches_at_the_pool(
+        tmp_path, "inference", "--bn_mode inference: 2 BatchNorm layers of bncnn")
+    assert not _alone_is_in_batch(model, _images())
+
+
+def _held_run_caches_at_the_pool(tmp_path, bn_mode, said):
+    """Traditional TL, cached, under `bn_mode`, which holds both BatchNorm layers: the cache
+    cuts at the pool and serves, the run says `said`, the moving statistics stay, and the end
+    of the run gives the layers back.  Returns the model."""
     model = bn_cnn()
     layers = batchnorm.batch_norm_layers(model)
     stats = _stats(layers)
     lines = []
-    summary = loop.run(cfg(tmp_path, "inference", cache_frozen_prefix=True, bn_mode="inference"),
+    summary = loop.run(cfg(tmp_path, bn_mode, cache_frozen_prefix=True, bn_mode=bn_mode),
                        log=lines.append, model=model, data=data())
     assert summary["status"] == "finished"
     build, = summary["prefix_cache"]["builds"]
     assert build["cut"] == "pool" and summary["prefix_cache"]["served_steps"] > 0
-    assert any("--bn_mode inference: 2 BatchNorm layers of bncnn" in m for m in lines)
+    assert any(said in m for m in lines)
     for (mean, var), layer in zip(stats, layers):
         np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)
         np.testing.assert_array_equal(layer.moving_variance.numpy(), var)
     assert not any(batchnorm.in_inference(layer) for layer in layers)
-    assert not _alone_is_in_batch(model, _images())
+    return model
 
 
 def test_full_training_in_inference_mode_trains_beta_and_holds_the_moving_statistics(
@@ -266,16 +275,5 @@ def test_a_frozen_mode_run_caches_above_the_held_batchnorm_and_gives_the_model_b
     """Traditional TL (the head alone) in --bn_mode frozen: every BatchNorm lies below the
     head, so the cache cuts at the pool as under --bn_mode inference, the moving statistics
     stay, and the run's end gives the layers back."""
-    model = bn_cnn()
-    layers = batchnorm.batch_norm_layers(model)
-    stats = _stats(layers)
-    lines = []
-    summary = loop.run(cfg(tmp_path, "frozen", cache_frozen_prefix=True, bn_mode="frozen"),
-                       log=lines.append, model=model, data=data())
-    assert summary["status"] == "finished"
-    build, = summary["prefix_cache"]["builds"]
-    assert build["cut"] == "pool" and summary["prefix_cache"]["served_steps"] > 0
-    assert any("--bn_mode frozen: of the 2 BatchNorm layers of bncnn" in m for m in lines)
-    for (mean, var), layer in zip(stats, layers):
-        np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)
-    assert not any(batchnorm.in_inference(layer) for layer in layers)
+    _held_run_caches_at_the_pool(tmp_path, "frozen",
+                                 "--bn_mode frozen: of the 2 BatchNorm layers of bncnn")
