@@ -286,6 +286,15 @@ def scripted_table(model, path, input_size, batch_size, optimizer, t_fp_ms=30.0,
     return str(path)
 
 
+def smallcnn_scripted_table(path, **times):
+    """scripted_table for the runs of `--model_name smallcnn --weights none --input_size 16
+    --batch_size 8 --optimizer adam` on the synthetic dataset's 10 classes; `path`."""
+    from elastictrainer.models.build import build_sized
+
+    model, _, _ = build_sized("smallcnn", 16, 10, "none", log=lambda m: None, progress=False)
+    return scripted_table(model, path, 16, 8, "adam", **times)
+
+
 def flat_cnn(keras_module, num_classes=5, size=16, seed=0, name="flat"):
     """Rescaling -> conv0 -> conv1 -> pool -> dense in `keras_module` (Keras 3 or tf-keras): no
     BatchNorm, no random layer, so its forward pass is a function of its weights alone, and

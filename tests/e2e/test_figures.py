@@ -90,8 +90,8 @@ def test_the_smoke_figure_on_a_local_ray_instance_ends_as_the_serial_one(serial_
                                                                          tmp_path):
     """The serial figure's profile is copied here (its table and trace), so the sweep on Ray
     trains its run (which reads the copied timing table on its node) and draws the figures;
-    the folder it leaves is the serial one's.  Ray's scheduling, retries and resume are integration/test_cluster.py's,
-    with a stand-in command."""
+    the folder it leaves is the serial one's.  Ray's scheduling, retries and resume are
+    integration/test_cluster.py's, with a stand-in command."""
     pytest.importorskip("ray", reason="the cluster extra: pip install -e '.[cluster]'")
     serial, _ = serial_smoke
     # the serial figure's pretrained smallcnn (the serial test checks the pretraining itself):

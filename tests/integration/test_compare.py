@@ -6,7 +6,7 @@ import os
 import compare as compare_cli
 from elastictrainer import runlog
 from elastictrainer.experiments import compare
-from helpers import scripted_table
+from helpers import smallcnn_scripted_table
 
 
 ARGV = ["--model_name", "smallcnn", "--weights", "none", "--dataset_name", "synthetic",
@@ -20,12 +20,9 @@ def _rows(table):
 
 
 def test_compare_runs_each_scheme_once_and_tables_them(tmp_path, capsys):
-    from elastictrainer.models.build import build_sized
-
     # a scripted timing table: a run's first profiling, compare.py's as main.py's, is
     # e2e/test_resume.py's and integration/test_profiler.py's
-    model, _, _ = build_sized("smallcnn", 16, 10, "none", log=lambda m: None, progress=False)
-    scripted_table(model, tmp_path / "table.json", 16, 8, "adam")
+    smallcnn_scripted_table(tmp_path / "table.json")
     logdir = tmp_path / "logs"
     argv = ARGV + ["--logdir", str(logdir), "--rho", "0.9", "--train_types", ",".join(TYPES),
                    "--timing_table", str(tmp_path / "table.json")]

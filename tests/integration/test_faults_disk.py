@@ -21,7 +21,7 @@ from elastictrainer.profiler import run as prun
 from elastictrainer.errors import UserError
 from elastictrainer.runs import checkpoint, disk, loop, recorder, room
 
-from helpers import scripted_table
+from helpers import smallcnn_scripted_table
 
 NO_SPACE = "No space left on device"
 KEYS = ("epoch", "test_accuracy", "test_loss", "train_loss", "train_accuracy", "selected")
@@ -41,10 +41,7 @@ def cfg(tmp, name, **kw):
 
 def table_for(tmp, **times):
     """The shared timing table of cfg's runs, its times scripted (helpers.scripted_table)."""
-    from elastictrainer.models.build import build_sized
-
-    model, _, _ = build_sized("smallcnn", 16, 10, "none", log=lambda m: None, progress=False)
-    return scripted_table(model, tmp / "table.json", 16, 8, "adam", **times)
+    return smallcnn_scripted_table(tmp / "table.json", **times)
 
 
 def epochs(summary):

@@ -246,7 +246,8 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
         ElasticCallback(train_type="full_training")
     with pytest.raises(UserError, match="rho"):
         ElasticCallback(rho=1.5)
-    with pytest.raises(UserError, match="^unknown --bn_mode 'train'; valid: model, inference, frozen$"):
+    with pytest.raises(UserError,
+                       match="^unknown --bn_mode 'train'; valid: model, inference, frozen$"):
         ElasticCallback(bn_mode="train")
     model = _model("keras3")
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True),

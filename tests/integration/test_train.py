@@ -385,8 +385,8 @@ def _realistic_table(workdir, name):
     data["t_grads_ms"] = 0.9 * data["t_full_ms"]  # the update, a tenth of a step
     data.pop("calibration", None)
     # nor the trace's forward time by layer, which prices the prefix cache's cuts (--cache_
-    # frozen_prefix auto): measured on a busy machine, it could turn the cache on in one run
-    # and not in another; without it the cuts are priced by their FLOPs alone, every time
+    # frozen_prefix auto): timed on a busy machine it varies from one profile to the next;
+    # without it the cuts are priced by their FLOPs alone, the same every time
     data.pop("t_fp_layers_ms", None)
     data.pop("t_fp_ops_ms", None)
     path = workdir / name
