@@ -30,28 +30,13 @@ its count of positive estimates), mean over seeds.
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 
 from elastictrainer.config import ArgumentParser, comma_list
-
-
-def spearman(a, b):
-    """Spearman rank correlation (average ranks for ties)."""
-    def ranks(x):
-        x = np.asarray(x, float)
-        order = np.argsort(x, kind="mergesort")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x))
-        for v in np.unique(x):  # average ties
-            idx = x == v
-            r[idx] = r[idx].mean()
-        return r
-    ra, rb = ranks(a), ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    den = np.sqrt(np.sum(ra * ra) * np.sum(rb * rb))
-    return float(np.sum(ra * rb) / den) if den > 0 else 0.0
+from elastictrainer.experiments.importance_truth import spearman
 
 
 def summarize(runs):
@@ -103,12 +88,63 @@ def build_parser():
                     help="model and data seeds (each repeats every measurement)")
     ap.add_argument("--out", default="figures/bench_importance.json",
                     help="JSON file for the results ('' for none)")
+    ap.add_argument("--configs", default=None, type=comma_list(str, "configurations"),
+                    help="measure these real fine-tunes instead (experiments/importance_truth.py: "
+                         "domain_shift_nested, domain_shift_fit, efficientnet_imagenet): every "
+                         "tensor's held-out loss drop from --train_steps SGD steps alone, "
+                         "against each estimator; writes --out's .json and .md (default "
+                         "figures/bench_importance_truth)")
+    ap.add_argument("--probes", type=int, default=8,
+                    help="with --configs: probe batches each estimator is summed over")
     return ap
+
+
+def main_configs(args):
+    """The --configs measurement: one record per configuration and seed, resumable (a finished
+    one is read back from --out's .json), and its table in --out's .md."""
+    from elastictrainer.experiments import importance_truth as it
+    from elastictrainer.machine import machine_info, machine_text
+
+    out = args.out if args.out != "figures/bench_importance.json" else (
+        "figures/bench_importance_truth")
+    path = out + ".json"
+    done = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            done = {(r["config"], r["seed"]): r for r in json.load(f)["runs"]}
+    for name in args.configs:
+        for seed in args.seeds:
+            if (name, seed) in done:
+                continue
+            print(f"--- {name} seed {seed}", flush=True)
+            done[(name, seed)] = it.measure(name, seed, steps=args.train_steps,
+                                            probes=args.probes)
+            runs = sorted(done.values(), key=lambda r: (r["config"], r["seed"]))
+            with open(path, "w") as f:  # after every run: a killed grid resumes
+                json.dump({"machine": machine_text(machine_info()),
+                           "date": time.strftime("%Y-%m-%d"),
+                           "command": "python scripts/bench_importance.py " + " ".join(
+                               sys.argv[1:]),
+                           "runs": runs}, f, indent=1)
+    with open(path) as f:
+        data = json.load(f)
+    text = it.markdown(data)
+    from elastictrainer.experiments import perfdoc
+
+    perfdoc.write_benchmark(out, data, text)  # the .md, and its block of docs/performance.md
+    print(text)
 
 
 def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
+    if args.configs:
+        from elastictrainer.experiments.importance_truth import CONFIGS
+
+        unknown = [name for name in args.configs if name not in CONFIGS]
+        if unknown:
+            ap.error(f"--configs {unknown[0]}: not one of {', '.join(CONFIGS)}")
+        return main_configs(args)
 
     from elastictrainer.flavors import tf_setup  # noqa: F401
     import tensorflow as tf

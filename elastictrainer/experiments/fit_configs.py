@@ -29,6 +29,11 @@ FIT_CONFIGS = {
     "domain_shift_fit": FitSetup("SHIFTED_MOBILENETV2", 8, elastic=(
         ("ElasticCallback rho auto", {"rho": "auto"}),
         ("ElasticCallback rho 0.3, bn_mode inference", {"rho": 0.3, "bn_mode": "inference"}))),
+    # the transfer-learning guide's case: the application nested in the user's model, at its
+    # own BatchNorm momentum, re-selected every 2 epochs as a user sets it
+    "domain_shift_nested": FitSetup("SHIFTED_NESTED_MOBILENETV2", 8, elastic=(
+        ("ElasticCallback rho auto", {"rho": "auto", "interval": 2}),
+        ("ElasticCallback rho 0.4", {"rho": 0.4, "interval": 2}))),
 }
 
 

@@ -459,6 +459,10 @@ def test_the_hand_frozen_baseline_freezes_the_layers_with_weights_before_the_las
 
     with pytest.raises(ValueError, match="no layer is named block_13_"):
         fit_task.frozen_before(layers, "block_13_")
+    # a nested model's layers count in its place
+    nested = SimpleNamespace(name="app", weights=[0], layers=layers[1:4] + layers[4:6])
+    assert [x.name for x in fit_task.frozen_before([layers[0], nested, layers[-1]],
+                                                   "stage2")] == ["stage0_conv0", "stage1_bn0"]
 
 
 def test_the_shifted_tasks_mobilenetv2_has_its_last_stage_where_the_baseline_cuts():
@@ -492,7 +496,10 @@ def test_after_pretraining_batchnorms_moving_statistics_are_the_final_weights():
 
     inputs = keras.Input((4,))
     norm = keras.layers.BatchNormalization(momentum=0.999)
-    model = keras.Model(inputs, keras.layers.Dense(2)(norm(inputs)))
+    # nested, as an application inside a user's model holds its BatchNorm layers
+    inner = keras.Model(inputs, norm(inputs))
+    outer = keras.Input((4,))
+    model = keras.Model(outer, keras.layers.Dense(2)(inner(outer)))
     weights = [w.numpy().copy() for w in model.trainable_weights]
     rng = np.random.default_rng(0)
     x = tf.constant(5.0 + 2.0 * rng.standard_normal((256, 4)), tf.float32)
@@ -502,3 +509,20 @@ def test_after_pretraining_batchnorms_moving_statistics_are_the_final_weights():
     np.testing.assert_allclose(norm.moving_variance.numpy(), x.numpy().var(axis=0), rtol=0.25)
     assert norm.momentum == 0.999
     assert all(np.array_equal(w, v.numpy()) for w, v in zip(weights, model.trainable_weights))
+
+
+def test_the_nested_tasks_application_is_one_layer_at_its_own_batchnorm_momentum():
+    """domain_shift_nested: MobileNetV2 as the transfer-learning guide nests it, the hand-frozen
+    baseline reaching into it, its BatchNorm at the application's 0.999."""
+    import keras
+
+    from elastictrainer.experiments import fit_task
+
+    task = fit_task.SHIFTED_NESTED_MOBILENETV2
+    model = task.build(keras, 10)
+    assert [layer.name for layer in model.layers][-1] == "head" and len(model.layers) == 4
+    frozen = {layer.name for layer in fit_task.frozen_before(model.layers, task.last_stage)}
+    assert "block_15_project_BN" in frozen and "Conv1" in frozen
+    assert not any(n.startswith(("block_16", "Conv_1", "head")) for n in frozen)
+    norms = fit_task.batchnorm_layers(keras, model)
+    assert len(norms) == 52 and {x.momentum for x in norms} == {0.999}

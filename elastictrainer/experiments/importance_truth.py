@@ -1,0 +1,346 @@
+"""Importance against the truth on real fine-tunes (scripts/bench_importance.py --configs): for
+every trainable tensor of a pretrained model at the start of its fine-tune, the held-out loss
+drop that training it alone for a few dozen SGD steps brings, beside what each estimator of
+that drop says.
+
+What it owns: the measurement (Truth), on any Keras model of either flavour, with plain
+TensorFlow steps: SGD with momentum, as the fine-tunes that use it (one compiled step for every
+tensor, the others' gradients masked to zero, so that measuring 158 tensors compiles once).
+
+The estimators, each per tensor k, from `probe` training batches at the measured state
+(g = the gradient, dw = -lr g the step a fresh SGD optimizer takes, s = 1 / (1 - momentum) the
+length momentum stretches a steady step by):
+- taylor: -g.dw = lr |g|^2, the runtime's estimate (method/importance.py, paper eq. 4-6 with a
+  fresh optimizer state);
+- trial: L(w) - L(w + s dw_k) on the same batch, the loss drop of one stretched step of the
+  tensor alone: first order minus the curvature the step meets (one forward pass per tensor);
+- curvature: s (-g.dw) - s^2/2 dw.H.dw, the same to second order, with each tensor's own
+  curvature dw_k.H_kk.dw_k from one Hessian-vector product per batch (Hutchinson: random signs
+  per tensor, so the cross terms average out).
+
+The truth: dropN, the held-out loss drop of `steps` SGD steps of tensor k alone from the state
+(fresh momentum).  Losses are taken in training mode (BatchNorm on batch statistics, as every
+fine-tune step computes them; moving statistics of an application pretrained with momentum
+0.999 trail its weights) with every weight and statistic restored after each measurement.
+"""
+import os
+import time
+
+import numpy as np
+
+
+def spearman(a, b):
+    """Spearman rank correlation (average ranks for ties; 0 when either side is constant)."""
+    def ranks(x):
+        x = np.asarray(x, float)
+        order = np.argsort(x, kind="mergesort")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x))
+        for v in np.unique(x):  # average ties
+            idx = x == v
+            r[idx] = r[idx].mean()
+        return r
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = np.sqrt(np.sum(ra * ra) * np.sum(rb * rb))
+    return float(np.sum(ra * rb) / den) if den > 0 else 0.0
+
+
+def depth_bins(n, bins):
+    """`bins` contiguous index ranges over n tensors, input side first."""
+    edges = np.linspace(0, n, bins + 1).round().astype(int)
+    return [range(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+class Truth:
+    """The measurement on `model` (called as model(x, training=True)) with `loss_fn(y,
+    logits)`, SGD at `lr` with `momentum`."""
+
+    def __init__(self, model, loss_fn, lr, momentum=0.9):
+        import tensorflow as tf
+
+        self.model, self.loss_fn = model, loss_fn
+        self.lr, self.momentum = float(lr), float(momentum)
+        self.variables = list(model.trainable_weights)
+        self.n = len(self.variables)
+        self.mask = [tf.Variable(0.0, trainable=False) for _ in self.variables]
+        self.velocity = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
+        variables, mask, velocity = self.variables, self.mask, self.velocity
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, variables)
+            for v, g, m, u in zip(variables, grads, mask, velocity):
+                if g is None:
+                    continue
+                u.assign(self.momentum * u - self.lr * m * tf.convert_to_tensor(g))
+                v.assign_add(u)
+            return loss
+
+        @tf.function
+        def loss_at(x, y):
+            return loss_fn(y, model(x, training=True))
+
+        self._step, self._loss_at = step, loss_at
+        self._hvp = self._build_hvp()
+
+    def _build_hvp(self):
+        import tensorflow as tf
+
+        variables, model, loss_fn, lr = self.variables, self.model, self.loss_fn, self.lr
+
+        @tf.function
+        def fn(x, y, signs):
+            with tf.GradientTape() as outer:
+                with tf.GradientTape() as inner:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = inner.gradient(loss, variables)
+                grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                         for g, v in zip(grads, variables)]
+                # dw is -lr g, held constant: d/dw (g . v) = H v
+                vec = [tf.stop_gradient(-lr * signs[k] * g) for k, g in enumerate(grads)]
+                gv = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(grads, vec)])
+            hv = outer.gradient(gv, variables)
+            hv = [tf.zeros_like(v) if h is None else tf.convert_to_tensor(h)
+                  for h, v in zip(hv, variables)]
+            first = tf.stack([lr * tf.reduce_sum(tf.cast(g, tf.float64) ** 2) for g in grads])
+            # own curvature of tensor k: signs_k dw_k . (H v)_k, dw_k = -lr g_k
+            own = tf.stack([tf.cast(signs[k], tf.float64) * tf.reduce_sum(
+                tf.cast(-lr * g, tf.float64) * tf.cast(h, tf.float64))
+                for k, (g, h) in enumerate(zip(grads, hv))])
+            return first, own, grads
+
+        return fn
+
+    # ------------------------------------------------------------------ state
+    def snapshot(self):
+        return [v.numpy() for v in self.model.weights]
+
+    def restore(self, snap):
+        for v, w in zip(self.model.weights, snap):
+            v.assign(w)
+        for u in self.velocity:
+            u.assign(np.zeros(u.shape, u.dtype.as_numpy_dtype))
+
+    def held_loss(self, held):
+        """Mean loss over the held-out batches, in training mode; statistics restored."""
+        snap = self.snapshot()
+        total = float(np.mean([float(self._loss_at(x, y)) for x, y in held]))
+        for v, w in zip(self.model.weights, snap):
+            v.assign(w)
+        return total
+
+    def train(self, tensors, batches):
+        """SGD steps on `batches` of the tensors `tensors` alone (momentum kept)."""
+        for k, m in enumerate(self.mask):
+            m.assign(1.0 if k in tensors else 0.0)
+        losses = [float(self._step(x, y)) for x, y in batches]
+        return losses
+
+    # ------------------------------------------------------------------ measuring
+    def estimates(self, probes, seed=0):
+        """{estimator: one float per tensor} from `probes` batches (module docstring)."""
+        rng = np.random.default_rng(seed)
+        s = 1.0 / (1.0 - self.momentum)
+        taylor, curv, trial = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
+        held = np.zeros(self.n)
+        kept_grads = []
+        for i, (x, y) in enumerate(probes):
+            signs = rng.choice([-1.0, 1.0], self.n).astype(np.float32)
+            first, own, grads = self._hvp(x, y, signs)
+            first, own = first.numpy(), own.numpy()
+            taylor += first
+            curv += s * first - 0.5 * s * s * own
+            stats = self.model.non_trainable_weights
+            kept = [v.numpy() for v in stats]
+
+            def loss_here():
+                loss = float(self._loss_at(x, y))
+                for v, w in zip(stats, kept):  # the statistics the forward moved
+                    v.assign(w)
+                return loss
+
+            base = loss_here()
+            xo, yo = probes[(i + 1) % len(probes)]
+            other = float(self._loss_at(xo, yo))
+            for v, w in zip(stats, kept):
+                v.assign(w)
+            for k, (v, g) in enumerate(zip(self.variables, grads)):
+                w = v.numpy()
+                v.assign_sub(s * self.lr * g)
+                trial[k] += base - loss_here()
+                held[k] += other - float(self._loss_at(xo, yo))
+                for vv, ww in zip(stats, kept):
+                    vv.assign(ww)
+                v.assign(w)
+            kept_grads.append([g.numpy().astype(np.float64).ravel() for g in grads])
+        p = len(kept_grads)
+        cross = np.zeros(self.n)
+        for k in range(self.n):
+            total = sum(g[k] for g in kept_grads)
+            squares = sum(float(g[k] @ g[k]) for g in kept_grads)
+            # mean over pairs i != j of g_i.g_j, times p as taylor sums over the batches
+            cross[k] = self.lr * (float(total @ total) - squares) / max(p - 1, 1)
+        return {"taylor": taylor, "curvature": curv, "trial": trial, "trial_held": held,
+                "cross": cross}
+
+    def drops(self, batches, held, tensors_list=None):
+        """dropN of each tensor (or each group in `tensors_list`): held-out loss drop after SGD
+        on `batches` of it alone, from the current state, which is restored after each."""
+        snap = self.snapshot()
+        base = self.held_loss(held)
+        groups = tensors_list or [(k,) for k in range(self.n)]
+        out = np.zeros(len(groups))
+        for i, group in enumerate(groups):
+            self.restore(snap)
+            self.train(set(group), batches)
+            out[i] = base - self.held_loss(held)
+        self.restore(snap)
+        return out, base
+
+
+# ---------------------------------------------------------------------- configurations
+# The fine-tunes measured (bench_importance.py --configs): where the estimate fails (a domain
+# shift, the application flat or nested as a user's model holds it) and the paper's regime on
+# a real ImageNet backbone.
+CONFIGS = ("domain_shift_nested", "domain_shift_fit", "efficientnet_imagenet")
+
+
+def _fit_setup(name, seed, workdir, log):
+    """(model, train batches iterator, held-out batches, lr, steps an epoch) of a model.fit
+    configuration (experiments/fit_configs.py), from its pretrained weights."""
+    import keras
+
+    from elastictrainer.experiments import fit_configs, fit_task
+
+    task = getattr(fit_task, fit_configs.FIT_CONFIGS[name].task)
+    pre = fit_task.PretrainedTask(keras, os.path.join(workdir, name), seed, log=log, task=task)
+    held = list(task.dataset(task.test, seed, 1).unbatch().batch(64).take(4))
+    return (pre.fresh(), iter(pre.train.repeat()), held, fit_task.SHIFT_LEARNING_RATE,
+            -(-task.train // task.batch))
+
+
+def _cli_setup(name, seed, workdir, log):
+    """The same for the command line's efficientnet_imagenet (protocols.IMAGENET_OFFLINE)."""
+    from elastictrainer.data.loaders import load_dataset
+    from elastictrainer.experiments import protocols
+    from elastictrainer.models.build import build_sized
+
+    p = protocols.IMAGENET_OFFLINE
+    data = load_dataset(protocols.IMAGENET_DATASET, input_size=p.input_size,
+                        batch_size=p.batch_size, seed=seed, **p.extra)
+    model, _, _ = build_sized(protocols.IMAGENET_MODEL, p.input_size, data.num_classes,
+                              p.weights, log=log, progress=False)
+    held = list(data.test.unbatch().batch(64).take(4))
+    return (model, iter(data.train.repeat()), held, p.learning_rate,
+            -(-p.extra["num_train"] // p.batch_size))
+
+
+def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_to_accuracy",
+            log=print):
+    """One configuration's measurement (its pretrained weights shared with the
+    time-to-accuracy benchmark's, under `workdir`): the state an elastic run's first probes see (the
+    classifier head trained alone for a tenth of two epochs, the runtime's head warm-up), every
+    estimator on `probes` training batches, and dropN with N = `steps` for every tensor."""
+    import tensorflow as tf
+
+    setup = _cli_setup if name == "efficientnet_imagenet" else _fit_setup
+    model, train, held, lr, per_epoch = setup(name, seed, workdir, log)
+    tf.random.set_seed(seed)
+    truth = Truth(model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), lr)
+    n = truth.n
+    t0 = time.perf_counter()
+    head = {k for k, v in enumerate(truth.variables) if _is_head(model, v)}
+    truth.train(head, [next(train) for _ in range(max(1, round(0.1 * 2 * per_epoch)))])
+    truth.restore(truth.snapshot())  # the warm-up's momentum is not the probes' state
+    estimates = truth.estimates([next(train) for _ in range(probes)], seed=seed)
+    drop, base = truth.drops([next(train) for _ in range(steps)], held)
+    names = [getattr(v, "path", None) or v.name for v in truth.variables]
+    result = {"config": name, "seed": seed, "steps": steps, "probes": probes, "lr": lr,
+              "held_out_loss": base, "tensor_names": names, "dropN": drop.tolist(),
+              "estimates": {k: v.tolist() for k, v in estimates.items()},
+              "seconds": time.perf_counter() - t0}
+    result["summary"] = summarize(drop, estimates, steps, probes, bins)
+    return result
+
+
+def _is_head(model, variable):
+    head = model.layers[-1]
+    return any(variable is w for w in head.trainable_weights)
+
+
+def summarize(drop, estimates, steps, probes, bins=8, shares=(0.5, 0.7, 0.9)):
+    """Per estimator: Spearman's rank correlation with dropN; by depth bin, the realized drop
+    against the drop the estimate predicts for `steps` steps (its per-batch value times steps);
+    and the realized drop of the selection a share of its positive estimate picks (the highest
+    first, dropN summed over the picked tensors)."""
+    drop = np.asarray(drop, float)
+    out = {}
+    for name, v in estimates.items():
+        v = np.asarray(v, float)
+        pos = np.clip(v, 0, None)
+        order = np.argsort(-pos, kind="stable")
+        picks = {}
+        for share in shares:
+            if pos.sum() <= 0:
+                picks[f"{share:g}"] = None
+                continue
+            cum = np.cumsum(pos[order]) / pos.sum()
+            pick = order[:int(np.searchsorted(cum, share)) + 1]
+            picks[f"{share:g}"] = {"tensors": int(len(pick)), "deepest": int(pick.min()),
+                                   "realized_drop": float(drop[pick].sum())}
+        depth = []
+        for r in depth_bins(len(drop), bins):
+            idx = list(r)
+            predicted = float(v[idx].sum()) * steps / probes
+            realized = float(drop[idx].sum())
+            depth.append({"tensors": [idx[0], idx[-1]], "predicted": predicted,
+                          "realized": realized,
+                          "ratio": realized / predicted if predicted else None})
+        out[name] = {"spearman": spearman(v, drop), "positive": int((v > 0).sum()),
+                     "by_depth": depth, "selection": picks}
+    return out
+
+
+def markdown(data):
+    """The measurement's tables: per configuration (mean over its seeds), each estimator's
+    rank correlation with the truth, the realized drop of the selection keeping 70% of its
+    estimate, and the realized over predicted drop by depth."""
+    lines = [f"Machine: {data['machine']}; {data['date']}; `{data['command']}`.", ""]
+    by_config = {}
+    for run in data["runs"]:
+        by_config.setdefault(run["config"], []).append(run)
+    for name, runs in by_config.items():
+        names = list(runs[0]["summary"])
+        steps = runs[0]["steps"]
+        lines += [f"**{name}** ({len(runs)} seed(s); dropN: held-out loss drop of {steps} SGD "
+                  f"steps of each of {len(runs[0]['dropN'])} tensors alone; held-out loss "
+                  f"{np.mean([r['held_out_loss'] for r in runs]):.3f}):", "",
+                  "| estimator | rank correlation with dropN | positive | the 70% selection: "
+                  "tensors, deepest | its realized drop |", "|---|---|---|---|---|"]
+        for est in names:
+            s = [r["summary"][est] for r in runs]
+            sel = [x["selection"]["0.7"] for x in s if x["selection"]["0.7"]]
+            pick = (f"{np.mean([x['tensors'] for x in sel]):.0f}, "
+                    f"{np.mean([x['deepest'] for x in sel]):.0f}") if sel else "none"
+            real = f"{np.mean([x['realized_drop'] for x in sel]):+.3f}" if sel else "-"
+            lines.append(f"| {est} | {np.mean([x['spearman'] for x in s]):+.2f} | "
+                         f"{np.mean([x['positive'] for x in s]):.0f} | {pick} | {real} |")
+        bins = runs[0]["summary"][names[0]]["by_depth"]
+        lines += ["", "Realized over predicted drop by depth (tensors, input side first; sums "
+                  "over the bin's tensors, mean over seeds):", "",
+                  "| tensors | realized | " + " | ".join(names) + " |",
+                  "|---|---|" + "---|" * len(names)]
+        for i, b in enumerate(bins):
+            realized = np.mean([r["summary"][names[0]]["by_depth"][i]["realized"] for r in runs])
+            cells = []
+            for est in names:
+                predicted = np.mean([r["summary"][est]["by_depth"][i]["predicted"]
+                                     for r in runs])
+                cells.append(f"{realized / predicted:+.3f}" if predicted else "-")
+            lines.append(f"| {b['tensors'][0]}-{b['tensors'][1]} | {realized:+.3f} | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)

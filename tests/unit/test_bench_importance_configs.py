@@ -1,0 +1,61 @@
+"""scripts/bench_importance.py --configs: a finished configuration is read back, not measured
+again; an unknown one is refused in one line with exit code 2; the table shows each
+estimator's rank correlation, its 70% selection's realized drop and realized over predicted by
+depth."""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+from helpers import ROOT
+from elastictrainer.experiments import importance_truth as it
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "bench_importance", os.path.join(ROOT, "scripts", "bench_importance.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record(name, seed, steps=10, probes=2):
+    drop = np.array([-0.2, 0.1, 0.3, 0.4])
+    est = {"taylor": np.array([4.0, 1.0, 1.0, 1.0]), "cross": np.array([0.0, 1.0, 2.0, 3.0])}
+    return {"config": name, "seed": seed, "steps": steps, "probes": probes,
+            "held_out_loss": 1.0, "dropN": drop.tolist(),
+            "estimates": {k: v.tolist() for k, v in est.items()},
+            "summary": it.summarize(drop, est, steps, probes, bins=2)}
+
+
+def test_finished_configurations_are_read_back_and_tabled(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def measure(name, seed, steps, probes):
+        calls.append((name, seed))
+        return _record(name, seed, steps, probes)
+
+    monkeypatch.setattr(it, "measure", measure)
+    out = str(tmp_path / "truth")
+    script = _script()
+    script.main(["--configs", "domain_shift_nested", "--seeds", "0,1", "--out", out])
+    assert calls == [("domain_shift_nested", 0), ("domain_shift_nested", 1)]
+    script.main(["--configs", "domain_shift_nested,domain_shift_fit", "--seeds", "0",
+                 "--out", out])
+    assert calls[2:] == [("domain_shift_fit", 0)]  # the nested seed 0 was read back
+    with open(out + ".json") as f:
+        assert len(json.load(f)["runs"]) == 3
+    with open(out + ".md") as f:
+        table = f.read()
+    # taylor's 70% selection: tensors 0 and 1 (5 of 7), which together raise the loss
+    assert "| taylor | -0.77 | 4 | 2, 0 | -0.100 |" in table
+    assert "| 0-1 | -0.100 |" in table and "**domain_shift_fit** (1 seed(s)" in table
+
+
+def test_an_unknown_configuration_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        _script().main(["--configs", "imagenet_full"])
+    assert e.value.code == 2
+    assert "--configs imagenet_full: not one of domain_shift_nested" in capsys.readouterr().err
