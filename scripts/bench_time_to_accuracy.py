@@ -47,9 +47,10 @@ Configurations (--configs):
   domain_shift_nested
                   the same fine-tune as a user of Keras' transfer-learning guide builds it:
                   MobileNetV2 at alpha 0.5 nested in the user's model as one layer, at the
-                  application's own BatchNorm momentum (0.999), 3360 training images; plain
-                  fit, the last block (16) by hand, ElasticCallback(rho="auto", interval=2)
-                  and ElasticCallback(rho=0.4, interval=2)
+                  application's own BatchNorm momentum (0.999), 3360 training images, 16
+                  epochs; plain fit, the last block (16) by hand, ElasticCallback(rho="auto",
+                  interval=2), the same with train_type="elastic_training_curvature", and
+                  ElasticCallback(rho=0.4, interval=2)
 Schemes of the command-line configurations: full training, traditional TL, the last stage and
 head held fixed (uncached, and cached as the default --cache_frozen_prefix auto caches it),
 ElasticTrainer at each --rhos and with --rho auto at each --shares (the default cache), and

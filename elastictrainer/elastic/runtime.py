@@ -22,7 +22,8 @@ rho_control.prefer_measured), and its ClosedLoop component (closed_loop.py) open
 and corrects each selection.  Every second is booked by accounting.py (the run's wall-clock
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
 its Economy component (economy.py, --economy), except that a selection whose training loss
-did not fall over its interval is replaced whatever the budget says (trend.py).  Its state is
+did not fall over its interval, or whose share of the estimated loss drop faded (trend.py), is
+replaced whatever the budget says.  Its state is
 one typed object (ElasticState) that a checkpoint keeps, and its clock is injected, so tests
 script step times.
 
@@ -322,9 +323,11 @@ class ElasticRuntime:
             if stalled:
                 self._economy.same_again(global_step, stalled)
         elif not self._economy.worth_compiling(selection, global_step, self._progress()):
-            if stalled and self._economy.replaces(global_step, self._progress(), stalled,
-                                                  selection):
-                reason = "interval (replaced: loss did not fall)"
+            faded = None if stalled else trend.faded(s.selection, selection, importance)
+            if (stalled or faded) and self._economy.replaces(
+                    global_step, self._progress(), stalled or faded, selection):
+                reason = ("interval (replaced: loss did not fall)" if stalled else
+                          "interval (replaced: its estimated loss drop faded)")
             else:
                 self._economy.kept(global_step, why=words)
                 mask, reason = np.asarray(s.mask, bool), "interval (kept: overhead budget)"

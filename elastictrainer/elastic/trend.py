@@ -1,5 +1,5 @@
-"""Whether a selection pays in training loss: the losses of its steps, kept in a few buckets,
-and the rule that says whether they fell (not in the paper).
+"""Whether a selection pays (not in the paper): in training loss, the losses of its steps kept
+in a few buckets and the rule that says whether they fell; and in the estimated loss drop.
 
 The paper re-selects every interval whatever happens; the economy (economy.py) may keep a
 selection to hold re-selection overhead within its budget.  Keeping one is right only while it
@@ -15,15 +15,26 @@ relative so that it means the same for any loss scale, and small, because keepin
 learner costs less than a re-selection that should not have happened.  Fewer than MIN_STEPS
 steps are not judged (the selection counts as paying, as without this rule).
 
-Plain Python, no TensorFlow; the buckets ([loss sum, steps]) are plain data in the runtime's
+A selection also stops paying when its tensors' gradients are trained away while its loss
+still falls: the probes then find the estimated loss drop (eq. 4-6) elsewhere, and each of its
+steps brings less than what the probes' choice would.  When the kept selection holds less than
+FADED of the share of the estimated loss drop the probes' choice holds, a compile is worth
+paying whatever the overhead budget says (the run replaced for that reason says so).
+
+Plain Python (numpy), no TensorFlow; the buckets ([loss sum, steps]) are plain data in the runtime's
 checkpointed state (state.ElasticState.losses).
 """
 import math
+
+import numpy as np
 
 # A selection's loss must fall by this share between its first and last thirds of steps.
 FALL_MARGIN = 0.02
 # Steps a selection must have trained to be judged (at least four per third).
 MIN_STEPS = 12
+# The kept selection's share of the estimated loss drop, against the probes' choice's, under
+# which it is replaced past the budget (faded)
+FADED = 0.5
 # Buckets an interval's losses take at most (bounded checkpoints whatever the interval's length).
 BUCKETS = 48
 
@@ -69,3 +80,17 @@ def verdict(buckets):
     if first - last > FALL_MARGIN * abs(first):
         return False, words
     return True, f"{words}, not {FALL_MARGIN:.0%} lower"
+
+
+def faded(kept, chosen, importance):
+    """Words when selection `kept` holds less than FADED of the share of the estimated loss
+    drop (the positive part of `importance`, just probed) that selection `chosen` holds, else
+    None."""
+    gain = np.clip(np.asarray(importance, float), 0.0, None)
+    total = float(gain.sum())
+    if total <= 0:
+        return None
+    old, new = (float(gain[list(sel)].sum()) / total for sel in (kept, chosen))
+    if old >= FADED * new:
+        return None
+    return f"the selection keeps {old:.0%} of the estimated loss drop, the probes' choice {new:.0%}"

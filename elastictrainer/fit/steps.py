@@ -41,6 +41,13 @@ class FitSteps:
                             f"constraints; {type(optimizer).__name__} with these settings is not "
                             f"covered")
         self.in_step = True
+        self._needs_batch = bool(getattr(self._terms, "needs_batch", False))
+        if self._needs_batch:
+            if strategy is not None:
+                raise UserError(f"importance {importance} takes a second gradient on one "
+                                f"device's batch; under a tf.distribute strategy use "
+                                f"elastic_training")
+            self._terms.stats = list(model.non_trainable_weights)
         self._reduce_op = self.flavor.losses_scaled_for_replicas()  # outside any trace
         self.steps = StepCache(self._selection_step,
                                size_fn=None if strategy is None else (lambda step: None))
@@ -119,6 +126,11 @@ class FitSteps:
 
         return distributed
 
+    def _loss_of(self, data):
+        """The training loss on `data` (the step's parts), as the model's train step computes
+        it."""
+        return self.flavor.fit_forward(self.model, _packed(tuple(data)), None)[-1]
+
     def probe_traced(self, want_terms=False):
         from elastictrainer.flavors import compat
 
@@ -133,10 +145,19 @@ class FitSteps:
             self.bn_hold.hold(None)
         if self._probe is None:
             self._probe = self._step(self.variables, False)
-            self._terms_fn = tf.function(self._terms)
+            if self._needs_batch:  # a second gradient on this batch (importance.CurvatureTerms)
+                from elastictrainer.method.importance import hessian_vector_product
+
+                hvp_at = hessian_vector_product(self._loss_of, self.variables)
+                self._terms_fn = tf.function(
+                    lambda grads, *data: self._terms(grads, hvp_at, data))
+            else:
+                self._terms_fn = tf.function(self._terms)
         loss, logs, grads = self._probe(*data)
-        terms = (self._terms_fn(grads) if want_terms
-                 else tf.zeros([len(self.variables)], tf.float64))
+        if not want_terms:
+            terms = tf.zeros([len(self.variables)], tf.float64)
+        else:
+            terms = self._terms_fn(grads, *data) if self._needs_batch else self._terms_fn(grads)
         return loss, logs, terms
 
 

@@ -40,6 +40,8 @@ IMPORTANCE = Registry("importance")
 # terms(grads) -> one float64 per tensor, or None where the estimator needs more than one
 # backward pass (taylor_paper) or the optimizer has no closed-form fresh step.
 IN_STEP = Registry("in-step importance")
+# The in-step estimators that take a second gradient on the probe's batch: one device only
+ONE_DEVICE_IMPORTANCE = ("taylor_curvature",)
 
 
 # The compiled functions each trainer's probes use, built on first use: trainer -> {name: fn}.
@@ -169,6 +171,13 @@ def taylor_paper_importance(tr, batches):
     return probe_terms(tr, batches)[1]
 
 
+@IMPORTANCE.register("taylor_curvature")
+def taylor_curvature_importance(tr, batches):
+    """taylor_curvature where the steps cannot compute it (an optimizer without a closed-form
+    fresh step): the first-order term alone, as `taylor`."""
+    return taylor_importance(tr, batches)
+
+
 @IMPORTANCE.register("weight_magnitude")
 def weight_magnitude_importance(tr, batches):
     """Ablation: I_k = sum |w_k|."""
@@ -229,6 +238,90 @@ def weight_magnitude_terms(optimizer, variables):
 
         return tf.stack([tf.reduce_sum(tf.abs(tf.cast(v, tf.float64))) for v in variables])
     return terms
+
+
+class CurvatureTerms:
+    """In-step form of `taylor_curvature` (module docstring): per tensor k, the loss drop of
+    the fresh step dw0 stretched to the length momentum gives a steady step, s = 1 / (1 -
+    momentum) (1 without momentum), to second order:
+
+        I_k = s (-g0_k . dw0_k) - s^2 / 2 dw0_k . H_kk . dw0_k
+
+    with each tensor's own curvature from one Hessian-vector product on the probe's batch,
+    H v for v = sum_j e_j dw0_j (e_j = +-1 at random per tensor): e_k dw0_k . (H v)_k has
+    expectation dw0_k . H_kk . dw0_k, the other tensors' cross terms averaging out over signs
+    (Hutchinson).  The curvature is the local one, at w (a finite step of every tensor at once,
+    as eq. 4-6's second gradient takes, mixes every tensor's overshoot into each one's term,
+    and a step of some tensors against their gradient meets another curvature than the step
+    training takes).  The statistics the product's forward pass moves (`stats`, BatchNorm's
+    moving averages) are put back.
+
+    Why: under SGD the first-order term is lr |g|^2, and across a domain shift the tensors that
+    see pixels have the largest gradients, yet training them alone raises the held-out loss
+    (figures/bench_importance_truth.md: the 70% selection of the first-order estimate, 9
+    tensors down to the first convolution, raised it; this estimate's, 8 tensors from the 22nd
+    on, lowered it by 0.32)."""
+
+    needs_batch = True
+
+    def __init__(self, optimizer, variables, stats=()):
+        self.optimizer, self.variables, self.stats = optimizer, list(variables), list(stats)
+        momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
+        self.stretch = 1.0 / (1.0 - momentum) if 0.0 <= momentum < 1.0 else 1.0
+
+    def __call__(self, grads, hvp_at, data, signs=None):
+        """The terms (float64, one per tensor) from the probe's gradients `grads` and
+        `hvp_at(data, vector)`, the Hessian-vector product of the training loss on the same
+        batch at the current weights (a training step's forward pass: a metric it updates
+        counts this pass too); signs: the e_k (random when None)."""
+        import tensorflow as tf
+
+        from elastictrainer.flavors import optimizers
+
+        variables, s = self.variables, self.stretch
+        grads = _dense(grads, variables)
+        steps = optimizers.fresh_step(self.optimizer, grads, variables)
+        if signs is None:
+            signs = tf.where(tf.random.uniform([len(variables)]) < 0.5, -1.0, 1.0)
+        kept = [tf.identity(optimizers.tf_variable(v)) for v in self.stats]
+        vector = [tf.cast(signs[k], d.dtype) * d for k, d in enumerate(steps)]
+        with tf.control_dependencies(kept):
+            products = _dense(hvp_at(data, vector), variables)
+        with tf.control_dependencies([tf.convert_to_tensor(h) for h in products]):
+            for v, w in zip(self.stats, kept):
+                optimizers.tf_variable(v).assign(w)
+        out = []
+        for k, (g, h, d) in enumerate(zip(grads, products, steps)):
+            g, h, d = (tf.cast(t, tf.float64) for t in (g, h, d))
+            own = tf.cast(signs[k], tf.float64) * tf.reduce_sum(d * h)
+            out.append(s * -tf.reduce_sum(g * d) - 0.5 * s * s * own)
+        return tf.stack(out)
+
+
+def hessian_vector_product(loss_of, variables):
+    """hvp_at(data, vector) for CurvatureTerms: H v of `loss_of(data)` (a training forward pass
+    and its loss) with respect to `variables`, by differentiating g . v (v held constant)."""
+    import tensorflow as tf
+
+    def hvp_at(data, vector):
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                loss = loss_of(data)
+            grads = _dense(inner.gradient(loss, variables), variables)
+            dot = tf.add_n([tf.reduce_sum(g * tf.stop_gradient(tf.cast(v, g.dtype)))
+                            for g, v in zip(grads, vector)])
+        return outer.gradient(dot, variables)
+
+    return hvp_at
+
+
+@IN_STEP.register("taylor_curvature")
+def curvature_terms(optimizer, variables):
+    from elastictrainer.flavors import optimizers
+
+    if not optimizers.fresh_step_supported(optimizer, variables):
+        return None
+    return CurvatureTerms(optimizer, variables)
 
 
 def in_step_terms(name, optimizer, variables):

@@ -63,6 +63,10 @@ for _scheme in (
     Scheme("elastic_training_taylor_paper", "ElasticTrainer eq. 6", ("#c7eae5", "#01665e"),
            "ElasticTrainer with the paper's exact importance, -g(w+dw).dw (eq. 4-6)",
            importance="taylor_paper"),
+    Scheme("elastic_training_curvature", "ElasticTrainer +curv.", ("#d9f0d3", "#1b7837"),
+           "ElasticTrainer with importance that subtracts the curvature each tensor's own "
+           "step meets (one more gradient per probe batch, one device; importance.py)",
+           importance="taylor_curvature"),
     Scheme("elastic_training_weight_magnitude", "ElasticTrainer |w|", ("#fdd0a2", "#a63603"),
            "ablation: importance by weight magnitude", importance="weight_magnitude"),
     Scheme("elastic_training_grad_magnitude", "ElasticTrainer |g|", ("#fcc5c0", "#7a0177"),

@@ -12,6 +12,7 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
 from elastictrainer.train import distributed_steps
 from elastictrainer.machine import release_memory
+from elastictrainer.method.importance import ONE_DEVICE_IMPORTANCE
 
 
 # Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
@@ -180,6 +181,11 @@ class CompiledSteps:
         self._probe = None
         self._importance = scheme.importance
         self._penalty = penalty
+        if self.dist and scheme.importance in ONE_DEVICE_IMPORTANCE:
+            from elastictrainer.errors import UserError
+
+            raise UserError(f"--train_type {scheme.name} takes a second gradient on one "
+                            f"device's batch; under tf.distribute use elastic_training")
 
         @tf.function
         def eval_fn(x, y):

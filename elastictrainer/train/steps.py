@@ -78,7 +78,20 @@ class ProbeStep:
             return loss, logits, tape.gradient(total, var_list)
 
         self.step = step
-        self.terms = None if terms_fn is None else tf.function(terms_fn)
+        self.needs_batch = bool(getattr(terms_fn, "needs_batch", False))
+        if self.needs_batch:  # a second gradient on the probe's batch (importance.CurvatureTerms)
+            from elastictrainer.method.importance import hessian_vector_product
+
+            terms_fn.stats = list(model.non_trainable_weights)
+
+            def loss_of(data):
+                loss = loss_fn(data[1], model(data[0], training=True))
+                return loss + penalty_fn() if penalty_fn is not None else loss
+
+            hvp_at = hessian_vector_product(loss_of, var_list)
+            self.terms = tf.function(lambda x, y, grads: terms_fn(grads, hvp_at, (x, y)))
+        else:
+            self.terms = None if terms_fn is None else tf.function(terms_fn)
 
     def traced(self, want_terms=False):
         """Whether calling with `want_terms` compiles nothing new."""
@@ -90,7 +103,7 @@ class ProbeStep:
     def __call__(self, x, y, want_terms=False):
         loss, logits, grads = self.step(x, y)
         if want_terms and self.terms is not None:
-            terms = self.terms(grads)
+            terms = self.terms(x, y, grads) if self.needs_batch else self.terms(grads)
         else:
             terms = tf.zeros([self.n], tf.float64)
         return loss, logits, terms

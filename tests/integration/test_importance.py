@@ -275,3 +275,59 @@ def test_no_collapse_over_12_epochs_of_readme_command_1(tmp_path):
         assert sum(v > 0 for v in s["importance"]) >= 15
         # what stopped the selection is the time budget, never a lack of tensors worth training
         assert s["limited_by"] == "budget" and sum(s["mask"]) >= 2
+
+
+# ------------------------------------------------------------- curvature (taylor_curvature)
+def test_curvature_terms_match_a_finite_difference_and_restore_the_statistics():
+    """importance.CurvatureTerms against a naive reference: s(-g.dw0) - s^2/2 e_k dw0_k.(H v)_k,
+    v = sum_j e_j dw0_j, H v by central differences of the gradient; the BatchNorm statistics
+    its forward pass moves are put back bit for bit."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(5, input_shape=(3,)),
+                              keras.layers.BatchNormalization(), keras.layers.Activation("tanh"),
+                              keras.layers.Dense(2)])
+    opt = keras.optimizers.SGD(0.1, momentum=0.75)
+    variables = list(model.trainable_weights)
+    optimizers.prepare_optimizer(opt, variables)
+    terms = importance.in_step_terms("taylor_curvature", opt, variables)
+    terms.stats = list(model.non_trainable_weights)
+    loss_fn = train_steps.make_loss()
+    rng = np.random.default_rng(1)
+    x = tf.constant(rng.normal(size=(8, 3)), tf.float32)
+    y = tf.constant(rng.integers(0, 2, 8))
+
+    def loss_of(data):
+        return loss_fn(data[1], model(data[0], training=True))
+
+    def grads_at():
+        with tf.GradientTape() as tape:
+            loss = loss_of((x, y))
+        return tape.gradient(loss, variables)
+
+    signs = tf.constant([1.0, -1.0, -1.0, 1.0, 1.0, -1.0])
+    g = grads_at()  # (its forward pass moves the statistics: before, not during)
+    before = [v.numpy() for v in model.weights]
+    hvp_at = importance.hessian_vector_product(loss_of, variables)
+    got = tf.function(lambda: terms(g, hvp_at, (x, y), signs))().numpy()
+    for v, w in zip(model.weights, before):
+        np.testing.assert_array_equal(v.numpy(), w)
+    s, h = 4.0, 1e-2  # 1 / (1 - 0.75); the difference's step
+    g = [t.numpy().astype(np.float64) for t in g]
+    dw = [-0.1 * t for t in g]  # a fresh SGD step
+    vec = [e * d for e, d in zip(signs.numpy(), dw)]
+    norms = model.non_trainable_weights
+
+    def grads_moved(sign):
+        for v, d in zip(variables, vec):
+            v.assign((v.numpy() + sign * h * d).astype(np.float32))
+        out = [t.numpy().astype(np.float64) for t in grads_at()]
+        for v, d in zip(variables, vec):
+            v.assign((v.numpy() - sign * h * d).astype(np.float32))
+        return out
+
+    plus, minus = grads_moved(1.0), grads_moved(-1.0)
+    hv = [(a - b) / (2 * h) for a, b in zip(plus, minus)]
+    want = [s * -np.sum(a * d) - 0.5 * s * s * e * np.sum(d * p)
+            for a, d, p, e in zip(g, dw, hv, signs.numpy())]
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=1e-6)
+    assert terms.stretch == s

@@ -1,7 +1,8 @@
 """When selections happen (elastic/runtime.py, economy.py, trend.py) on the scripted device of
 test_elastic_runtime.py: a new classifier head trains alone before the first probes (the head
 warm-up), and a selection whose scripted training loss stays flat is replaced at the next
-interval whatever the overhead budget says, while one whose loss falls is kept under it."""
+interval whatever the overhead budget says, while one whose loss falls is kept under it, unless
+the probes find that it holds less than half the estimated loss drop their choice holds."""
 import numpy as np
 import pytest
 
@@ -68,7 +69,7 @@ def test_without_a_warm_up_the_run_is_todays():
             for m in ("mobilenetv2", "vit")} == {0}
 
 
-def _budget_run(loss):
+def _budget_run(loss, importance=_shifting_importance):
     """test_elastic_runtime's ten re-selections each wanting an uncompiled selection, each
     compile 1.5% of the run: the overhead budget keeps the selection from step 401 on."""
     model = TimeModel(table())
@@ -77,7 +78,7 @@ def _budget_run(loss):
     said = []
     rt = make(model, device, total=2000, steps_per_epoch=200, interval=1,
               compile_ms=1e3 * compile_s, log=said.append)
-    drive(rt, device, 2000, _shifting_importance, loss=loss)
+    drive(rt, device, 2000, importance, loss=loss)
     return rt, said
 
 
@@ -154,3 +155,27 @@ def test_the_rule_compares_the_thirds_of_a_selections_steps():
     assert verdicts == {True, False}
     assert trend.verdict([[2.3, 1]] * (trend.MIN_STEPS - 1)) == (False, None)
     assert trend.verdict([[2.3, 1]] * trend.MIN_STEPS)[0]
+
+
+def _moving(k):
+    """The k-th re-selection's importance: all of it on one of the three output-most tensors,
+    each in turn, so that the kept selection holds none of the next estimate."""
+    out = np.zeros(N)
+    out[N - 1 - k % 3] = 1.0
+    return out
+
+
+def test_a_selection_whose_estimated_loss_drop_faded_is_replaced_past_the_budget():
+    """Its loss falls, but the probes find the estimated loss drop elsewhere: at step 401,
+    where the budget keeps a selection (as with a falling loss and a mild shift of importance,
+    above), it is replaced by the probes' choice, with one line saying why."""
+    rt, said = _budget_run(falling, _moving)
+    assert rt.records[2].step == 401
+    assert rt.records[2].reason == "interval (replaced: its estimated loss drop faded)"
+    assert rt.records[2].mask == [0] * (N - 3) + [1, 0, 0]
+    assert any("step 401: the selection keeps 0% of the estimated loss drop, the probes' "
+               "choice 100%: the selection is replaced by 1 tensor past the overhead budget"
+               in line for line in said)
+    assert trend.faded((0, 1), (2,), [1.0, 0.0, 1.0]) is None  # half of the new one's: kept
+    assert trend.faded((0,), (2,), [0.9, 0.0, 2.0]) is not None
+    assert trend.faded((0,), (1,), [-1.0, -1.0, 0.0]) is None  # nothing estimated to gain
