@@ -65,6 +65,10 @@ class ProbeStep:
     The update branch also tripled its compile (Adam: 7.3 s against 1.3 s here, and 5.2 s for
     full training's step)."""
 
+    # whether the terms take the probe's batch too (importance.CurvatureTerms); the distributed
+    # probe step never does (compiled.CompiledSteps refuses such importance under a strategy)
+    needs_batch = False
+
     def __init__(self, model, optimizer, loss_fn, var_list, terms_fn=None, penalty_fn=None):
         var_list = list(var_list)
         self.n = len(var_list)

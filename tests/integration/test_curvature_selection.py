@@ -1,7 +1,8 @@
 """elastic_training_curvature (importance.CurvatureTerms) in a run: on a model whose lowest
 tensor has by far the largest gradient but whose loss falls only when the upper tensors train
 (its input is large, so the optimizer's step on that tensor overshoots), the first-order
-estimate selects the lowest tensor first and the curvature-aware one never does; under a tf.distribute strategy it is refused in one line."""
+estimate selects the lowest tensor first and the curvature-aware one never does; under a
+tf.distribute strategy both trainers refuse it in one line."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -59,3 +60,20 @@ def test_under_a_strategy_it_is_refused():
     model = _model()
     with pytest.raises(UserError, match="second gradient on one device's batch"):
         FitSteps(model, model.optimizer, "taylor_curvature", strategy=object())
+
+
+def test_under_a_strategy_the_command_lines_trainer_refuses_it_at_once():
+    from types import SimpleNamespace
+
+    import tf_keras as keras
+
+    from helpers import tiny_model
+    from elastictrainer.method import schemes
+    from elastictrainer.method.roles import tensor_roles
+    from elastictrainer.train.compiled import CompiledSteps
+
+    model = tiny_model()
+    with pytest.raises(UserError, match="elastic_training_curvature takes a second gradient"):
+        CompiledSteps(model, keras.optimizers.SGD(0.01, momentum=0.9),
+                      schemes.SCHEMES["elastic_training_curvature"], tensor_roles(model),
+                      dist=SimpleNamespace(on=True))
