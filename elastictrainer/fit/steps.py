@@ -149,8 +149,9 @@ class FitSteps:
                 from elastictrainer.method.importance import hessian_vector_product
 
                 hvp_at = hessian_vector_product(self._loss_of, self.variables)
+                # autograph off, as train/steps.ProbeStep's
                 self._terms_fn = tf.function(
-                    lambda grads, *data: self._terms(grads, hvp_at, data))
+                    lambda grads, *data: self._terms(grads, hvp_at, data), autograph=False)
             else:
                 self._terms_fn = tf.function(self._terms)
         loss, logs, grads = self._probe(*data)

@@ -27,6 +27,11 @@ state are restored afterwards.
   lr (|g|^2 + wd g.w) under SGD and ~ lr |g|_1 under Adam (sign-like first step), so under
   Adam it ranks as the |g| ablation (Fig. 22) does; it costs one backward pass per probe
   batch, eq. 4-6 two.
+- `taylor_curvature` (elastic_training_curvature) is `taylor` at the length momentum stretches
+  a steady step to, less the curvature each tensor's own step meets (CurvatureTerms): across a
+  domain shift `taylor` prefers the tensors that see pixels, whose training alone raises the
+  held-out loss (figures/bench_importance_truth.md); one Hessian-vector product per probe
+  batch more.
 """
 import weakref
 

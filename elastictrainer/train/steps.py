@@ -93,7 +93,10 @@ class ProbeStep:
                 return loss + penalty_fn() if penalty_fn is not None else loss
 
             hvp_at = hessian_vector_product(loss_of, var_list)
-            self.terms = tf.function(lambda x, y, grads: terms_fn(grads, hvp_at, (x, y)))
+            # autograph off: TensorFlow 2.16's converts a call of the terms object into a call
+            # of its class; the terms have no Python control flow on tensors
+            self.terms = tf.function(lambda x, y, grads: terms_fn(grads, hvp_at, (x, y)),
+                                     autograph=False)
         else:
             self.terms = None if terms_fn is None else tf.function(terms_fn)
 

@@ -45,6 +45,7 @@ def _first_selection(tmp_path, train_type):
     return [r for r in records if r["reason"] != "head warm-up"]
 
 
+@pytest.mark.tf_versions  # model.fit's probe with a batch-bound terms function, per version
 def test_the_curvature_estimate_leaves_the_overshooting_tensor_out(tmp_path):
     first_order = _first_selection(tmp_path, "elastic_training")
     curvature = _first_selection(tmp_path, "elastic_training_curvature")

@@ -1,17 +1,10 @@
 """scripts/bench_durability.py: the shares it reports are each part's seconds over the training
 time, summed; its flags parse with the paper regime's defaults."""
-import importlib.util
-import os
-
-from helpers import ROOT
+from helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "bench_durability", os.path.join(ROOT, "scripts", "bench_durability.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_durability")
 
 
 def test_each_part_is_a_share_of_the_training_time_and_they_add_up():

@@ -2,23 +2,17 @@
 again; an unknown one is refused in one line with exit code 2; the table shows each
 estimator's rank correlation, its 70% selection's realized drop and realized over predicted by
 depth."""
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
 
-from helpers import ROOT
+from helpers import load_script
 from elastictrainer.experiments import importance_truth as it
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "bench_importance", os.path.join(ROOT, "scripts", "bench_importance.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_importance")
 
 
 def _record(name, seed, steps=10, probes=2):
