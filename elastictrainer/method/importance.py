@@ -45,8 +45,6 @@ IMPORTANCE = Registry("importance")
 # terms(grads) -> one float64 per tensor, or None where the estimator needs more than one
 # backward pass (taylor_paper) or the optimizer has no closed-form fresh step.
 IN_STEP = Registry("in-step importance")
-# The in-step estimators that take a second gradient on the probe's batch: one device only
-ONE_DEVICE_IMPORTANCE = ("taylor_curvature",)
 
 
 # The compiled functions each trainer's probes use, built on first use: trainer -> {name: fn}.

@@ -12,7 +12,7 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
 from elastictrainer.train import distributed_steps
 from elastictrainer.machine import release_memory
-from elastictrainer.method.importance import ONE_DEVICE_IMPORTANCE
+from elastictrainer.method.importance import in_step_terms
 
 
 # Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
@@ -181,7 +181,9 @@ class CompiledSteps:
         self._probe = None
         self._importance = scheme.importance
         self._penalty = penalty
-        if self.dist and scheme.importance in ONE_DEVICE_IMPORTANCE:
+        # terms that take the probe's batch (a second gradient on it) run on one device only
+        if self.dist and getattr(in_step_terms(scheme.importance, optimizer, self.variables),
+                                 "needs_batch", False):
             from elastictrainer.errors import UserError
 
             raise UserError(f"--train_type {scheme.name} takes a second gradient on one "
@@ -226,8 +228,6 @@ class CompiledSteps:
         (train_steps.make_probe_step): (loss, logits, terms)."""
         self._hold(None)
         if self._probe is None:
-            from elastictrainer.method.importance import in_step_terms
-
             terms = (in_step_terms(self._importance, self.optimizer, self.variables)
                      if self._importance else None)
             self.in_step_importance = terms is not None
@@ -273,8 +273,6 @@ class CompiledSteps:
     @property
     def in_step(self):
         """Whether this scheme's importance comes from the probe steps themselves."""
-        from elastictrainer.method.importance import in_step_terms
-
         if not hasattr(self, "in_step_importance"):
             self.in_step_importance = self._importance is not None and in_step_terms(
                 self._importance, self.optimizer, self.variables) is not None
