@@ -128,6 +128,13 @@ class Config:
         "run re-selects and corrects less, and trains every tensor when no selection would pay "
         "for its compile); false: re-select and correct as the paper does, whatever the run's "
         "length"))
+    trial_check: bool = field(default=False, metadata=flag(
+        "at each re-selection, before solving: split the tensors by depth into 16 groups, take "
+        "one step of each group (as long as momentum makes a steady one) on the last probe's "
+        "batch, and scale each group's estimated loss drop by the share of it the step "
+        "realized, so that depths whose large, noisy gradients overshoot lose their weight "
+        "(one backward and 17 forward passes per re-selection; one device only). false: eq. "
+        "4-6's estimate as it is"))
     head_warmup: Union[float, str] = field(default=AUTO, metadata=flag(
         "share of the first --interval in which a newly initialised classifier head (the "
         "output layer's tensors) trains alone before the first importance probes, as "
@@ -329,6 +336,7 @@ CONFIG_FIELDS = {f.name: f for f in fields(Config)}
 FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
 FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "rho_tolerance", "interval",
-                     "train_type", "probe_batches", "rho_feedback", "economy", "head_warmup",
+                     "train_type", "probe_batches", "rho_feedback", "economy", "trial_check",
+                     "head_warmup",
                      "dp_resolution", "timing_table", "bn_mode", "cache_frozen_prefix",
                      "cache_budget_mb", "cache_views", "cache_dtype", "seed")

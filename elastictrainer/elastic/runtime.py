@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from elastictrainer.elastic import accounting, trend
+from elastictrainer.elastic import accounting, realized, trend
 from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget,
                                            head_warmup_share)
 from elastictrainer.elastic.closed_loop import ClosedLoop
@@ -67,8 +67,9 @@ class ElasticRuntime:
     (profiled_in_clock: model.fit profiles on its first batch) or before it (the command
     line), counted against the run in wall_ratio (accounting.py).  head: the classifier
     head's tensor indices (method.roles' "head"), and head_warmup: the share of the first
-    interval they train alone before the first probes (0: none).  clock: seconds
-    (time.perf_counter); log(message).
+    interval they train alone before the first probes (0: none).  trial(masks): the trainer's
+    trial step by depth (--trial_check: method/trial.py, realized.py), None without.  clock:
+    seconds (time.perf_counter); log(message).
     """
 
     def __init__(self, model, rho, *, share=DEFAULT_SHARE, objective=DEFAULT_OBJECTIVE,
@@ -76,7 +77,7 @@ class ElasticRuntime:
                  total_steps, interval=1.0, probe_batches=1, dp_resolution=10000,
                  compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
                  is_compiled: Callable = lambda selection: False, profiling_s=0.0,
-                 profiled_in_clock=False, head=(), head_warmup=0.0,
+                 profiled_in_clock=False, head=(), head_warmup=0.0, trial=None,
                  clock: Callable[[], float] = time.perf_counter, log=print):
         self.budget = Budget(rho, share, objective, tolerance)
         self.resolution = int(dp_resolution)
@@ -112,6 +113,7 @@ class ElasticRuntime:
         self._profiling_s = float(profiling_s)
         # a driver profiles always inside its clock or always before it, resumed or not
         self._profiled_in_clock = bool(profiled_in_clock)
+        self._trial = trial
         self._s = ElasticState()
         self._s.profiling_s = self._profiling_s
 
@@ -278,6 +280,10 @@ class ElasticRuntime:
                 return False
             importance = normalize(np.asarray(s.probe_terms, float))
             s.probe_terms = None
+            if self._trial is not None:  # held to what a step realizes by depth (realized.py)
+                t0 = self.clock()
+                importance = realized.check(self._trial, importance, self.log)
+                accounting.book_overhead(s, "importance", self.clock() - t0)
             self._select(global_step + 1, importance)
             return True
         if kind == "full":

@@ -28,6 +28,7 @@ FIT_CONFIGS = {
     # a user's case: the callback as they called it, every other setting at its default
     "domain_shift_fit": FitSetup("SHIFTED_MOBILENETV2", 8, elastic=(
         ("ElasticCallback rho auto", {"rho": "auto"}),
+        ("ElasticCallback rho auto, trial check", {"rho": "auto", "trial_check": True}),
         ("ElasticCallback rho 0.3, bn_mode inference", {"rho": 0.3, "bn_mode": "inference"}))),
     # the transfer-learning guide's case: the application nested in the user's model, at its
     # own BatchNorm momentum, re-selected every 2 epochs as a user sets it; 16 epochs, since
@@ -37,6 +38,8 @@ FIT_CONFIGS = {
         ("ElasticCallback rho auto", {"rho": "auto", "interval": 2}),
         ("ElasticCallback rho auto, curvature",
          {"rho": "auto", "interval": 2, "train_type": "elastic_training_curvature"}),
+        ("ElasticCallback rho auto, trial check",
+         {"rho": "auto", "interval": 2, "trial_check": True}),
         ("ElasticCallback rho 0.4", {"rho": 0.4, "interval": 2}))),
 }
 

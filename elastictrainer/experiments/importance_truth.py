@@ -16,7 +16,11 @@ length momentum stretches a steady step by):
   tensor alone: first order minus the curvature the step meets (one forward pass per tensor);
 - curvature: s (-g.dw) - s^2/2 dw.H.dw, the same to second order, with each tensor's own
   curvature dw_k.H_kk.dw_k from one Hessian-vector product per batch (Hutchinson: random signs
-  per tensor, so the cross terms average out).
+  per tensor, so the cross terms average out);
+- checked: taylor scaled, depth by depth, by what one stretched step of each of 4 depth
+  groups realizes on a held-out probe batch against its first-order promise (--trial_check:
+  elastic/realized.py, method/trial.py).
+Taylor, curvature and checked are computed by the runtime's own code.
 
 The truth: dropN, the held-out loss drop of `steps` SGD steps of tensor k alone from the state
 (fresh momentum).  Losses are taken in training mode (BatchNorm on batch statistics, as every
@@ -27,6 +31,8 @@ import os
 import time
 
 import numpy as np
+
+from elastictrainer.elastic import realized
 
 
 def spearman(a, b):
@@ -84,35 +90,42 @@ class Truth:
             return loss_fn(y, model(x, training=True))
 
         self._step, self._loss_at = step, loss_at
-        self._hvp = self._build_hvp()
+        self._estimators()
 
-    def _build_hvp(self):
+    def _estimators(self):
+        """The runtime's own code for the estimates (method/importance.py, method/trial.py),
+        on a fresh SGD optimizer of the model's Keras: the taylor terms, the curvature terms
+        with their Hessian-vector product, and the trial step by depth."""
         import tensorflow as tf
 
-        variables, model, loss_fn, lr = self.variables, self.model, self.loss_fn, self.lr
+        from elastictrainer import flavors
+        from elastictrainer.flavors import optimizers
+        from elastictrainer.method import importance
+        from elastictrainer.method.trial import TrialStep
+
+        model, loss_fn, variables = self.model, self.loss_fn, self.variables
+        optimizer = flavors.for_model(model).keras.optimizers.SGD(self.lr,
+                                                                  momentum=self.momentum)
+        optimizers.prepare_optimizer(optimizer, variables)
+
+        def loss_of(data):
+            return loss_fn(data[1], model(data[0], training=True))
 
         @tf.function
-        def fn(x, y, signs):
-            with tf.GradientTape() as outer:
-                with tf.GradientTape() as inner:
-                    loss = loss_fn(y, model(x, training=True))
-                grads = inner.gradient(loss, variables)
-                grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                         for g, v in zip(grads, variables)]
-                # dw is -lr g, held constant: d/dw (g . v) = H v
-                vec = [tf.stop_gradient(-lr * signs[k] * g) for k, g in enumerate(grads)]
-                gv = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(grads, vec)])
-            hv = outer.gradient(gv, variables)
-            hv = [tf.zeros_like(v) if h is None else tf.convert_to_tensor(h)
-                  for h, v in zip(hv, variables)]
-            first = tf.stack([lr * tf.reduce_sum(tf.cast(g, tf.float64) ** 2) for g in grads])
-            # own curvature of tensor k: signs_k dw_k . (H v)_k, dw_k = -lr g_k
-            own = tf.stack([tf.cast(signs[k], tf.float64) * tf.reduce_sum(
-                tf.cast(-lr * g, tf.float64) * tf.cast(h, tf.float64))
-                for k, (g, h) in enumerate(zip(grads, hv))])
-            return first, own, grads
+        def gradient(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_of((x, y))
+            return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                    for g, v in zip(tape.gradient(loss, variables), variables)]
 
-        return fn
+        self._gradient = gradient
+        self._taylor = tf.function(importance.taylor_terms(optimizer, variables))
+        curvature = importance.CurvatureTerms(optimizer, variables,
+                                              stats=model.non_trainable_weights)
+        hvp_at = importance.hessian_vector_product(loss_of, variables)
+        self._curvature = tf.function(
+            lambda grads, x, y, signs: curvature(grads, hvp_at, (x, y), signs), autograph=False)
+        self.trial = TrialStep(optimizer, variables, loss_of, stats=model.non_trainable_weights)
 
     # ------------------------------------------------------------------ state
     def snapshot(self):
@@ -149,10 +162,9 @@ class Truth:
         kept_grads = []
         for i, (x, y) in enumerate(probes):
             signs = rng.choice([-1.0, 1.0], self.n).astype(np.float32)
-            first, own, grads = self._hvp(x, y, signs)
-            first, own = first.numpy(), own.numpy()
-            taylor += first
-            curv += s * first - 0.5 * s * s * own
+            grads = self._gradient(x, y)
+            taylor += self._taylor(grads).numpy()
+            curv += self._curvature(grads, x, y, signs).numpy()
             stats = self.model.non_trainable_weights
             kept = [v.numpy() for v in stats]
 
@@ -183,8 +195,13 @@ class Truth:
             squares = sum(float(g[k] @ g[k]) for g in kept_grads)
             # mean over pairs i != j of g_i.g_j, times p as taylor sums over the batches
             cross[k] = self.lr * (float(total @ total) - squares) / max(p - 1, 1)
+        # the runtime's --trial_check: taylor scaled by depth by what a trial step of each
+        # group realizes, gradient on the last probe but one, the loss on the last
+        for x, y in probes[-2:]:
+            self.trial.keep((x, y))
+        checked, _, _ = realized.correct(taylor, self.trial.drops(realized.masks(self.n)))
         return {"taylor": taylor, "curvature": curv, "trial": trial, "trial_held": held,
-                "cross": cross}
+                "cross": cross, "checked": checked}
 
     def drops(self, batches, held, tensors_list=None):
         """dropN of each tensor (or each group in `tensors_list`): held-out loss drop after SGD

@@ -72,8 +72,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
     with a numeric rho, the cheapest selection within that share of eq. 3's best importance,
     when it saves as large a share of the step (0, the paper's eq. 3, by default); interval: epochs
     between re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, head_warmup, dp_resolution, bn_mode, cache_frozen_prefix,
-    cache_budget_mb, cache_views, cache_dtype, seed: as the command line's flags (these and
+    probe_batches, rho_feedback, economy, trial_check, head_warmup, dp_resolution, bn_mode,
+    cache_frozen_prefix, cache_budget_mb, cache_views, cache_dtype, seed: as the command
+    line's flags (these and
     their defaults are Config's fields; bn_mode "inference" holds the model's BatchNorm layers
     on their moving statistics from the fit's start to its end, and puts them back as the model
     calls them after, and "frozen" holds those below the deepest tensor each step trains;
@@ -88,7 +89,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                  interval=Config.interval, logdir=FIT_LOGDIR,
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
-                 head_warmup=Config.head_warmup,
+                 trial_check=Config.trial_check, head_warmup=Config.head_warmup,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
                  bn_mode=Config.bn_mode, cache_frozen_prefix=Config.cache_frozen_prefix,
                  cache_budget_mb=Config.cache_budget_mb, cache_views=Config.cache_views,
@@ -103,7 +104,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
                           rho_objective=rho_objective, rho_tolerance=float(rho_tolerance),
                           interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
-                          economy=bool(economy), head_warmup=head_warmup,
+                          economy=bool(economy), trial_check=bool(trial_check),
+                          head_warmup=head_warmup,
                           dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
                           run_name=os.path.basename(logdir), timing_table=timing_table,
@@ -213,7 +215,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
         self._bn_hold = (batchnorm.FrozenHold(model, list(model.trainable_weights))
                          if cfg.bn_mode == batchnorm.FROZEN else None)
         self.trainer = FitSteps(model, optimizer, scheme.importance, self.strategy,
-                                prefix_cache=self.cache, bn_hold=self._bn_hold)
+                                prefix_cache=self.cache, bn_hold=self._bn_hold,
+                                trial=cfg.trial_check)
         compiled = self.trainer.steps
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
@@ -226,6 +229,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
             is_compiled=lambda selection: selection in compiled, profiling_s=profiling_s,
             profiled_in_clock=True, clock=self.clock, log=self.log,
             head_warmup=cfg.head_warmup,
+            trial=None if self.trainer.trial is None else self.trainer.trial.drops,
             head=[k for k, role in enumerate(tensor_roles(model)) if role == "head"])
         self.driver = ElasticDriver(self.trainer, scheme, runtime)
         summary = new_summary(

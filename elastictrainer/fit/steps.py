@@ -24,10 +24,11 @@ class FitSteps:
     only and updates every replica's copy, as the command line's distributed steps do
     (distributed_steps.DistributedStep).  prefix_cache: a prefix.cache.PrefixCache (one
     device only), whose steps then train the selections that leave a frozen prefix; bn_hold: a
-    batchnorm.FrozenHold (bn_mode "frozen"), held as compiled.CompiledSteps holds it."""
+    batchnorm.FrozenHold (bn_mode "frozen"), held as compiled.CompiledSteps holds it; trial:
+    keep the probes' batches for the trial step by depth (method/trial.py), `self.trial`."""
 
     def __init__(self, model, optimizer, importance, strategy=None, prefix_cache=None,
-                 bn_hold=None):
+                 bn_hold=None, trial=False):
         self.model, self.optimizer = model, optimizer
         self.prefix_cache = prefix_cache
         self.bn_hold = bn_hold
@@ -48,6 +49,17 @@ class FitSteps:
                                 f"device's batch; under a tf.distribute strategy use "
                                 f"elastic_training")
             self._terms.stats = list(model.non_trainable_weights)
+        self.trial = None
+        if trial:
+            from elastictrainer.method.trial import TrialStep
+
+            if strategy is not None:
+                raise UserError("trial_check steps on one device's batch; under a "
+                                "tf.distribute strategy leave it False")
+            # its forward passes update fit's loss and metrics too: put back with the rest
+            self.trial = TrialStep(optimizer, self.variables, self._loss_of, stats=lambda: (
+                list(model.non_trainable_weights)
+                + [v for metric in model.metrics for v in metric.variables]))
         self._reduce_op = self.flavor.losses_scaled_for_replicas()  # outside any trace
         self.steps = StepCache(self._selection_step,
                                size_fn=None if strategy is None else (lambda step: None))
@@ -155,6 +167,8 @@ class FitSteps:
             else:
                 self._terms_fn = tf.function(self._terms)
         loss, logs, grads = self._probe(*data)
+        if want_terms and self.trial is not None:
+            self.trial.keep(data)
         if not want_terms:
             terms = tf.zeros([len(self.variables)], tf.float64)
         else:

@@ -144,6 +144,7 @@ def _elastic_driver(setup, probe_iter, clock, log, decisions=None):
         dp_resolution=cfg.dp_resolution, compile_ms=(setup.table or {}).get("compile_ms"),
         economy=cfg.economy, is_compiled=lambda selection: selection in steps.steps,
         profiling_s=setup.profiling_s, clock=clock, log=log, head_warmup=cfg.head_warmup,
+        trial=None if steps.trial is None else steps.trial.drops,
         head=[k for k, role in enumerate(setup.roles) if role == "head"])
     return ElasticDriver(steps, setup.scheme, runtime, probe_iter, cfg.probe_batches,
                          announce=decisions.send if decisions is not None else None)

@@ -149,7 +149,8 @@ def _setup_in_scope(cfg, log, model, bundle, num_classes, scheme, dist, clock):
     bn_hold = (batchnorm.FrozenHold(model, list(model.trainable_weights))
                if cfg.bn_mode == batchnorm.FROZEN else None)
     compiled = CompiledSteps(model, optimizer, scheme, roles, dist=dist,
-                             global_batch=cfg.batch_size, prefix_cache=cache, bn_hold=bn_hold)
+                             global_batch=cfg.batch_size, prefix_cache=cache, bn_hold=bn_hold,
+                             trial=scheme.elastic and cfg.trial_check)
     if scheme.elastic and dist.on and not compiled.in_step:
         raise UserError(f"--strategy {cfg.strategy}: {cfg.train_type} with --optimizer "
                         f"{cfg.optimizer} needs importance probes of its own, which a "

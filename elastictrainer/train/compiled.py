@@ -140,10 +140,11 @@ class CompiledSteps:
     prefix_cache: a prefix_cache.PrefixCache, whose steps then train the selections that leave
     a frozen prefix (--cache_frozen_prefix); bn_hold: a batchnorm.FrozenHold (--bn_mode
     frozen), which step_for holds the selection's frozen BatchNorm layers with, and the steps
-    that compute every gradient none."""
+    that compute every gradient none; trial: keep the probes' batches for the trial step by
+    depth (method/trial.py, --trial_check), `self.trial`, one device only."""
 
     def __init__(self, model, optimizer, scheme, roles, dist=None, global_batch=None,
-                 prefix_cache=None, bn_hold=None):
+                 prefix_cache=None, bn_hold=None, trial=False):
         self.model = model
         self.variables = list(model.trainable_weights)
         self.optimizer = optimizer
@@ -188,6 +189,18 @@ class CompiledSteps:
 
             raise UserError(f"--train_type {scheme.name} takes a second gradient on one "
                             f"device's batch; under tf.distribute use elastic_training")
+        self.trial = None
+        if trial:
+            from elastictrainer.errors import UserError
+            from elastictrainer.method.trial import TrialStep
+
+            if self.dist:
+                raise UserError("--trial_check steps on one device's batch; under "
+                                "tf.distribute leave it false")
+            self.trial = TrialStep(
+                optimizer, self.variables,
+                lambda data: self.loss_fn(data[1], model(data[0], training=True)),
+                stats=model.non_trainable_weights)
 
         @tf.function
         def eval_fn(x, y):
@@ -239,6 +252,8 @@ class CompiledSteps:
                 self._probe = train_steps.make_probe_step(self.model, self.optimizer, self.loss_fn,
                                                      self.variables, terms, self._penalty)
         outputs = self._probe(x, y, want_terms)
+        if want_terms and self.trial is not None:
+            self.trial.keep((x, y))
         if self.dist:
             self._count(self._probe)
         return outputs

@@ -1,0 +1,106 @@
+"""The trial step by depth (not in the paper): what one step of a group of tensors realizes on
+the probe's batch, against what the first-order estimate (eq. 4-6 as `taylor` computes it,
+importance.py) predicts for it.
+
+Why: under SGD the first-order estimate is lr |g|^2.  Across a domain shift the tensors that see
+pixels have by far the largest gradients, so they get most of the estimated loss drop, yet
+training them alone raises the held-out loss (figures/bench_importance_truth.md: the 70%
+selection of the first-order estimate, 9 tensors down to the first convolution, raised it by
+0.086).  A step as long as momentum makes a steady one meets curvature in proportion to its
+length squared, which the first-order term leaves out: large, noisy gradients overshoot.  A
+group's realized share, measured here, corrects every estimate in that group
+(elastic/realized.py), which keeps what the estimate ranks well (within a depth) and takes
+back what it promises wrongly (across depths).
+
+TrialStep.keep(data) holds the last probe's batch; drops(masks) takes the gradient g on it, the
+step dw0 a fresh optimizer state takes from g (as `taylor`), stretched to the length momentum
+gives a steady step, s = 1 / (1 - momentum), and for each mask (a group of tensors) returns
+(predicted, realized) on the same batch:
+
+    predicted = s (-g . dw0) over the mask's tensors (first order)
+    realized  = L(w) - L(w + s dw0 on the mask's tensors)
+
+One backward pass and one forward pass per mask, plus one for L(w); the weights and the
+statistics the forward passes move (BatchNorm's moving averages) are put back.  On the same
+batch, not a held-out one: measured on held-out batches the shares were noise at a probe's
+batch size (their signs flipped from one pair of batches to the next), on the same batch they
+were the same from one probe batch to eight (docs/performance.md, "Importance against the
+truth").
+"""
+import tensorflow as tf
+
+from elastictrainer.flavors import optimizers
+
+
+class TrialStep:
+    """optimizer, variables: the trainer's (every trainable tensor); loss_of(data): the
+    training loss of a batch (a training forward pass) as the trainer's steps compute it;
+    stats: the variables those passes move and that are put back (non-trainable weights, and
+    the metrics a model.fit forward pass updates), or a function giving them at each trial
+    (metrics are built on a fit's first step)."""
+
+    def __init__(self, optimizer, variables, loss_of, stats=()):
+        self.optimizer, self.variables = optimizer, list(variables)
+        self._stats = stats if callable(stats) else (lambda: list(stats))
+        momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
+        self.stretch = 1.0 / (1.0 - momentum) if 0.0 <= momentum < 1.0 else 1.0
+        self._batch = None
+        n = len(self.variables)
+
+        def gradient(data):
+            with tf.GradientTape() as tape:
+                loss = loss_of(data)
+            grads = tape.gradient(loss, self.variables)
+            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(grads, self.variables)]
+            steps = optimizers.fresh_step(self.optimizer, grads, self.variables)
+            first = tf.stack([tf.reduce_sum(-tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
+                              for g, d in zip(grads, steps)])
+            return [tf.convert_to_tensor(d) for d in steps], self.stretch * first
+
+        def after(data, steps, mask):
+            """L(w) and L(w + s dw0 on mask) on `data`, everything put back."""
+            weights = [optimizers.tf_variable(v) for v in self.variables]
+            kept = [tf.identity(w) for w in weights]
+            with tf.control_dependencies(kept):
+                base = tf.identity(loss_of(data))
+            with tf.control_dependencies([base]):
+                moved = [w.assign(k + tf.cast(self.stretch * mask[i], k.dtype) * d)
+                         for i, (w, k, d) in enumerate(zip(weights, kept, steps))]
+            with tf.control_dependencies(moved):
+                loss = tf.identity(loss_of(data))
+            with tf.control_dependencies([loss]):
+                back = [w.assign(k) for w, k in zip(weights, kept)]
+            with tf.control_dependencies(back):
+                return tf.identity(base), tf.identity(loss)
+
+        # autograph off: no Python control flow on tensors (and TensorFlow 2.16 converts
+        # calls of objects into calls of their class)
+        self._gradient = tf.function(gradient, autograph=False)
+        self._after = tf.function(after, autograph=False)
+        self.n = n
+
+    def keep(self, data):
+        """Hold a probe's batch (the last one is kept)."""
+        self._batch = tuple(data)
+
+    def drops(self, masks):
+        """[(predicted, realized)] per mask (a list of 0/1 per tensor) on the batch kept since
+        the last call, or None when none is kept.  Releases it."""
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return None
+        # the statistics every forward pass here moves, put back at the end (in training mode
+        # the losses do not depend on them)
+        stats = [optimizers.tf_variable(v) for v in self._stats()]
+        kept = [tf.identity(v) for v in stats]
+        steps, first = self._gradient(batch)
+        first = first.numpy()
+        out = []
+        for mask in masks:
+            base, loss = self._after(batch, steps, tf.constant(mask, tf.float32))
+            predicted = float(sum(first[k] for k, m in enumerate(mask) if m))
+            out.append((predicted, float(base) - float(loss)))
+        for v, k in zip(stats, kept):
+            v.assign(k)
+        return out
