@@ -357,8 +357,8 @@ def test_the_paper_regime_is_the_offline_figures_protocol():
 
 def test_the_domain_shift_configuration_runs_the_users_schemes_on_its_own_task():
     """domain_shift_fit: Keras' MobileNetV2 on shifted target images, its schemes the user's
-    (plain fit, the last stage by hand, ElasticCallback(rho="auto") at its defaults and
-    rho=0.3 with bn_mode inference) whatever --rhos, --shares and --fit_bn_mode say, while
+    (plain fit, the last stage by hand, ElasticCallback(rho="auto") at its defaults and with
+    trial_check, rho=0.3 with bn_mode inference) whatever --rhos, --shares and --fit_bn_mode say, while
     keras3_fit's still follow them."""
     from elastictrainer.experiments import fit_configs, fit_task
 
@@ -369,6 +369,8 @@ def test_the_domain_shift_configuration_runs_the_users_schemes_on_its_own_task()
     variants = fit_configs.fit_variants("domain_shift_fit", args)
     assert variants == [("plain_fit", None, None), ("hand_frozen", "block_13_", None),
                         ("ElasticCallback rho auto", None, {"rho": "auto"}),
+                        ("ElasticCallback rho auto, trial check", None,
+                         {"rho": "auto", "trial_check": True}),
                         ("ElasticCallback rho 0.3, bn_mode inference", None,
                          {"rho": 0.3, "bn_mode": "inference"})]
     assert [v[0] for v in fit_configs.fit_variants("keras3_fit", args)] == [
@@ -434,8 +436,9 @@ def test_a_model_fit_seed_trains_each_scheme_on_its_configurations_task(tmp_path
                                             "--logdir", str(tmp_path)])
     curves, costs = bench.fit_runs("domain_shift_fit", 0, args, log=lambda m: None)
     assert built == [fit_task.SHIFTED_MOBILENETV2] and costs == {}
-    assert frozen == [None, "block_13_", None, None]
-    assert callbacks == [{"rho": "auto"}, {"rho": 0.3, "bn_mode": "inference"}]
+    assert frozen == [None, "block_13_", None, None, None]
+    assert callbacks == [{"rho": "auto"}, {"rho": "auto", "trial_check": True},
+                         {"rho": 0.3, "bn_mode": "inference"}]
     assert [a for _, a in curves["ElasticCallback rho auto"]] == [10.0, 20.0]
     kept = json.loads((tmp_path / "domain_shift_fit" / "curves_seed0.json").read_text())
     assert list(kept) == list(curves)
