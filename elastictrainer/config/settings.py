@@ -133,8 +133,8 @@ class Config:
         "one step of each group (as long as momentum makes a steady one) on the last probe's "
         "batch, and scale each group's estimated loss drop by the share of it the step "
         "realized, so that depths whose large, noisy gradients overshoot lose their weight "
-        "(one backward and 17 forward passes per re-selection; one device only). false: eq. "
-        "4-6's estimate as it is"))
+        "(17 forward passes per re-selection, on the last probe's gradients; one device "
+        "only). false: eq. 4-6's estimate as it is"))
     head_warmup: Union[float, str] = field(default=AUTO, metadata=flag(
         "share of the first --interval in which a newly initialised classifier head (the "
         "output layer's tensors) trains alone before the first importance probes, as "

@@ -196,9 +196,9 @@ class Truth:
             # mean over pairs i != j of g_i.g_j, times p as taylor sums over the batches
             cross[k] = self.lr * (float(total @ total) - squares) / max(p - 1, 1)
         # the runtime's --trial_check: taylor scaled by depth by what a trial step of each
-        # group realizes, gradient on the last probe but one, the loss on the last
-        for x, y in probes[-2:]:
-            self.trial.keep((x, y))
+        # group realizes on the last probe's batch
+        x, y = probes[-1]
+        self.trial.keep((x, y), self._gradient(x, y))
         checked, _, _ = realized.correct(taylor, self.trial.drops(realized.masks(self.n)))
         return {"taylor": taylor, "curvature": curv, "trial": trial, "trial_held": held,
                 "cross": cross, "checked": checked}

@@ -11,7 +11,7 @@ import tensorflow as tf
 from elastictrainer import flavors
 from elastictrainer.flavors import optimizers
 from elastictrainer.errors import UserError
-from elastictrainer.method.importance import in_step_terms
+from elastictrainer.method.importance import in_step_terms, one_device_only
 from elastictrainer.train.compiled import StepCache
 
 
@@ -42,20 +42,18 @@ class FitSteps:
                             f"constraints; {type(optimizer).__name__} with these settings is not "
                             f"covered")
         self.in_step = True
+        one_device = one_device_only(self._terms, f"importance {importance}",
+                                     trial and "trial_check")
+        if one_device and strategy is not None:
+            raise UserError(f"{one_device}; under a tf.distribute strategy use train_type "
+                            f"elastic_training and trial_check False")
         self._needs_batch = bool(getattr(self._terms, "needs_batch", False))
         if self._needs_batch:
-            if strategy is not None:
-                raise UserError(f"importance {importance} takes a second gradient on one "
-                                f"device's batch; under a tf.distribute strategy use "
-                                f"elastic_training")
             self._terms.stats = list(model.non_trainable_weights)
         self.trial = None
         if trial:
             from elastictrainer.method.trial import TrialStep
 
-            if strategy is not None:
-                raise UserError("trial_check steps on one device's batch; under a "
-                                "tf.distribute strategy leave it False")
             # its forward passes update fit's loss and metrics too: put back with the rest
             self.trial = TrialStep(optimizer, self.variables, self._loss_of, stats=lambda: (
                 list(model.non_trainable_weights)
@@ -168,7 +166,7 @@ class FitSteps:
                 self._terms_fn = tf.function(self._terms)
         loss, logs, grads = self._probe(*data)
         if want_terms and self.trial is not None:
-            self.trial.keep(data)
+            self.trial.keep(data, grads)
         if not want_terms:
             terms = tf.zeros([len(self.variables)], tf.float64)
         else:

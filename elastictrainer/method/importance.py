@@ -128,20 +128,12 @@ def _fresh_drop_fn(tr):
 def _build_fresh_drop(tr):
     import tensorflow as tf
 
-    from elastictrainer.flavors import optimizers
-
     # not `tr` itself: the function is kept in _COMPILED, whose key it must not hold
     variables, optimizer, grads_fn = list(tr.variables), tr.optimizer, tr.grads_fn
 
     @tf.function
     def fn(x, y):
-        # sparse gradients as the dense sum the optimizer's de-duplication gives; a tensor
-        # the loss does not reach scores 0
-        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(grads_fn(x, y), variables)]
-        steps = optimizers.fresh_step(optimizer, grads, variables)
-        return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
-                         for g, d in zip(grads, steps)])
+        return fresh_drops(optimizer, grads_fn(x, y), variables)[1]
 
     return fn
 
@@ -205,6 +197,28 @@ def _dense(grads, variables):
             for g, v in zip(grads, variables)]
 
 
+def momentum_stretch(optimizer):
+    """s = 1 / (1 - momentum): how much longer than a fresh step dw0 a steady step is under
+    momentum (1 without it).  The curvature a step meets grows with its length squared, so
+    the estimates that weigh it (CurvatureTerms, method/trial.py) take the steady length."""
+    momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
+    return 1.0 / (1.0 - momentum) if 0.0 <= momentum < 1.0 else 1.0
+
+
+def fresh_drops(optimizer, grads, variables):
+    """(dw0, drops): the step dw0 a fresh optimizer state takes from `grads`
+    (optimizers.fresh_step's closed form, dense) and its first-order loss drop per tensor,
+    -g_k . dw0_k (float64, stacked).  Eq. 4-6's term as `taylor` computes it, in a graph."""
+    import tensorflow as tf
+
+    from elastictrainer.flavors import optimizers
+
+    grads = _dense(grads, variables)
+    steps = [tf.convert_to_tensor(d) for d in optimizers.fresh_step(optimizer, grads, variables)]
+    return steps, tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
+                            for g, d in zip(grads, steps)])
+
+
 @IN_STEP.register("taylor")
 def taylor_terms(optimizer, variables):
     """taylor_importance's -g0.dw0 per tensor, from the step's own gradients (the closed-form
@@ -215,12 +229,7 @@ def taylor_terms(optimizer, variables):
         return None
 
     def terms(grads):
-        import tensorflow as tf
-
-        grads = _dense(grads, variables)
-        steps = optimizers.fresh_step(optimizer, grads, variables)
-        return tf.stack([-tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
-                         for g, d in zip(grads, steps)])
+        return fresh_drops(optimizer, grads, variables)[1]
     return terms
 
 
@@ -269,8 +278,7 @@ class CurvatureTerms:
 
     def __init__(self, optimizer, variables, stats=()):
         self.optimizer, self.variables, self.stats = optimizer, list(variables), list(stats)
-        momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
-        self.stretch = 1.0 / (1.0 - momentum) if 0.0 <= momentum < 1.0 else 1.0
+        self.stretch = momentum_stretch(optimizer)
 
     def __call__(self, grads, hvp_at, data, signs=None):
         """The terms (float64, one per tensor) from the probe's gradients `grads` and
@@ -283,7 +291,7 @@ class CurvatureTerms:
 
         variables, s = self.variables, self.stretch
         grads = _dense(grads, variables)
-        steps = optimizers.fresh_step(self.optimizer, grads, variables)
+        steps, first = fresh_drops(self.optimizer, grads, variables)
         if signs is None:
             signs = tf.where(tf.random.uniform([len(variables)]) < 0.5, -1.0, 1.0)
         kept = [tf.identity(optimizers.tf_variable(v)) for v in self.stats]
@@ -293,12 +301,10 @@ class CurvatureTerms:
         with tf.control_dependencies([tf.convert_to_tensor(h) for h in products]):
             for v, w in zip(self.stats, kept):
                 optimizers.tf_variable(v).assign(w)
-        out = []
-        for k, (g, h, d) in enumerate(zip(grads, products, steps)):
-            g, h, d = (tf.cast(t, tf.float64) for t in (g, h, d))
-            own = tf.cast(signs[k], tf.float64) * tf.reduce_sum(d * h)
-            out.append(s * -tf.reduce_sum(g * d) - 0.5 * s * s * own)
-        return tf.stack(out)
+        own = tf.stack([tf.cast(signs[k], tf.float64)
+                        * tf.reduce_sum(tf.cast(d, tf.float64) * tf.cast(h, tf.float64))
+                        for k, (h, d) in enumerate(zip(products, steps))])
+        return s * first - 0.5 * s * s * own
 
 
 def hessian_vector_product(loss_of, variables):
@@ -325,6 +331,19 @@ def curvature_terms(optimizer, variables):
     if not optimizers.fresh_step_supported(optimizer, variables):
         return None
     return CurvatureTerms(optimizer, variables)
+
+
+def one_device_only(terms, importance_setting, trial_setting=None):
+    """What of a trainer's settings takes one device's batch a second time, as the start of
+    the line a trainer under tf.distribute refuses them with, or None: in-step terms that
+    need the batch (CurvatureTerms' Hessian-vector product), named by importance_setting,
+    and the trial step by depth (method/trial.py), named by trial_setting when it is on."""
+    needs = []
+    if getattr(terms, "needs_batch", False):
+        needs.append(f"{importance_setting} takes a second gradient")
+    if trial_setting:
+        needs.append(f"{trial_setting} steps")
+    return " and ".join(needs) + " on one device's batch" if needs else None
 
 
 def in_step_terms(name, optimizer, variables):

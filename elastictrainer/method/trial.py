@@ -12,15 +12,16 @@ group's realized share, measured here, corrects every estimate in that group
 (elastic/realized.py), which keeps what the estimate ranks well (within a depth) and takes
 back what it promises wrongly (across depths).
 
-TrialStep.keep(data) holds the last probe's batch; drops(masks) takes the gradient g on it, the
-step dw0 a fresh optimizer state takes from g (as `taylor`), stretched to the length momentum
-gives a steady step, s = 1 / (1 - momentum), and for each mask (a group of tensors) returns
+TrialStep.keep(data, grads) holds the last probe's batch and the gradient g the probe took on
+it; drops(masks) takes the step dw0 a fresh optimizer state takes from g (as `taylor`,
+importance.fresh_drops), stretched to the length momentum gives a steady step, s = 1 / (1 -
+momentum) (importance.momentum_stretch), and for each mask (a group of tensors) returns
 (predicted, realized) on the same batch:
 
     predicted = s (-g . dw0) over the mask's tensors (first order)
     realized  = L(w) - L(w + s dw0 on the mask's tensors)
 
-One backward pass and one forward pass per mask, plus one for L(w); the weights and the
+One forward pass per mask, plus one for L(w) (the backward pass is the probe's); the weights and the
 statistics the forward passes move (BatchNorm's moving averages) are put back.  On the same
 batch, not a held-out one: measured on held-out batches the shares were noise at a probe's
 batch size (their signs flipped from one pair of batches to the next), on the same batch they
@@ -30,6 +31,7 @@ truth").
 import tensorflow as tf
 
 from elastictrainer.flavors import optimizers
+from elastictrainer.method.importance import fresh_drops, momentum_stretch
 
 
 class TrialStep:
@@ -42,21 +44,12 @@ class TrialStep:
     def __init__(self, optimizer, variables, loss_of, stats=()):
         self.optimizer, self.variables = optimizer, list(variables)
         self._stats = stats if callable(stats) else (lambda: list(stats))
-        momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
-        self.stretch = 1.0 / (1.0 - momentum) if 0.0 <= momentum < 1.0 else 1.0
-        self._batch = None
-        n = len(self.variables)
+        self.stretch = momentum_stretch(optimizer)
+        self._held = None
 
-        def gradient(data):
-            with tf.GradientTape() as tape:
-                loss = loss_of(data)
-            grads = tape.gradient(loss, self.variables)
-            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                     for g, v in zip(grads, self.variables)]
-            steps = optimizers.fresh_step(self.optimizer, grads, self.variables)
-            first = tf.stack([tf.reduce_sum(-tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
-                              for g, d in zip(grads, steps)])
-            return [tf.convert_to_tensor(d) for d in steps], self.stretch * first
+        def fresh(grads):
+            steps, first = fresh_drops(self.optimizer, grads, self.variables)
+            return steps, self.stretch * first
 
         def after(data, steps, mask):
             """L(w) and L(w + s dw0 on mask) on `data`, everything put back."""
@@ -76,25 +69,26 @@ class TrialStep:
 
         # autograph off: no Python control flow on tensors (and TensorFlow 2.16 converts
         # calls of objects into calls of their class)
-        self._gradient = tf.function(gradient, autograph=False)
+        self._fresh = tf.function(fresh, autograph=False)
         self._after = tf.function(after, autograph=False)
-        self.n = n
+        self.n = len(self.variables)
 
-    def keep(self, data):
-        """Hold a probe's batch (the last one is kept)."""
-        self._batch = tuple(data)
+    def keep(self, data, grads):
+        """Hold a probe's batch and the gradients it took on it (the last ones are kept)."""
+        self._held = (tuple(data), list(grads))
 
     def drops(self, masks):
         """[(predicted, realized)] per mask (a list of 0/1 per tensor) on the batch kept since
         the last call, or None when none is kept.  Releases it."""
-        batch, self._batch = self._batch, None
-        if batch is None:
+        held, self._held = self._held, None
+        if held is None:
             return None
+        batch, grads = held
         # the statistics every forward pass here moves, put back at the end (in training mode
         # the losses do not depend on them)
         stats = [optimizers.tf_variable(v) for v in self._stats()]
         kept = [tf.identity(v) for v in stats]
-        steps, first = self._gradient(batch)
+        steps, first = self._fresh(grads)
         first = first.numpy()
         out = []
         for mask in masks:

@@ -12,7 +12,8 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
 from elastictrainer.train import distributed_steps
 from elastictrainer.machine import release_memory
-from elastictrainer.method.importance import in_step_terms
+from elastictrainer.errors import UserError
+from elastictrainer.method.importance import in_step_terms, one_device_only
 
 
 # Resident memory a cached step's graphs hold, per byte of their serialized GraphDef: ResNet50 at
@@ -180,23 +181,18 @@ class CompiledSteps:
         # an elastic scheme's probe and timed full steps (every gradient, no update;
         # elastic/driver.py), built on first use
         self._probe = None
-        self._importance = scheme.importance
         self._penalty = penalty
-        # terms that take the probe's batch (a second gradient on it) run on one device only
-        if self.dist and getattr(in_step_terms(scheme.importance, optimizer, self.variables),
-                                 "needs_batch", False):
-            from elastictrainer.errors import UserError
-
-            raise UserError(f"--train_type {scheme.name} takes a second gradient on one "
-                            f"device's batch; under tf.distribute use elastic_training")
+        self._terms = (in_step_terms(scheme.importance, optimizer, self.variables)
+                       if scheme.importance else None)
+        one_device = one_device_only(self._terms, f"--train_type {scheme.name}",
+                                     trial and "--trial_check")
+        if one_device and self.dist:
+            raise UserError(f"{one_device}; under tf.distribute use --train_type "
+                            f"elastic_training without --trial_check")
         self.trial = None
         if trial:
-            from elastictrainer.errors import UserError
             from elastictrainer.method.trial import TrialStep
 
-            if self.dist:
-                raise UserError("--trial_check steps on one device's batch; under "
-                                "tf.distribute leave it false")
             self.trial = TrialStep(
                 optimizer, self.variables,
                 lambda data: self.loss_fn(data[1], model(data[0], training=True)),
@@ -241,19 +237,16 @@ class CompiledSteps:
         (train_steps.make_probe_step): (loss, logits, terms)."""
         self._hold(None)
         if self._probe is None:
-            terms = (in_step_terms(self._importance, self.optimizer, self.variables)
-                     if self._importance else None)
-            self.in_step_importance = terms is not None
+            terms = self._terms
             if self.dist:
                 self._probe = distributed_steps.DistributedProbeStep(
                     self.dist, self.model, self.optimizer, self.variables, self.global_batch,
                     terms, self._penalty)
             else:
-                self._probe = train_steps.make_probe_step(self.model, self.optimizer, self.loss_fn,
-                                                     self.variables, terms, self._penalty)
+                self._probe = train_steps.make_probe_step(
+                    self.model, self.optimizer, self.loss_fn, self.variables, terms,
+                    self._penalty, keep=None if self.trial is None else self.trial.keep)
         outputs = self._probe(x, y, want_terms)
-        if want_terms and self.trial is not None:
-            self.trial.keep((x, y))
         if self.dist:
             self._count(self._probe)
         return outputs
@@ -288,10 +281,7 @@ class CompiledSteps:
     @property
     def in_step(self):
         """Whether this scheme's importance comes from the probe steps themselves."""
-        if not hasattr(self, "in_step_importance"):
-            self.in_step_importance = self._importance is not None and in_step_terms(
-                self._importance, self.optimizer, self.variables) is not None
-        return self.in_step_importance
+        return self._terms is not None
 
     def evaluate(self, dataset):
         loss_sum = correct = n = 0.0

@@ -68,10 +68,16 @@ class ProbeStep:
     # whether the terms take the probe's batch too (importance.CurvatureTerms); the distributed
     # probe step never does (compiled.CompiledSteps refuses such importance under a strategy)
     needs_batch = False
+    # keep((x, y), grads): given the batch and gradients of each probe that computes its terms
+    # (method/trial.py's TrialStep holds the last, so it takes no backward pass); one device
+    # only, as the trial step is
+    keep = None
 
-    def __init__(self, model, optimizer, loss_fn, var_list, terms_fn=None, penalty_fn=None):
+    def __init__(self, model, optimizer, loss_fn, var_list, terms_fn=None, penalty_fn=None,
+                 keep=None):
         var_list = list(var_list)
         self.n = len(var_list)
+        self.keep = keep
 
         @tf.function
         def step(x, y):
@@ -109,6 +115,8 @@ class ProbeStep:
 
     def __call__(self, x, y, want_terms=False):
         loss, logits, grads = self.step(x, y)
+        if want_terms and self.keep is not None:
+            self.keep((x, y), grads)
         if want_terms and self.terms is not None:
             terms = self.terms(x, y, grads) if self.needs_batch else self.terms(grads)
         else:
@@ -116,9 +124,10 @@ class ProbeStep:
         return loss, logits, terms
 
 
-def make_probe_step(model, optimizer, loss_fn, var_list, terms_fn=None, penalty_fn=None):
+def make_probe_step(model, optimizer, loss_fn, var_list, terms_fn=None, penalty_fn=None,
+                    keep=None):
     """The probe step of `var_list` (ProbeStep)."""
-    return ProbeStep(model, optimizer, loss_fn, var_list, terms_fn, penalty_fn)
+    return ProbeStep(model, optimizer, loss_fn, var_list, terms_fn, penalty_fn, keep)
 
 
 def make_gradient_step(model, loss_fn, var_list):

@@ -39,8 +39,13 @@ def test_the_trial_step_matches_a_naive_computation_and_puts_everything_back():
     trial = TrialStep(optimizer, model.trainable_weights,
                       lambda data: loss_fn(data[1], model(data[0], training=True)),
                       stats=model.non_trainable_weights)
-    for batch in batches:  # the last probe's batch is the one kept
-        trial.keep(batch)
+    def grads_of(batch):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(batch[1], model(batch[0], training=True))
+        return tape.gradient(loss, model.trainable_weights)
+
+    for batch in batches:  # the last probe's batch and gradients are the ones kept
+        trial.keep(batch, grads_of(batch))
     source = target = batches[1]
     before = [v.numpy().copy() for v in model.weights]
     masks = [[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6]
