@@ -421,13 +421,15 @@ def _out_flag(args):
     return f" --out {os.path.relpath(out, HERE) if out.startswith(HERE + os.sep) else out}"
 
 
-def plot(curves_by_config, out):
+def plot(first_seed, out):
+    """One figure per configuration of first_seed {name: (seed, curves)}: the curves of its
+    first seed (the tables give medians over seeds)."""
     from elastictrainer.plotting import time_to_accuracy as ptta
 
     paths = []
-    for name, curves in curves_by_config.items():
+    for name, (seed, curves) in first_seed.items():
         named = {LABELS.get(scheme, scheme): c for scheme, c in curves.items()}
-        paths.append(ptta.draw(named, f"{out}_{name}.png", title=name))
+        paths.append(ptta.draw(named, f"{out}_{name}.png", title=f"{name}, seed {seed}"))
     return paths
 
 
@@ -464,7 +466,7 @@ def main(argv=None):
             results["configs"][name]["settings"] = fit_settings(name, args)
         if args.lr_sweep and name in CONFIGS:
             results["configs"][name]["lr_sweep"] = lr_sweep(name, seeds[0], args, log)
-        first_seed_curves[name] = {scheme: runs[0] for scheme, runs in curves.items()}
+        first_seed_curves[name] = (seeds[0], {scheme: runs[0] for scheme, runs in curves.items()})
     text = markdown(results, args, machine)
     perfdoc.write_benchmark(args.out, results, text)
     plot(first_seed_curves, args.out)

@@ -64,7 +64,8 @@ def test_where_the_time_went_from_the_runs_summaries():
 
 def test_main_puts_each_seeds_costs_together_and_names_where_it_wrote(tmp_path, monkeypatch):
     """main() over seeds: the costs table has the schemes every seed trained (one refused on a
-    seed has none), and the header names --out when the results went elsewhere."""
+    seed has none), the header names --out when the results went elsewhere, and the figure
+    its seed."""
     import json
 
     bench = load_script("bench_time_to_accuracy")
@@ -82,9 +83,14 @@ def test_main_puts_each_seeds_costs_together_and_names_where_it_wrote(tmp_path, 
         return curves, costs
 
     monkeypatch.setattr(bench, "cli_runs", scripted_runs)
+    from elastictrainer.plotting import time_to_accuracy as ptta
+
+    titles = []  # the figure shows one seed's curves, and says which
+    monkeypatch.setattr(ptta, "draw", lambda curves, out, title="": titles.append(title))
     out = tmp_path / "tta"
-    assert bench.main(["--configs", "command1", "--seeds", "0,2", "--rhos", "0.3",
+    assert bench.main(["--configs", "command1", "--seeds", "2,0", "--rhos", "0.3",
                        "--out", str(out)]) == 0
+    assert titles == ["command1, seed 2"]
     costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]["costs"]
     assert costs["ElasticTrainer rho 0.3"]["pt1_s"] == 10.0
     assert costs["ElasticTrainer rho 0.3"]["pt1_read_s"] == 8.0
