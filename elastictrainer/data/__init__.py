@@ -7,6 +7,9 @@ Sources:
   * TFDS: caltech_birds2011, oxford_iiit_pet, stanford_dogs (the paper's --dataset_name values),
     read from `data_dir` (None = TFDS default, ~/tensorflow_datasets or $TFDS_DATA_DIR).
   * synthetic: class-specific oriented gratings made on the fly (no files), see synthetic_dataset.
+  * synthetic_shifted: the synthetic dataset seen through a fixed domain shift (rotated, colours
+    permuted and inverted, noisy: domain_shift.py), a target on which the layers that see
+    pixels must move.
   * synthetic_objects: 40 fine-grained classes of procedural objects over cluttered backgrounds
     (objects.py), the offline target an ImageNet backbone fine-tunes on.
   * a directory: one sub-folder per class holding images, optionally split into train/ and test/.
@@ -19,14 +22,14 @@ This module only names what exists (no TensorFlow, so `--help` can list it); loa
 """
 
 DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic",
-                 "synthetic_objects")
+                 "synthetic_shifted", "synthetic_objects")
 TFDS_NAMES = DATASET_NAMES[:3]
 # The datasets generated here, offline: --num_train and --num_test size them
 GENERATED_NAMES = DATASET_NAMES[3:]
 # Class counts of the built-in datasets, known without loading them (the figure scripts size
 # heads and timing tables up front); a test checks them against TFDS's own metadata.
 NUM_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120,
-               "synthetic": 10, "synthetic_objects": 40}
+               "synthetic": 10, "synthetic_shifted": 10, "synthetic_objects": 40}
 # Training and test images of the synthetic dataset when --num_train / --num_test are not given.
 SYNTHETIC_EXAMPLES = 512
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -34,6 +37,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 def choices_help():
     return (", ".join(f"{n} (TFDS)" for n in TFDS_NAMES) + ", synthetic (built in, offline: "
-            "gratings), synthetic_objects (built in, offline: 40 fine-grained classes of "
+            "gratings), synthetic_shifted (built in, offline: the gratings seen through a fixed "
+            "domain shift), synthetic_objects (built in, offline: 40 fine-grained classes of "
             "procedural objects, the target of an ImageNet backbone), or a folder with one "
             "sub-folder of images per class")

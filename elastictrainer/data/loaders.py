@@ -1,6 +1,7 @@
 """Loading a dataset by name or path: load_dataset, the one entry point.  The loaders
 themselves live by kind: tfds_data.py (TensorFlow Datasets), folder.py (image folders),
-synthetic.py and objects.py (the built-in generated sets); pipeline.py holds what they share."""
+synthetic.py (with the domain shift of domain_shift.py) and objects.py (the built-in
+generated sets); pipeline.py holds what they share."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
@@ -10,7 +11,7 @@ from elastictrainer.data import DATASET_NAMES, GENERATED_NAMES, objects
 from elastictrainer.data import tfds_data  # noqa: F401  (registers the TFDS names)
 from elastictrainer.data.folder import image_folder_dataset
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, positive_int  # noqa: F401
-from elastictrainer.data.synthetic import synthetic_dataset
+from elastictrainer.data.synthetic import SHIFTED_NAME, shifted_dataset, synthetic_dataset
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -38,6 +39,8 @@ def load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=No
 
     if key == "synthetic":
         return synthetic_dataset(**opts, **kwargs)
+    if key == SHIFTED_NAME:
+        return shifted_dataset(**opts, **kwargs)
     if key == objects.NAME:
         return objects.objects_dataset(**opts, **kwargs)
     if kwargs:

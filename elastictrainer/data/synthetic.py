@@ -177,6 +177,33 @@ def generated_bundle(name, source, input_size, num_classes, num_train, num_test,
 
 LOADERS.register("synthetic")(synthetic_dataset)
 
+SHIFTED_NAME = "synthetic_shifted"
+
+
+def shifted_dataset(input_size=224, num_classes=NUM_CLASSES[SHIFTED_NAME],
+                    num_train=SYNTHETIC_EXAMPLES, num_test=SYNTHETIC_EXAMPLES, seed=0,
+                    batch_size=4, shuffle_buffer=1000):
+    """`--dataset_name synthetic_shifted`: the `synthetic` dataset's examples seen through the
+    fixed domain shift of data/domain_shift.py (DomainShift(): rotated 30 degrees, channels
+    permuted and inverted, noise 0.2), the same shift whatever the run's seed.  A backbone
+    pretrained on the synthetic source task (`--weights synthetic`) must then move the layers
+    that see pixels, as the model.fit benchmark's domain_shift_fit does."""
+    from elastictrainer.data.domain_shift import DomainShift, shift_image
+
+    shift = DomainShift()
+
+    def source(input_size, num_examples, num_classes, seed, split):
+        indices, make = _synthetic_source(input_size, num_examples, num_classes, seed, split)
+
+        def make_shifted(index, label):
+            image, label = make(index, label)
+            return shift_image(image, index, shift, split), label
+
+        return indices, make_shifted
+
+    return generated_bundle(SHIFTED_NAME, source, input_size, num_classes, num_train,
+                            num_test, seed, batch_size, shuffle_buffer)
+
 
 def synthetic_source_examples(input_size, num_examples, seed=0, split=0):
     """The source task of `--weights synthetic`: like synthetic_examples, but with the

@@ -218,6 +218,26 @@ def test_synthetic_objects_fine_grained_deterministic_and_balanced():
         loaders.load_dataset("synthetic_objects", num_classes=1)
 
 
+def test_synthetic_shifted_is_synthetic_seen_through_the_fixed_shift():
+    """Test split: example i of the synthetic dataset, shifted as example i of split 1, the
+    same shift on every seed; labels as the synthetic dataset's."""
+    from elastictrainer.data.domain_shift import DomainShift, shift_image
+
+    kw = dict(input_size=32, batch_size=4, num_train=8, num_test=6)
+    plain, moved = (loaders.load_dataset(name, seed=2, **kw)
+                    for name in ("synthetic", "synthetic_shifted"))
+    assert (moved.name, moved.num_classes) == ("synthetic_shifted", 10)
+    _check_batches(moved, 32, 4)
+    xp, yp = _arrays(plain.test)
+    xs, ys = _arrays(moved.test)
+    assert np.array_equal(yp, ys)
+    by_hand = [shift_image(tf.constant(x), i, DomainShift(), split=1).numpy()
+               for i, x in enumerate(xp)]
+    np.testing.assert_array_equal(xs, np.stack(by_hand))
+    assert np.abs(xs - xp).mean() > 40  # inverted colours: far from the unshifted images
+    assert synthetic.SHIFTED_NAME in loaders.DATASET_NAMES
+
+
 def test_synthetic_images_are_drawn_in_the_pipelines_graph():
     """Fast at any size because every image is drawn by TensorFlow ops in the input pipeline's
     graph: no Python function runs per image (the graph is the same at 224 px as here)."""

@@ -218,6 +218,15 @@ def test_the_paper_regime_configuration_is_the_papers_optimizer_and_its_baseline
     assert bench.build_parser().parse_args(["--epochs", "3"]).epochs == 3
 
 
+def test_the_command_lines_domain_shift_is_the_paper_regime_on_the_shifted_target():
+    """domain_shift_cli: mobilenetv2_paper's settings, its target seen through the domain
+    shift (--dataset_name synthetic_shifted), so the two differ by the shift alone."""
+    bench = load_script("bench_time_to_accuracy")
+    paper, shifted = bench.CONFIGS["mobilenetv2_paper"], bench.CONFIGS["domain_shift_cli"]
+    assert shifted.fields == {**paper.fields, "dataset_name": "synthetic_shifted"}
+    assert (shifted.last_stage, shifted.epochs) == (paper.last_stage, paper.epochs)
+
+
 def _scripted_cli_runs(monkeypatch):
     """The benchmark script with every run scripted (one epoch at 50% in 4 s) and a first
     profiling of 3 s: (the script's module, the Configs it was asked to run)."""

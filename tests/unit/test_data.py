@@ -167,4 +167,4 @@ def test_unknown_name():
 
 def test_dataset_names():
     assert data.DATASET_NAMES == ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs",
-                                  "synthetic", "synthetic_objects")
+                                  "synthetic", "synthetic_shifted", "synthetic_objects")
