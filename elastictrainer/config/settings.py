@@ -206,7 +206,8 @@ class Config:
         "cap on training steps per epoch, for quick trials", shown_default="the whole set"))
     num_train: Optional[int] = field(default=None, metadata=flag(
         f"generated datasets only ({', '.join(GENERATED_NAMES)}): training images to generate "
-        "(a set of up to 128 MB of 8-bit pixels is generated once and kept in memory)", shown_default=str(SYNTHETIC_EXAMPLES)))
+        "(a set of up to 128 MB of 8-bit pixels is generated once and kept in memory)",
+        shown_default=str(SYNTHETIC_EXAMPLES)))
     num_test: Optional[int] = field(default=None, metadata=flag(
         "generated datasets only: test images (kept in memory as the training set is); every "
         "epoch is evaluated on all of them, so more means steadier accuracies",

@@ -290,7 +290,6 @@ class CurvatureTerms:
         from elastictrainer.flavors import optimizers
 
         variables, s = self.variables, self.stretch
-        grads = _dense(grads, variables)
         steps, first = fresh_drops(self.optimizer, grads, variables)
         if signs is None:
             signs = tf.where(tf.random.uniform([len(variables)]) < 0.5, -1.0, 1.0)

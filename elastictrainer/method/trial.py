@@ -21,8 +21,8 @@ momentum) (importance.momentum_stretch), and for each mask (a group of tensors) 
     predicted = s (-g . dw0) over the mask's tensors (first order)
     realized  = L(w) - L(w + s dw0 on the mask's tensors)
 
-One forward pass per mask, plus one for L(w) (the backward pass is the probe's); the weights and the
-statistics the forward passes move (BatchNorm's moving averages) are put back.  On the same
+One forward pass per mask, plus one for L(w) (the backward pass is the probe's); the weights
+and the statistics the forward passes move (BatchNorm's moving averages) are put back.  On the same
 batch, not a held-out one: measured on held-out batches the shares were noise at a probe's
 batch size (their signs flipped from one pair of batches to the next), on the same batch they
 were the same from one probe batch to eight (docs/performance.md, "Importance against the
