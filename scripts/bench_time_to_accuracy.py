@@ -69,8 +69,10 @@ the timing table is read, as a second run of the same model and batch shape read
 
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
-Finished runs under --logdir are read, not run again (a model.fit seed from its curves file);
-run nothing else on the machine meanwhile.
+Finished runs under --logdir are read, not run again (a model.fit seed from its curves file),
+and so is a seed that <out>.json already holds from this machine with the same grid and
+settings (experiments/recorded.py): a grid continues from its committed figures.  Run nothing
+else on the machine meanwhile.
 """
 import dataclasses
 import datetime
@@ -81,9 +83,9 @@ import time
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
 from elastictrainer import runlog
 from elastictrainer.errors import UserError
-from elastictrainer.experiments import perfdoc, time_to_accuracy as tta
+from elastictrainer.experiments import perfdoc, recorded, time_to_accuracy as tta
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
-    FIT_CONFIGS, fit_runs, fit_settings, slug)
+    FIT_CONFIGS, fit_runs, fit_settings, fit_variants, slug)
 from elastictrainer.experiments.protocols import (
     IMAGENET_DATASET, IMAGENET_MODEL, IMAGENET_OFFLINE, OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL)
 from elastictrainer.machine import machine_info, machine_text
@@ -238,13 +240,12 @@ def _read_or_run(cfg, log, what):
     return summary
 
 
-def cli_runs(name, seed, args, log):
-    """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
+def cli_schemes(name, args):
+    """[(scheme, train_type, Config fields)] of command-line configuration `name`'s grid, its
+    reference (full training) first."""
     setup = CONFIGS[name]
     first = setup.last_stage
     fixed = register_fixed_from(first)
-    base = _base_config(name, seed, args)
-    profile_s = _profile_seconds(base, args, log)
     runs = [("full_training", "full_training", {})]
     if not args.elastic_only:
         runs += [("traditional_tl_training", "traditional_tl_training", {})]
@@ -269,8 +270,15 @@ def cli_runs(name, seed, args, log):
     if setup.uncached_too:
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})
                  for label, kind, extra in runs if kind == "elastic_training"]
+    return runs
+
+
+def cli_runs(name, seed, args, log):
+    """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
+    base = _base_config(name, seed, args)
+    profile_s = _profile_seconds(base, args, log)
     curves, costs = {}, {}
-    for label, train_type, extra in runs:
+    for label, train_type, extra in cli_schemes(name, args):
         cfg = dataclasses.replace(base, train_type=train_type,
                                   run_name=f"{slug(label)}_seed{seed}",
                                   **extra)
@@ -284,6 +292,27 @@ def cli_runs(name, seed, args, log):
         curves[label] = tta.curve(summary, offset_s=offset)
         costs[label] = tta.costs(summary, profiling_s=offset)
     return curves, costs
+
+
+def _settings(name, args):
+    """What configuration `name`'s runs were given (for the README's excerpt, and for reading
+    a seed back from the figures file only under the same)."""
+    if name in FIT_CONFIGS:
+        return fit_settings(name, args)
+    return {**_fields(name, args), "epochs": args.epochs or CONFIGS[name].epochs}
+
+
+def _seed_runs(name, seed, args, record, log):
+    """({scheme: curve}, {scheme: costs} or None) of one seed: read back from the figures file
+    when it holds that seed of this grid, else run (or read from the finished runs)."""
+    fit = name in FIT_CONFIGS
+    schemes = ([scheme for scheme, _, _ in fit_variants(name, args)] if fit
+               else [scheme for scheme, _, _ in cli_schemes(name, args)])
+    got = record.seed(name, seed, schemes, _settings(name, args))
+    if got is not None:
+        log(f"--- {name} seed {seed}: read from {record.path}")
+        return got
+    return (fit_runs if fit else cli_runs)(name, seed, args, log)
 
 
 def lr_sweep(name, seed, args, log):
@@ -403,8 +432,11 @@ def markdown(results, args, machine):
             lines += [f"Full training's learning rate, {name} (seed {sweep['seed']}; the same "
                       f"settings otherwise):", "", lr_sweep_table(sweep), ""]
         if summary.get("costs"):
-            lines += [f"Where the time went, {name} (median seconds; filling the cache, timed "
-                      f"full steps, compiling and probes are within training; an elastic run "
+            over = ("" if len(summary.get("costs_seeds") or ()) in (0, summary["runs"]) else
+                    f" of seed(s) {', '.join(map(str, summary['costs_seeds']))}, the ones whose "
+                    f"costs are on record")
+            lines += [f"Where the time went, {name} (median seconds{over}; filling the cache, "
+                      f"timed full steps, compiling and probes are within training; an elastic run "
                       f"paid the first profiling before it):", "",
                       tta.costs_table(summary["costs"], LABELS), ""]
     return "\n".join(lines)
@@ -458,26 +490,25 @@ def main(argv=None):
     results = {"date": datetime.date.today().isoformat(), "machine": machine,
                "args": {k: list(v) if isinstance(v, tuple) else v
                         for k, v in vars(args).items()}, "configs": {}}
+    parser = build_parser()
+    record = recorded.Record(args.out + ".json", machine, vars(args),
+                             {flag: parser.get_default(flag) for flag in recorded.GRID_FLAGS})
     first_seed_curves = {}
     for name in args.configs:
         seeds = args.seeds if name == "command1" else args.other_seeds
-        runs = fit_runs if name in FIT_CONFIGS else cli_runs
-        per_seed, per_seed_costs = zip(*[runs(name, seed, args, log) for seed in seeds])
+        per_seed, per_seed_costs = zip(*[_seed_runs(name, seed, args, record, log)
+                                         for seed in seeds])
         reference = next(iter(per_seed[0]))  # each configuration lists its reference first
         curves = {scheme: [run[scheme] for run in per_seed] for scheme in per_seed[0]}
         summary = tta.summarize(curves, reference=reference)
-        # the schemes every seed trained (a refused one has no costs)
-        costs = {scheme: [run[scheme] for run in per_seed_costs] for scheme in per_seed_costs[0]
-                 if all(scheme in run for run in per_seed_costs)}
+        # the schemes every seed with known costs trained (a refused one has no costs)
+        costs, costs_seeds = recorded.summarize_costs(per_seed_costs, curves[reference])
         results["configs"][name] = {"runs": len(per_seed), "schemes": summary,
                                     "levels": tta.noise(curves[reference]),
-                                    "curves": curves,
-                                    "costs": tta.summarize_costs(costs, curves[reference])}
-        if name in CONFIGS:  # what the runs were given, for the README's excerpt
-            results["configs"][name]["settings"] = {
-                **_fields(name, args), "epochs": args.epochs or CONFIGS[name].epochs}
-        if name in FIT_CONFIGS:
-            results["configs"][name]["settings"] = fit_settings(name, args)
+                                    "curves": curves, "costs": costs,
+                                    "costs_seeds": [seeds[i] for i in costs_seeds],
+                                    "costs_per_seed": list(per_seed_costs),
+                                    "settings": _settings(name, args)}
         if args.lr_sweep and name in CONFIGS:
             results["configs"][name]["lr_sweep"] = lr_sweep(name, seeds[0], args, log)
         first_seed_curves[name] = (seeds[0], {scheme: runs[0] for scheme, runs in curves.items()})

@@ -544,3 +544,60 @@ def test_the_nested_tasks_application_is_one_layer_at_its_own_batchnorm_momentum
     assert not any(n.startswith(("block_16", "Conv_1", "head")) for n in frozen)
     norms = fit_task.batchnorm_layers(keras, model)
     assert len(norms) == 52 and {x.momentum for x in norms} == {0.999}
+
+
+def test_a_seed_the_figures_file_holds_is_read_back_under_the_same_grid_only(tmp_path,
+                                                                              monkeypatch):
+    """A grid continues from its committed figures: a seed <out>.json holds from this machine,
+    with the same grid flags and settings, is read back (curves, refusals and costs), not run
+    again; another rho, another machine's file, or a file that holds only median costs make the
+    difference they should."""
+    import json
+
+    bench = load_script("bench_time_to_accuracy")
+    full = {"train_time_s": 20.0, "epochs": [{"train_time_s": 10.0, "test_accuracy": 70.0},
+                                             {"train_time_s": 20.0, "test_accuracy": 80.0}]}
+    fast = {"train_time_s": 8.0, "epochs": [{"train_time_s": 8.0, "test_accuracy": 79.5}]}
+    ran = []
+
+    def scripted_runs(name, seed, args, log):
+        ran.append((seed, tuple(args.rhos)))
+        labels = [label for label, _, _ in bench.cli_schemes(name, args)]
+        curves = {label: tta.curve(full if label == "full_training" else fast)
+                  for label in labels}
+        costs = {label: tta.costs(fast, profiling_s=2.0) for label in labels}
+        if seed == 1:  # refused on this seed: read back as a refusal, not a curve
+            curves["ElasticTrainer rho 0.3"] = tta.Refused("--rho 0.3 is below the floor")
+            del costs["ElasticTrainer rho 0.3"]
+        return curves, costs
+
+    monkeypatch.setattr(bench, "cli_runs", scripted_runs)
+    monkeypatch.setattr(bench, "plot", lambda first_seed, out: [])
+    out = str(tmp_path / "tta")
+    grid = ["--configs", "command1", "--rhos", "0.3", "--shares", "0.7", "--out", out]
+    bench.main(grid + ["--seeds", "0,1"])
+    first = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]
+    assert ran == [(0, (0.3,)), (1, (0.3,))]
+    bench.main(grid + ["--seeds", "0,1,2"])
+    assert ran[2:] == [(2, (0.3,))]  # seeds 0 and 1 read back
+    again = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]
+    assert again["curves"]["full_training"][:2] == first["curves"]["full_training"]
+    assert again["schemes"]["ElasticTrainer rho 0.3"]["refused"] == "--rho 0.3 is below the floor"
+    assert again["costs_seeds"] == [0, 1, 2]
+    bench.main(grid[:2] + ["--rhos", "0.4"] + grid[4:] + ["--seeds", "0"])
+    assert ran[3:] == [(0, (0.4,))]  # another grid: run
+    # a file from another machine is no record of this one's
+    data = json.loads((tmp_path / "tta.json").read_text())
+    (tmp_path / "tta.json").write_text(json.dumps({**data, "machine": {"cpu": "elsewhere"}}))
+    bench.main(grid[:2] + ["--rhos", "0.4"] + grid[4:] + ["--seeds", "0"])
+    assert ran[4:] == [(0, (0.4,))]
+    # a file that holds only median costs gives its seeds' curves; the costs table says over
+    # which seeds it runs
+    bench.main(grid[:2] + ["--rhos", "0.4"] + grid[4:] + ["--seeds", "0"])
+    data = json.loads((tmp_path / "tta.json").read_text())
+    del data["configs"]["command1"]["costs_per_seed"]
+    (tmp_path / "tta.json").write_text(json.dumps(data))
+    bench.main(grid[:2] + ["--rhos", "0.4"] + grid[4:] + ["--seeds", "0,3"])
+    assert ran[5:] == [(3, (0.4,))]
+    assert "(median seconds of seed(s) 3, the ones whose costs are on record;" in (
+        tmp_path / "tta.md").read_text()

@@ -1,0 +1,89 @@
+"""The seeds a time-to-accuracy figures file already holds (scripts/bench_time_to_accuracy.py's
+<out>.json), read back so that a grid continues from its committed figures instead of starting
+over: a seed is taken from the file only when the file was measured on this machine (CPU, cores,
+TensorFlow), with the same grid flags, the same settings of its configuration, and every scheme
+this grid runs.  A run directory under --logdir is the other record a seed is read from; this
+one survives a fresh clone.
+
+Each seed's costs (where its time went) are read too when the file holds them per seed; a file
+that holds only their medians gives its seeds' curves alone, and the costs table then says over
+which seeds its medians run.  No TensorFlow."""
+import json
+import os
+
+from elastictrainer.experiments import time_to_accuracy as tta
+
+# the flags that decide what a grid runs; a seed is read back only under the same ones
+GRID_FLAGS = ("rhos", "shares", "rate", "gain", "tolerance", "elastic_only", "epochs",
+              "fit_bn_mode", "bn_mode")
+# what must match of the machine that measured a record
+MACHINE_KEYS = ("cpu", "cores", "tensorflow")
+
+
+def _plain(value):
+    """value as JSON gives it back (tuples as lists), for comparing with a record."""
+    return json.loads(json.dumps(value))
+
+
+class Record:
+    """The figures file at `path`, when it was made on `machine` with `flags`' grid
+    ({flag: value}; a flag the file predates counts as `defaults`' value)."""
+
+    def __init__(self, path, machine, flags, defaults):
+        self.path = path
+        self._configs = {}
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            data = json.load(f)
+        theirs = data.get("machine") or {}
+        if any(theirs.get(key) != machine.get(key) for key in MACHINE_KEYS):
+            return
+        args = data.get("args") or {}
+        if any(_plain(args.get(flag, defaults.get(flag))) != _plain(flags.get(flag))
+               for flag in GRID_FLAGS):
+            return
+        for name, config in (data.get("configs") or {}).items():
+            seeds = args.get("seeds") if name == "command1" else args.get("other_seeds")
+            if seeds and len(seeds) == config.get("runs"):
+                self._configs[name] = (list(seeds), config)
+
+    def seed(self, name, seed, schemes, settings):
+        """(curves, costs) of `seed` of configuration `name` as recorded ({scheme: curve},
+        {scheme: costs} or None when the file holds only median costs), when the record has
+        that seed under these `settings` with every one of `schemes`; else None."""
+        if name not in self._configs:
+            return None
+        seeds, config = self._configs[name]
+        if seed not in seeds or _plain(config.get("settings")) != _plain(settings):
+            return None
+        curves = config.get("curves") or {}
+        if any(scheme not in curves for scheme in schemes):
+            return None
+        i = seeds.index(seed)
+        mine = {scheme: _curve(curves[scheme][i]) for scheme in schemes}
+        per_seed = config.get("costs_per_seed")
+        costs = per_seed[i] if per_seed and len(per_seed) == len(seeds) else None
+        return mine, costs
+
+
+def _curve(recorded):
+    """A recorded curve: its points, or the reason a refused run gave."""
+    if isinstance(recorded, str):
+        return tta.Refused(recorded)
+    return [tuple(point) for point in recorded]
+
+
+def summarize_costs(per_seed_costs, reference_curves):
+    """tta.summarize_costs over the seeds whose costs are known (per_seed_costs: {scheme:
+    costs} per seed, None for a seed read back without them), of the schemes each of them
+    ran, and those seeds' indices; ({}, []) when none is known."""
+    known = [i for i, costs in enumerate(per_seed_costs) if costs is not None]
+    if not known:
+        return {}, []
+    first = per_seed_costs[known[0]]
+    costs = {scheme: [per_seed_costs[i][scheme] for i in known] for scheme in first
+             if all(scheme in per_seed_costs[i] for i in known)}
+    if not costs:
+        return {}, known
+    return tta.summarize_costs(costs, [reference_curves[i] for i in known]), known
