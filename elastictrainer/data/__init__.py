@@ -12,6 +12,8 @@ Sources:
     pixels must move.
   * synthetic_objects: 40 fine-grained classes of procedural objects over cluttered backgrounds
     (objects.py), the offline target an ImageNet backbone fine-tunes on.
+  * synthetic_textures: 40 classes of procedural textures, ten families at four scales
+    (textures.py), as a texture dataset has.
   * a directory: one sub-folder per class holding images, optionally split into train/ and test/.
 
 Every element is (images float32 [B, S, S, 3] in [0, 255], labels int32 [B]). The train split is
@@ -22,14 +24,15 @@ This module only names what exists (no TensorFlow, so `--help` can list it); loa
 """
 
 DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic",
-                 "synthetic_shifted", "synthetic_objects")
+                 "synthetic_shifted", "synthetic_objects", "synthetic_textures")
 TFDS_NAMES = DATASET_NAMES[:3]
 # The datasets generated here, offline: --num_train and --num_test size them
 GENERATED_NAMES = DATASET_NAMES[3:]
 # Class counts of the built-in datasets, known without loading them (the figure scripts size
 # heads and timing tables up front); a test checks them against TFDS's own metadata.
 NUM_CLASSES = {"caltech_birds2011": 200, "oxford_iiit_pet": 37, "stanford_dogs": 120,
-               "synthetic": 10, "synthetic_shifted": 10, "synthetic_objects": 40}
+               "synthetic": 10, "synthetic_shifted": 10, "synthetic_objects": 40,
+               "synthetic_textures": 40}
 # Training and test images of the synthetic dataset when --num_train / --num_test are not given.
 SYNTHETIC_EXAMPLES = 512
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -39,5 +42,6 @@ def choices_help():
     return (", ".join(f"{n} (TFDS)" for n in TFDS_NAMES) + ", synthetic (built in, offline: "
             "gratings), synthetic_shifted (built in, offline: the gratings seen through a fixed "
             "domain shift), synthetic_objects (built in, offline: 40 fine-grained classes of "
-            "procedural objects, the target of an ImageNet backbone), or a folder with one "
-            "sub-folder of images per class")
+            "procedural objects, the target of an ImageNet backbone), synthetic_textures (built "
+            "in, offline: 40 classes of procedural textures, ten families at four scales), or a "
+            "folder with one sub-folder of images per class")

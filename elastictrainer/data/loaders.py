@@ -1,13 +1,13 @@
 """Loading a dataset by name or path: load_dataset, the one entry point.  The loaders
 themselves live by kind: tfds_data.py (TensorFlow Datasets), folder.py (image folders),
-synthetic.py (with the domain shift of domain_shift.py) and objects.py (the built-in
-generated sets); pipeline.py holds what they share."""
+synthetic.py (with the domain shift of domain_shift.py), objects.py and textures.py (the
+built-in generated sets); pipeline.py holds what they share."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
 import os
 
 from elastictrainer.errors import UserError
-from elastictrainer.data import DATASET_NAMES, GENERATED_NAMES, objects
+from elastictrainer.data import DATASET_NAMES, GENERATED_NAMES, objects, textures
 from elastictrainer.data import tfds_data  # noqa: F401  (registers the TFDS names)
 from elastictrainer.data.folder import image_folder_dataset
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, positive_int  # noqa: F401
@@ -43,6 +43,8 @@ def load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=No
         return shifted_dataset(**opts, **kwargs)
     if key == objects.NAME:
         return objects.objects_dataset(**opts, **kwargs)
+    if key == textures.NAME:
+        return textures.textures_dataset(**opts, **kwargs)
     if kwargs:
         raise TypeError(f"unexpected arguments for dataset {key!r}: {', '.join(sorted(kwargs))}"
                         f" (only {', '.join(GENERATED_NAMES)} take extra arguments)")

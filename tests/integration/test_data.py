@@ -342,3 +342,36 @@ def test_synthetic_training_set_kept_in_memory_is_the_generated_one(monkeypatch)
             np.testing.assert_array_equal(ya, yb)
     assert not all(np.array_equal(a[0][1], b[0][1]) for a, b in [(kept[0], kept[1])])  # reshuffled
     assert np.all(kept[0][0][0] == np.round(kept[0][0][0]))  # 8-bit levels
+
+
+def test_synthetic_textures_family_and_scale_make_the_class():
+    """Deterministic per seed and balanced; a class is a family at a scale: a stripes image of
+    the largest scale repeats about SCALES[3] / SCALES[0] times as often as one of the
+    smallest (the peak of its spectrum), and --num_classes other than 40 is refused."""
+    from elastictrainer.data import textures
+
+    a, b, c = (loaders.load_dataset("synthetic_textures", input_size=64, batch_size=8, seed=s,
+                                    num_train=16, num_test=160) for s in (3, 3, 4))
+    assert (a.num_classes, a.num_test, a.name) == (40, 160, "synthetic_textures")
+    _check_batches(a, 64, 8)
+    xa, ya = _arrays(a.test)
+    xb, yb = _arrays(b.test)
+    xc, _ = _arrays(c.test)
+    assert np.array_equal(xa, xb) and np.array_equal(ya, yb) and not np.array_equal(xa, xc)
+    assert np.bincount(ya, minlength=40).tolist() == [4] * 40
+
+    def peak(image):  # cycles per image width of the strongest frequency, the mean taken out
+        grey = image.mean(-1) - image.mean()
+        power = np.abs(np.fft.fft2(grey)) ** 2
+        fy, fx = np.meshgrid(np.fft.fftfreq(64, 1 / 64), np.fft.fftfreq(64, 1 / 64),
+                             indexing="ij")
+        i = np.argmax(power)
+        return np.hypot(fy.flat[i], fx.flat[i])
+
+    stripes = textures.FAMILIES.index("stripes") * len(textures.SCALES)
+    fine, coarse = ([peak(x) for x in xa[ya == stripes + level]] for level in (3, 0))
+    ratio = np.median(fine) / np.median(coarse)
+    expected = textures.SCALES[3] / textures.SCALES[0]
+    assert 0.75 * expected < ratio < 1.25 * expected, ratio
+    with pytest.raises(UserError):
+        loaders.load_dataset("synthetic_textures", num_classes=10)

@@ -167,4 +167,5 @@ def test_unknown_name():
 
 def test_dataset_names():
     assert data.DATASET_NAMES == ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs",
-                                  "synthetic", "synthetic_shifted", "synthetic_objects")
+                                  "synthetic", "synthetic_shifted", "synthetic_objects",
+                                  "synthetic_textures")

@@ -82,7 +82,7 @@ def test_rho_validation():
 @pytest.mark.parametrize("args,needle", [
     (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "generated datasets only"),
     # an unknown name is not said to have splits of its own
-    (["--dataset_name", "nosuchdata", "--num_train", "100"], "synthetic_objects), not --dataset_name nosuchdata"),
+    (["--dataset_name", "nosuchdata", "--num_train", "100"], "synthetic_textures), not --dataset_name nosuchdata"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
     (["--rho", "auto", "--rho_share", "0"], "--rho_share"),
     (["--rho", "auto", "--rho_share", "1.5"], "--rho_share"),
