@@ -194,6 +194,21 @@ def test_synthetic_deterministic_and_shapes():
     assert float(tf.math.reduce_std(x)) > 5  # an image, not a constant
 
 
+def _generated_test_split(name, size, num_test):
+    """The test split (images, labels) of 40-class generated dataset `name` on seed 3, after
+    checking that it is the same on seed 3 again, another on seed 4, and balanced."""
+    a, b, c = (loaders.load_dataset(name, input_size=size, batch_size=8, seed=s, num_train=16,
+                                    num_test=num_test) for s in (3, 3, 4))
+    assert (a.num_classes, a.num_test, a.name) == (40, num_test, name)
+    _check_batches(a, size, 8)
+    xa, ya = _arrays(a.test)
+    xb, yb = _arrays(b.test)
+    xc, _ = _arrays(c.test)
+    assert np.array_equal(xa, xb) and np.array_equal(ya, yb) and not np.array_equal(xa, xc)
+    assert np.bincount(ya, minlength=40).tolist() == [num_test // 40] * 40
+    return xa, ya
+
+
 def test_synthetic_objects_fine_grained_deterministic_and_balanced():
     from elastictrainer.data import objects
 
@@ -202,15 +217,7 @@ def test_synthetic_objects_fine_grained_deterministic_and_balanced():
     # fine-grained: any two classes two attributes apart or more, most with a class at two
     differ = (attributes[:, None] != attributes[None]).sum(-1) + 4 * np.eye(40, dtype=int)
     assert differ.min() == 2 and (differ == 2).any(axis=1).sum() >= 30
-    a, b, c = (loaders.load_dataset("synthetic_objects", input_size=32, batch_size=8, seed=s,
-                                    num_train=16, num_test=80) for s in (3, 3, 4))
-    assert (a.num_classes, a.num_test, a.name) == (40, 80, "synthetic_objects")
-    _check_batches(a, 32, 8)
-    xa, ya = _arrays(a.test)
-    xb, yb = _arrays(b.test)
-    xc, _ = _arrays(c.test)
-    assert np.array_equal(xa, xb) and np.array_equal(ya, yb) and not np.array_equal(xa, xc)
-    assert np.bincount(ya, minlength=40).tolist() == [2] * 40
+    xa, ya = _generated_test_split("synthetic_objects", 32, 80)
     # two images of one class differ (pose, background)
     first, second = (np.flatnonzero(ya == 0)[i] for i in (0, 1))
     assert np.abs(xa[first] - xa[second]).mean() > 10
@@ -350,15 +357,7 @@ def test_synthetic_textures_family_and_scale_make_the_class():
     smallest (the peak of its spectrum), and --num_classes other than 40 is refused."""
     from elastictrainer.data import textures
 
-    a, b, c = (loaders.load_dataset("synthetic_textures", input_size=64, batch_size=8, seed=s,
-                                    num_train=16, num_test=160) for s in (3, 3, 4))
-    assert (a.num_classes, a.num_test, a.name) == (40, 160, "synthetic_textures")
-    _check_batches(a, 64, 8)
-    xa, ya = _arrays(a.test)
-    xb, yb = _arrays(b.test)
-    xc, _ = _arrays(c.test)
-    assert np.array_equal(xa, xb) and np.array_equal(ya, yb) and not np.array_equal(xa, xc)
-    assert np.bincount(ya, minlength=40).tolist() == [4] * 40
+    xa, ya = _generated_test_split("synthetic_textures", 64, 160)
 
     def peak(image):  # cycles per image width of the strongest frequency, the mean taken out
         grey = image.mean(-1) - image.mean()
