@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer.data import NUM_CLASSES, SYNTHETIC_EXAMPLES
-from elastictrainer.data.synthetic import generated_bundle
+from elastictrainer.data.synthetic import generated_bundle, generated_frame
 from elastictrainer.errors import UserError
 
 NAME = "synthetic_objects"
@@ -91,14 +91,11 @@ def _ellipse(xx, yy, cx, cy, a, b, angle):
 def object_source(input_size, num_examples, num_classes, seed, split):
     """(dataset of (index, label), generator (index, label) -> (image [S,S,3] in [0, 255],
     label)), as synthetic._synthetic_source gives them."""
-    input_size, num_examples = int(input_size), int(num_examples)
-    labels = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(split), 7]).permutation(
-        np.arange(num_examples) % num_classes).astype(np.int32)
+    input_size = int(input_size)
+    indices, xx, yy, key_of = generated_frame(input_size, num_examples, num_classes, seed, split,
+                                              stream=7)
     attributes = tf.constant(class_attributes(num_classes))
     hues = tf.constant(HUES, tf.float32)
-    coords = (np.arange(input_size, dtype=np.float32) + 0.5) / input_size - 0.5
-    yy, xx = (tf.constant(a) for a in np.meshgrid(coords, coords, indexing="ij"))
-    stream = tf.constant([int(seed), (int(split) << 40) | (7 << 32)], tf.int64)
 
     def background(keys):
         # a smooth colour field: three random plane waves per channel
@@ -121,8 +118,7 @@ def object_source(input_size, num_examples, num_classes, seed, split):
         return image
 
     def make(index, label):
-        key = stream + tf.stack([tf.constant(0, tf.int64), index])
-        keys = tf.random.experimental.stateless_split(key, num=8)
+        keys = tf.random.experimental.stateless_split(key_of(index), num=8)
         body_hue, head_hue, wing_hue, pattern = tf.unstack(tf.gather(attributes, label))
         pose = tf.random.stateless_uniform([8], keys[3])
         angle, scale = 2 * np.pi * pose[0], SCALE[0] + (SCALE[1] - SCALE[0]) * pose[1]
@@ -159,7 +155,6 @@ def object_source(input_size, num_examples, num_classes, seed, split):
         image += NOISE * tf.random.stateless_normal([input_size, input_size, 3], keys[7])
         return tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), label
 
-    indices = tf.data.Dataset.from_tensor_slices((tf.range(num_examples, dtype=tf.int64), labels))
     return indices, make
 
 

@@ -72,6 +72,26 @@ def synthetic_examples(input_size, num_examples, num_classes=NUM_CLASSES["synthe
     return indices.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
+def generated_frame(input_size, num_examples, num_classes, seed, split, stream=0):
+    """What every generated dataset's source starts from: (dataset of (index, label) with the
+    labels balanced and permuted under (seed, split), the pixel centres' coordinates (xx, yy)
+    [S, S] in (-0.5, 0.5), key_of(index): example index's random key).  `stream` keeps one
+    dataset's draws apart from another's on the same (seed, split): 0 the `synthetic` set's."""
+    input_size, num_examples = int(input_size), int(num_examples)
+    rng = [int(seed) & 0xFFFFFFFF, int(split)] + ([int(stream)] if stream else [])
+    labels = np.random.default_rng(rng).permutation(
+        np.arange(num_examples) % int(num_classes)).astype(np.int32)
+    coords = (np.arange(input_size, dtype=np.float32) + 0.5) / input_size - 0.5
+    yy, xx = (tf.constant(a) for a in np.meshgrid(coords, coords, indexing="ij"))
+    base = tf.constant([int(seed), (int(split) << 40) | (int(stream) << 32)], tf.int64)
+
+    def key_of(index):
+        return base + tf.stack([tf.constant(0, tf.int64), index])
+
+    indices = tf.data.Dataset.from_tensor_slices((tf.range(num_examples, dtype=tf.int64), labels))
+    return indices, xx, yy, key_of
+
+
 def _synthetic_source(input_size, num_examples, num_classes, seed, split, params=None):
     """(dataset of (index, label), generator fn (index, label) -> (image, label)).
 
@@ -79,19 +99,14 @@ def _synthetic_source(input_size, num_examples, num_classes, seed, split, params
     params: the classes' (orientation, frequency, tint) arrays; default
     _synthetic_class_params(num_classes), the `synthetic` dataset's.
     """
-    input_size, num_examples, num_classes = int(input_size), int(num_examples), int(num_classes)
-    labels = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(split)]).permutation(
-        np.arange(num_examples) % num_classes).astype(np.int32)
+    input_size, num_classes = int(input_size), int(num_classes)
+    indices, xx, yy, key_of = generated_frame(input_size, num_examples, num_classes, seed, split)
     if params is None:
         params = _synthetic_class_params(num_classes)
     orient, freq, tint = (tf.constant(a) for a in params)
-    coords = (np.arange(input_size, dtype=np.float32) + 0.5) / input_size - 0.5
-    yy, xx = (tf.constant(a) for a in np.meshgrid(coords, coords, indexing="ij"))
-    stream = tf.constant([int(seed), int(split) << 40], tf.int64)
 
     def make(index, label):
-        key = stream + tf.stack([tf.constant(0, tf.int64), index])
-        keys = tf.random.experimental.stateless_split(key, num=3)
+        keys = tf.random.experimental.stateless_split(key_of(index), num=3)
         u = tf.random.stateless_uniform([9], keys[0])
         theta = tf.gather(orient, label) + (u[0] - 0.5) * (np.pi / 11)  # about +-8 degrees
         f = tf.gather(freq, label) * (1 - SYN_FREQUENCY_JITTER + 2 * SYN_FREQUENCY_JITTER * u[1])
@@ -112,7 +127,6 @@ def _synthetic_source(input_size, num_examples, num_classes, seed, split, params
         # 8-bit levels, as a photo's: so a set kept in memory as uint8 is the same set
         return tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), label
 
-    indices = tf.data.Dataset.from_tensor_slices((tf.range(num_examples, dtype=tf.int64), labels))
     return indices, make
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from elastictrainer.data import NUM_CLASSES, SYNTHETIC_EXAMPLES
-from elastictrainer.data.synthetic import generated_bundle
+from elastictrainer.data.synthetic import generated_bundle, generated_frame
 from elastictrainer.errors import UserError
 
 NAME = "synthetic_textures"
@@ -47,13 +47,10 @@ CELLS = 96  # random points of the cells family, of which scale^2 are used
 def texture_source(input_size, num_examples, num_classes, seed, split):
     """(dataset of (index, label), generator (index, label) -> (image [S,S,3] in [0, 255],
     label)), as synthetic._synthetic_source gives them."""
-    input_size, num_examples = int(input_size), int(num_examples)
-    labels = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(split), 11]).permutation(
-        np.arange(num_examples) % num_classes).astype(np.int32)
-    coords = (np.arange(input_size, dtype=np.float32) + 0.5) / input_size - 0.5
-    yy, xx = (tf.constant(a) for a in np.meshgrid(coords, coords, indexing="ij"))
+    input_size = int(input_size)
+    indices, xx, yy, key_of = generated_frame(input_size, num_examples, num_classes, seed, split,
+                                              stream=11)
     scales = tf.constant(SCALES, tf.float32)
-    stream = tf.constant([int(seed), (int(split) << 40) | (11 << 32)], tf.int64)
     two_pi = 2 * np.pi
 
     def cells(f, key):
@@ -104,8 +101,7 @@ def texture_source(input_size, num_examples, num_classes, seed, split):
         return light, dark
 
     def make(index, label):
-        key = stream + tf.stack([tf.constant(0, tf.int64), index])
-        keys = tf.random.experimental.stateless_split(key, num=6)
+        keys = tf.random.experimental.stateless_split(key_of(index), num=6)
         family, level = label // len(SCALES), label % len(SCALES)
         pose = tf.random.stateless_uniform([7], keys[0])
         f = tf.gather(scales, level) * (1.0 + SCALE_JITTER * (2 * pose[0] - 1))
@@ -124,7 +120,6 @@ def texture_source(input_size, num_examples, num_classes, seed, split):
         image += NOISE * tf.random.stateless_normal([input_size, input_size, 3], keys[4])
         return tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), label
 
-    indices = tf.data.Dataset.from_tensor_slices((tf.range(num_examples, dtype=tf.int64), labels))
     return indices, make
 
 
