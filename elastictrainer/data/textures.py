@@ -38,8 +38,8 @@ from elastictrainer.errors import UserError
 NAME = "synthetic_textures"
 FAMILIES = ("stripes", "checks", "spots", "grid", "rings", "waves", "zigzag", "cells", "clouds",
             "bricks")
-SCALES = (3.6, 4.7, 6.1, 8.0)  # cycles per image width of each class's scale
-SCALE_JITTER = 0.1  # per image, a fraction of the scale either way
+SCALES = (4.0, 4.8, 5.8, 7.0)  # cycles per image width of each class's scale
+SCALE_JITTER = 0.08  # per image, a fraction of the scale either way
 NOISE = 0.1  # std of additive pixel noise, in units of full scale
 CELLS = 96  # random points of the cells family, of which scale^2 are used
 

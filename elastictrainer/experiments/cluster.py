@@ -256,7 +256,7 @@ class RayRunner:
         tasks = {}
         for run, seed in jobs:
             name = run.name(seed)
-            table = table_path(run, driver.protocol, driver.profiles)
+            table = table_path(run, driver.protocol_for(run.model), driver.profiles)
             with open(table, "rb") as f:
                 inputs = {os.path.join("profiles", os.path.basename(table)): f.read()}
             run_dir = driver.run_dir(run, seed)

@@ -33,7 +33,8 @@ from elastictrainer.profiler.table import default_table_path, default_trace_dir,
 from elastictrainer.method.schemes import BASELINES
 from elastictrainer.method.time_model import TimeModel
 from elastictrainer.experiments.protocols import (  # noqa: F401 (figures.PAPER, ...)
-    OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, PAPER, SMOKE, Protocol)
+    IMAGENET_MODEL, OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, PAPER, SMOKE, Protocol,
+    offline_regime)
 
 PAPER_DATASETS = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs")
 
@@ -54,8 +55,10 @@ class Figure:
     # below that floor is skipped: the smoke figures ask 0.5 and up, so that every machine runs
     # them all; the paper's 0.35 and 0.4 are left out.
     smoke_rhos: tuple = (0.5,)
-    # --offline: the paper's regime (protocols.OFFLINE) on the backbones `--weights synthetic`
-    # pretrains (models/__init__.py), at the paper's rhos unless given here
+    # --offline: the paper's regime on backbones that need no download, each on its own target
+    # and protocol (protocols.offline_regime: ImageNet EfficientNet-Lite0 on synthetic_textures,
+    # the backbones `--weights synthetic` pretrains on the synthetic data), at the paper's rhos
+    # unless given here
     offline_models: tuple = (OFFLINE_MODEL,)
     offline_rhos: tuple = None
 
@@ -71,12 +74,12 @@ FIGURES = {
                     ("resnet50",), ("caltech_birds2011",), (0.35, 0.4, 0.5, 0.6, 0.7), BASELINES,
                     (("bars", ""), ("curves", "_curves"), ("selection", "_fig21"),
                      ("energy", "_fig23"), ("profile", "_profile")), selection_rho=0.5,
-                    smoke_rhos=(0.5, 0.6, 0.7, 0.8)),
+                    smoke_rhos=(0.5, 0.6, 0.7, 0.8), offline_models=(IMAGENET_MODEL,)),
     "fig19": Figure("Fig. 19: ElasticTrainer at rho 0.4 against the baselines on four models",
                     ("resnet50", "vgg16", "mobilenetv2", "vit"), ("caltech_birds2011",), (0.4,),
                     BASELINES, (("bars", ""), ("energy", "_fig23"), ("profile", "_profile")),
                     smoke_models=("smallcnn", "mobilenetv2"), smoke_rhos=(0.5,),
-                    offline_models=(OFFLINE_MODEL, "smallcnn")),
+                    offline_models=(IMAGENET_MODEL, OFFLINE_MODEL, "smallcnn")),
 }
 
 
@@ -101,13 +104,12 @@ def plan(figure, ego=False, smoke=False, offline=False):
     if smoke:
         models, datasets, rhos = figure.smoke_models, ("synthetic",), figure.smoke_rhos
     elif offline:
-        models, datasets = figure.offline_models, (OFFLINE_DATASET,)
-        rhos = figure.offline_rhos or figure.rhos
+        models, rhos = figure.offline_models, figure.offline_rhos or figure.rhos
     else:
         models, datasets, rhos = figure.models, figure.datasets, figure.rhos
     runs = []
     for model in models:
-        for dataset in datasets:
+        for dataset in ((offline_regime(model)[1],) if offline else datasets):
             runs += [Run(model, dataset, "elastic_training", rho) for rho in rhos]
             if not ego:
                 runs += [Run(model, dataset, b) for b in figure.baselines]
@@ -176,7 +178,7 @@ class Driver:
             raise UserError("--smoke and --offline are two protocols: give one of them")
         self.key, self.figure, self.ego, self.smoke = key, FIGURES[key], ego, smoke
         self.offline = offline
-        self.protocol = SMOKE if smoke else OFFLINE if offline else PAPER
+        self._protocol = SMOKE if smoke else PAPER  # --offline: protocol_for(model)
         kind = "smoke" if smoke else "offline" if offline else None
         self.seeds = tuple(seeds)
         # runs that cache are not the paper's protocol: their folder and figures say so
@@ -201,6 +203,10 @@ class Driver:
         self.profiles = os.path.abspath(os.path.join(profiles or "profiles",
                                                      runner.device_kind or ""))
         self.runner = SerialRunner() if dry_run else runner
+
+    def protocol_for(self, model):
+        """The protocol a model's runs follow: --offline's is the model's own regime."""
+        return offline_regime(model)[0] if self.offline else self._protocol
 
     # ----------------------------------------------------------------------------- commands
     def argv(self, args):
@@ -234,22 +240,22 @@ class Driver:
         finds it."""
         stem = os.path.splitext(os.path.basename(path))[0]
         return ["profile", "--model_name", run.model,
-                "--optimizer", self.protocol.flags(run.model)["optimizer"],
-                "--input_size", str(self.protocol.input_size),
-                "--batch_size", str(self.protocol.batch_size),
+                "--optimizer", self.protocol_for(run.model).flags(run.model)["optimizer"],
+                "--input_size", str(self.protocol_for(run.model).input_size),
+                "--batch_size", str(self.protocol_for(run.model).batch_size),
                 "--num_classes", str(run.num_classes), "--output", path,
                 "--trace_dir", default_trace_dir(stem, logdir), "--figure", "", "--quiet"]
 
     def train_args(self, run, seed, logdir, profiles):
         """`elastictrainer train` arguments of one run, writing LOGDIR/<run name> with the
         timing table found in `profiles`."""
-        flags = self.protocol.flags(run.model)
+        flags = self.protocol_for(run.model).flags(run.model)
         if self.num_test:
             flags = dict(flags, num_test=self.num_test)
         args = ["train", "--model_name", run.model, "--dataset_name", run.dataset,
                 "--train_type", run.train_type, "--num_classes", str(run.num_classes),
                 "--seed", str(seed), "--logdir", logdir, "--run_name", run.name(seed),
-                "--timing_table", table_path(run, self.protocol, profiles), "--quiet",
+                "--timing_table", table_path(run, self.protocol_for(run.model), profiles), "--quiet",
                 "--cache_frozen_prefix", str(self.cache_frozen_prefix).lower()]
         if run.rho is not None:
             args += ["--rho", f"{run.rho:g}"]
@@ -266,7 +272,7 @@ class Driver:
 
     def rho_floor(self, run):
         """The forward pass's share of a step: no selection can go below it."""
-        path = table_path(run, self.protocol, self.profiles)
+        path = table_path(run, self.protocol_for(run.model), self.profiles)
         if self.dry_run and not os.path.exists(path):
             return 0.0
         return TimeModel(load_table(path)).rho_floor
@@ -280,7 +286,7 @@ class Driver:
             key = f"{run.model}_c{run.num_classes}"
             if key in tables:
                 continue
-            tables[key] = path = table_path(run, self.protocol, self.profiles)
+            tables[key] = path = table_path(run, self.protocol_for(run.model), self.profiles)
             if os.path.exists(path):
                 self.log(f"timing table {path} exists; reusing it")
             else:

@@ -240,13 +240,13 @@ def _fit_setup(name, seed, workdir, log):
 
 
 def _cli_setup(name, seed, workdir, log):
-    """The same for the command line's efficientnet_imagenet (protocols.IMAGENET_OFFLINE)."""
+    """The same for the command line's efficientnet_imagenet (protocols.IMAGENET_OBJECTS)."""
     from elastictrainer.data.loaders import load_dataset
     from elastictrainer.experiments import protocols
     from elastictrainer.models.build import build_sized
 
-    p = protocols.IMAGENET_OFFLINE
-    data = load_dataset(protocols.IMAGENET_DATASET, input_size=p.input_size,
+    p = protocols.IMAGENET_OBJECTS
+    data = load_dataset(protocols.OBJECTS_DATASET, input_size=p.input_size,
                         batch_size=p.batch_size, seed=seed, **p.extra)
     model, _, _ = build_sized(protocols.IMAGENET_MODEL, p.input_size, data.num_classes,
                               p.weights, log=log, progress=False)

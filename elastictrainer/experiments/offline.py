@@ -8,7 +8,9 @@ import datetime
 import statistics
 
 from elastictrainer import runlog
+from elastictrainer.data import NUM_CLASSES
 from elastictrainer.experiments import perfdoc
+from elastictrainer.experiments.protocols import offline_regime
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import SCHEMES
 from elastictrainer.models import MODELS
@@ -48,11 +50,16 @@ def results(driver, done, skipped):
                      "measured_ratio": summary.get("measured_ratio"),
                      "wall_ratio": summary.get("wall_ratio")})
     models = list(dict.fromkeys(run.model for run, _ in done))
-    flags = driver.protocol.flags(models[0] if models else driver.figure.offline_models[0])
+    # each model's own regime (protocols.offline_regime): its flags and its target
+    protocols = {}
+    for model in models or driver.figure.offline_models[:1]:
+        protocol, dataset = offline_regime(model)
+        protocols[model] = {**protocol.flags(model), "dataset": dataset,
+                            "num_classes": NUM_CLASSES[dataset]}
     return {"figure": driver.key, "title": driver.figure.title,
             "date": datetime.date.today().isoformat(),
             "machine": machine_info(_tensorflow_version()), "command": command(driver),
-            "protocol": {**flags, "cache_frozen_prefix": driver.cache_frozen_prefix},
+            "protocols": protocols, "cache_frozen_prefix": driver.cache_frozen_prefix,
             "models": models, "paper": PAPER.get(driver.key, {}).get("setting"),
             "not_offline": [m for m in driver.figure.models if m not in models and not (
                 m in MODELS and MODELS[m].synthetic)],
@@ -179,15 +186,19 @@ def _verdict(agrees):
 
 
 def _protocol_words(data):
-    p = data["protocol"]
+    """Each model's regime in words, then the prefix cache the runs shared."""
+    cache = data["cache_frozen_prefix"]
     cache = ("off (the paper's protocol: every step runs the whole forward pass)"
-             if p["cache_frozen_prefix"] is False else str(p["cache_frozen_prefix"]).lower())
-    return (f"{', '.join(data['models'])} from `--weights {p['weights']}` on the synthetic "
-            f"dataset ({p['num_train']} training and {p['num_test']} test images, 10 classes), "
+             if cache is False else str(cache).lower())
+    parts = []
+    for model, p in data["protocols"].items():
+        parts.append(
+            f"{model} from `--weights {p['weights']}` on {p['dataset']} ({p['num_train']} "
+            f"training and {p['num_test']} test images, {p['num_classes']} classes), "
             f"{p['input_size']} px, batch {p['batch_size']}, {p['optimizer'].upper()}"
             f"{SGD_WORDS if p['optimizer'] == 'sgd' else ''} at {p['learning_rate']:g}, "
-            f"{p['num_epochs']} epochs, re-selection every {p['interval']:g} epochs; prefix "
-            f"cache {cache}")
+            f"{p['num_epochs']} epochs, re-selection every {p['interval']:g} epochs")
+    return "; ".join(parts) + f"; prefix cache {cache}"
 
 
 def markdown(data):
@@ -201,7 +212,7 @@ def markdown(data):
         lines.append("The paper's numbers for this figure were not read off its plots: each "
                      "row has the rule alone.")
     for model in data["not_offline"]:
-        lines.append(f"{model} has no `--weights synthetic` pretraining: not run offline.")
+        lines.append(f"{model}: no weights offline, not run.")
     head = ["model", "scheme", "seeds", "best accuracy", "training time", "accuracy vs full",
             "time vs full", "(in the run)", "paper: accuracy vs full", "paper: time vs full",
             "the paper's ordering"]

@@ -199,18 +199,22 @@ def test_a_quick_check_caps_steps_and_test_images_and_bad_caps_stop_before_anyth
 
 
 def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path, capsys):
-    """OFFLINE=1 (--offline): every run is the time-to-accuracy benchmark's mobilenetv2_paper
-    configuration on the synthetic data, at the paper's rhos, under logs/offline and
-    figures/offline; a rho at or below the forward floor is skipped with the reason."""
+    """OFFLINE=1 (--offline): Fig. 17's runs are the time-to-accuracy benchmark's
+    efficientnet_textures configuration (ImageNet EfficientNet-Lite0 on synthetic_textures), at
+    the paper's rhos, under logs/offline and figures/offline; a rho at or below the forward floor
+    is skipped with the reason.  Fig. 19 adds the backbones `--weights synthetic` pretrains,
+    each on its own regime."""
     import json
 
     run = figures.plan(figures.FIGURES["fig17"], offline=True)[0]
-    path = figures.table_path(run, figures.OFFLINE, str(tmp_path / "p"))
+    assert (run.model, run.dataset, run.num_classes) == (
+        "efficientnet_lite0", "synthetic_textures", 40)
+    path = figures.table_path(run, figures.offline_regime(run.model)[0], str(tmp_path / "p"))
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as f:  # a forward floor of 0.38: rho 0.35 cannot be run
-        json.dump({"model": "mobilenetv2", "input_size": 96, "batch_size": 8, "num_classes": 10,
-                   "optimizer": "sgd", "t_fp_ms": 3.8, "t_bp_ms": 6.2, "t_full_ms": 10.0,
-                   "coverage": 1.0, "unattributed": [], "tensors": []}, f)
+        json.dump({"model": "efficientnet_lite0", "input_size": 96, "batch_size": 8,
+                   "num_classes": 40, "optimizer": "sgd", "t_fp_ms": 3.8, "t_bp_ms": 6.2,
+                   "t_full_ms": 10.0, "coverage": 1.0, "unattributed": [], "tensors": []}, f)
     out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_figure17.sh"), "--dry_run",
                           "--profiles", str(tmp_path / "p")], cwd=tmp_path,
                          env={**os.environ, "OFFLINE": "1"}, capture_output=True, text=True,
@@ -219,10 +223,12 @@ def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path, capsys):
     lines = out.stdout.splitlines()
     mains = [line for line in lines if TRAIN in line]
     assert len(mains) == 8  # rho 0.4-0.7 and the four baselines
-    assert all("--model_name mobilenetv2 --dataset_name synthetic " in line for line in mains)
+    assert all("--model_name efficientnet_lite0 --dataset_name synthetic_textures "
+               "--train_type " in line and "--num_classes 40 " in line for line in mains)
     assert all(line.endswith("--input_size 96 --batch_size 8 --num_epochs 8 --interval 4 "
-                             "--learning_rate 0.001 --optimizer sgd --weights synthetic "
-                             "--head_warmup 0 --num_train 2000 --num_test 4096") for line in mains)
+                             "--learning_rate 0.01 --optimizer sgd --weights imagenet "
+                             "--head_warmup 0 --num_train 1500 --num_test 4096")
+               for line in mains)
     assert all("--cache_frozen_prefix false" in line for line in mains)
     assert [line.split("--rho ")[1].split()[0] for line in mains if "--rho" in line] == [
         "0.4", "0.5", "0.6", "0.7"]
@@ -234,13 +240,19 @@ def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path, capsys):
     assert any(f"--out {tmp_path}/figures/offline/fig17 " in line + " " for line in lines)
     assert any("figures/offline/fig17.md and .json" in line for line in lines)
     assert not os.path.exists(tmp_path / "logs")  # nothing ran
-    # Fig. 19 offline: the backbones --weights synthetic pretrains, at the paper's rho
-    from elastictrainer.models import MODELS
-
+    # Fig. 19 offline: the ImageNet backbone on its target, the backbones --weights synthetic
+    # pretrains on the synthetic data, at the paper's rho
     fig19 = figures.plan(figures.FIGURES["fig19"], offline=True)
-    assert {r.model for r in fig19} == {"mobilenetv2", "smallcnn"}
-    assert all(MODELS[r.model].synthetic for r in fig19)
+    assert {(r.model, r.dataset) for r in fig19} == {
+        ("efficientnet_lite0", "synthetic_textures"), ("mobilenetv2", "synthetic"),
+        ("smallcnn", "synthetic")}
     assert {r.rho for r in fig19} == {None, 0.4}
+    driver = figures.Driver("fig19", offline=True, dry_run=True, profiles=str(tmp_path / "p"))
+    lr = {r.model: driver.train_args(r, 0, "l", "p") for r in fig19}
+    assert lr["mobilenetv2"][lr["mobilenetv2"].index("--weights") + 1] == "synthetic"
+    assert lr["mobilenetv2"][lr["mobilenetv2"].index("--learning_rate") + 1] == "0.001"
+    assert lr["efficientnet_lite0"][lr["efficientnet_lite0"].index("--learning_rate") + 1] == (
+        "0.01")
     # one protocol at a time: one line, exit 2
     assert_one_line_exit_2(["figure", "fig17", "--offline", "--smoke", "--dry_run"],
                            "two protocols", capsys)

@@ -27,7 +27,9 @@ def figure_json(runs):
     return json.loads(json.dumps({
         "figure": "fig17", "title": figures.FIGURES["fig17"].title, "date": "2026-11-28",
         "machine": MACHINE, "command": "elastictrainer figure fig17 --offline",
-        "protocol": {**figures.OFFLINE.flags("mobilenetv2"), "cache_frozen_prefix": False},
+        "protocols": {"mobilenetv2": {**figures.OFFLINE.flags("mobilenetv2"),
+                                      "dataset": "synthetic", "num_classes": 10}},
+        "cache_frozen_prefix": False,
         "models": ["mobilenetv2"], "paper": offline.PAPER["fig17"]["setting"],
         "not_offline": ["resnet50"],
         "skipped": ["mobilenetv2_synthetic_elastic_training_rho0.35_seed0: rho 0.35 is at or "
@@ -43,7 +45,8 @@ def test_the_table_from_a_figures_json():
     assert "mobilenetv2 from `--weights synthetic`" in text and "96 px, batch 8" in text
     assert "2000 training and 4096 test images" in text and "at 0.001, 8 epochs" in text
     assert "ResNet50 from ImageNet weights on CUB-200, Jetson TX2" in text
-    assert "resnet50 has no `--weights synthetic` pretraining: not run offline" in text
+    assert "on synthetic (2000 training and 4096 test images, 10 classes)" in text
+    assert "resnet50: no weights offline, not run." in text
     rows = [line for line in text.splitlines() if line.startswith("| mobilenetv2 |")]
     # ours beside the paper's: 66.5 - 69 = -2.5 points, 0.85 / 2.95 h = 0.29x
     assert rows[0] == ("| mobilenetv2 | ElasticTrainer (rho 0.4) | 1 | 80.0% | 80 s | -1.5 points "
