@@ -49,15 +49,21 @@ class ClosedLoop:
     # ------------------------------------------------------------------ solving and opening
     def solve(self, s):
         """Eq. 3's exact selection under rho with the current (corrected) time model, or a
-        selection this run measured within rho that is worth more (prefer_measured):
-        (mask, its ratio measured earlier in this run or None)."""
+        selection this run measured within rho that is worth more (prefer_measured), or, when
+        neither trains anything, the budget's fallback: (mask, its ratio measured earlier in
+        this run or None)."""
         model = self.ctl.model
         importance = np.asarray(s.importance, float)
         mask, target = self.budget.solve(model, importance, self.resolution)
         if self.budget.auto:  # the closed loop holds the ratio this selection amounts to
             self.ctl.rho = target
         measured = {tuple(k): v for k, v in s.measured}
-        return prefer_measured(mask, importance, measured, self.ctl.rho, self.ctl.tolerance)
+        mask, measured_before = prefer_measured(mask, importance, measured, self.ctl.rho,
+                                                self.ctl.tolerance)
+        cheapest, empty = model.selection(mask)
+        if empty:  # a step that trains nothing lowers no loss: the cheapest tensor at least
+            mask = self.budget.fallback(cheapest, importance, s.selection, self.n, self.log)
+        return mask, measured_before
 
     def open(self, s, global_step, mask, measured_before, reason, importance_ms=None,
              known_ratio=None, measure=True):

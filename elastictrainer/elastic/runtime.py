@@ -315,10 +315,7 @@ class ElasticRuntime:
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
         mask, measured_before = self._loop.solve(s)
-        selection, empty = self.ctl.model.selection(mask)
         reason = "interval"
-        if empty:
-            mask = self.budget.fallback(selection, importance, s.selection, self.n, self.log)
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
         stalled, words = self._trend()
         first = s.selection is None or s.records[-1]["reason"] == HEAD_WARMUP

@@ -208,10 +208,10 @@ def test_probe_and_full_steps_train_nothing_and_count_as_overhead():
 
 
 def test_a_wrong_table_is_corrected_after_a_confirmed_miss():
-    """The device's backward ops cost 60% of the table's (a fixed cost the table missed), so
+    """The device's backward ops cost 80% of the table's (a fixed cost the table missed), so
     the first selection runs over rho: confirmed over two rounds, corrected, re-solved."""
     model = TimeModel(table())
-    truth = model.corrected(0.6, 0.6)
+    truth = model.corrected(0.8, 0.8)
     device = Device(truth)
     rt = make(model, device, rho=0.6)
     drive(rt, device, 200, IMPORTANCE)
@@ -489,3 +489,21 @@ def test_a_newer_state_is_refused():
     with pytest.raises(ValueError, match="newer"):
         ElasticState.from_dict({"version": STATE_VERSION + 1})
     assert ElasticState.from_dict({"next_reselect": 5}).version == STATE_VERSION
+
+
+def test_a_correction_that_leaves_nothing_within_rho_trains_the_cheapest_tensor():
+    """The device's backward ops cost a third of the table's, the rest of its full step a
+    fixed cost that every step pays, so its forward floor lies far above rho: once corrected,
+    no tensor fits.  The selection that opens is the cheapest
+    (output-most) tensor, said in one line, never a step that trains nothing."""
+    model = TimeModel(table())
+    device = Device(model.corrected(1 / 3, 1 / 3))
+    lines = []
+    rt = make(model, device, rho=0.45, log=lines.append)
+    drive(rt, device, 200, IMPORTANCE)
+    assert rt.corrections, "the first selection ran over rho and was corrected"
+    cheapest, empty = model.selection(np.zeros(N, bool))
+    assert empty
+    after = [r for r in rt.records if r.reason.startswith("correction")]
+    assert after and all(np.flatnonzero(r.mask).tolist() == list(cheapest) for r in after)
+    assert any("no tensor worth training fits rho" in line for line in lines)
