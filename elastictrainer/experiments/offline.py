@@ -197,7 +197,8 @@ def _protocol_words(data):
             f"training and {p['num_test']} test images, {p['num_classes']} classes), "
             f"{p['input_size']} px, batch {p['batch_size']}, {p['optimizer'].upper()}"
             f"{SGD_WORDS if p['optimizer'] == 'sgd' else ''} at {p['learning_rate']:g}, "
-            f"{p['num_epochs']} epochs, re-selection every {p['interval']:g} epochs")
+            f"{p['num_epochs']} epochs, re-selection every {p['interval']:g} epochs"
+            f"{', --bn_mode ' + p['bn_mode'] if 'bn_mode' in p else ''}")
     return "; ".join(parts) + f"; prefix cache {cache}"
 
 

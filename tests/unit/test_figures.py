@@ -227,7 +227,8 @@ def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path, capsys):
                "--train_type " in line and "--num_classes 40 " in line for line in mains)
     assert all(line.endswith("--input_size 96 --batch_size 8 --num_epochs 8 --interval 4 "
                              "--learning_rate 0.01 --optimizer sgd --weights imagenet "
-                             "--head_warmup 0 --num_train 1500 --num_test 4096")
+                             "--head_warmup 0 --num_train 1500 --num_test 4096 "
+                             "--bn_mode frozen")
                for line in mains)
     assert all("--cache_frozen_prefix false" in line for line in mains)
     assert [line.split("--rho ")[1].split()[0] for line in mains if "--rho" in line] == [
