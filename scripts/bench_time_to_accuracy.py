@@ -118,10 +118,9 @@ class Setup:
 def _imagenet_setup(protocol, dataset):
     """The ImageNet backbone under `protocol` on `dataset`, with BN+Bias and PruneTrain."""
     return Setup(dict(model_name=IMAGENET_MODEL, weights=protocol.weights, dataset_name=dataset,
-                      num_train=protocol.extra["num_train"], num_test=protocol.extra["num_test"],
                       input_size=protocol.input_size, batch_size=protocol.batch_size,
                       optimizer=protocol.optimizer, learning_rate=protocol.learning_rate,
-                      **{k: v for k, v in protocol.extra.items() if k == "bn_mode"}), 99,
+                      **protocol.extra), 99,
                  epochs=protocol.num_epochs, baselines=("bn_plus_bias_training", "prunetrain"))
 
 

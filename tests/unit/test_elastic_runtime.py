@@ -494,8 +494,8 @@ def test_a_newer_state_is_refused():
 def test_a_correction_that_leaves_nothing_within_rho_trains_the_cheapest_tensor():
     """The device's backward ops cost a third of the table's, the rest of its full step a
     fixed cost that every step pays, so its forward floor lies far above rho: once corrected,
-    no tensor fits.  The selection that opens is the cheapest
-    (output-most) tensor, said in one line, never a step that trains nothing."""
+    no tensor fits.  The selection that opens is the cheapest (output-most) tensor, said in
+    one line, never a step that trains nothing."""
     model = TimeModel(table())
     device = Device(model.corrected(1 / 3, 1 / 3))
     lines = []
