@@ -1,4 +1,4 @@
-"""Several schemes on the same settings and one side-by-side table (the README's first command):
+"""Several schemes on the same settings and one side-by-side table, here on the built-in smallcnn:
 
     python compare.py --model_name smallcnn --weights synthetic --dataset_name synthetic --input_size 64 --rho 0.5
 

@@ -9,10 +9,10 @@ Configurations (--configs):
                source task, fine-tuned on the synthetic dataset at 32 px through
                elastictrainer.run(model=...) behind the built-in models' random flip and
                rotation (without them the task is solved in one epoch, 99%)
-  command1     README command 1 (the built-in smallcnn from --weights synthetic, 64 px), whose
+  smallcnn     the built-in smallcnn from --weights synthetic at 64 px, batch 32, Adam, whose
                backbone is called with training=False already: the mode should change nothing
 Each configuration trains, per seed and per --bn_mode, full training and ElasticTrainer at each
---rhos (command1: the first) with --cache_frozen_prefix and --cache_fixed_views on.  The table
+--rhos (smallcnn: the first) with --cache_frozen_prefix and --cache_fixed_views on.  The table
 gives the final and best test accuracy (mean over seeds, each seed's in brackets), the
 training time, the measured step ratio and where the prefix cache cut.  A refused run (a rho below the forward floor) says
 why in its row.
@@ -36,7 +36,7 @@ MODES = ("model", "inference")
 CONFIGS = {
     "user_resnet": dict(dataset_name="synthetic", num_train=4800, num_test=1024, input_size=32,
                         batch_size=32, optimizer="adam", learning_rate=0.001),
-    "command1": dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+    "smallcnn": dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
                      num_train=4800, num_test=1024, input_size=64, batch_size=32,
                      optimizer="adam", learning_rate=0.001),
 }
@@ -49,9 +49,9 @@ def build_parser():
     p.add_argument("--configs", default=",".join(CONFIGS), type=comma_list(str, "names"),
                    help=f"configurations: {', '.join(CONFIGS)}")
     p.add_argument("--seeds", default="0,1", type=comma_list(int, "integers"),
-                   help="seeds of user_resnet (command1 runs the first only)")
+                   help="seeds of user_resnet (smallcnn runs the first only)")
     p.add_argument("--rhos", default="0.3,0.5", type=comma_list(float),
-                   help="ElasticTrainer's rho values (command1 runs the first only)")
+                   help="ElasticTrainer's rho values (smallcnn runs the first only)")
     p.add_argument("--epochs", type=int, default=5, help="epochs of every fine-tuning run")
     p.add_argument("--logdir", default="logs/bench_bn_mode", help="where runs go")
     p.add_argument("--out", default=os.path.join(HERE, "figures", "bench_bn_mode"),

@@ -3,20 +3,20 @@ without it.
 
 Usage (from the repo root; figures/bench_prefix_cache.{json,md} came from
 `--seeds 0,1,2,3,4 --rhos 0.5 --caches off,auto,views1,views2,views2_fp16 --parts
-command1,flip`, `--seeds 0,1,2 --rhos 0.5,0.3 --parts fit` and, a day earlier, `--parts
+smallcnn,flip`, `--seeds 0,1,2 --rhos 0.5,0.3 --parts fit` and, a day earlier, `--parts
 resnet50`; a part not run again keeps its last results):
     python scripts/bench_prefix_cache.py [--seeds 0] [--rhos 0.3,0.4,0.5] [--caches off,auto]
-        [--fixed 12] [--parts command1,fit,resnet50,flip] [--logdir logs/bench_prefix_cache]
+        [--fixed 12] [--parts smallcnn,fit,resnet50,flip] [--logdir logs/bench_prefix_cache]
         [--out figures/bench_prefix_cache.json]
 
-command1: README command 1's settings (smallcnn fine-tuned from --weights synthetic on the
-synthetic data, Adam 1e-3, 12 epochs, 4800 images): full training, then ElasticTrainer at each
-rho with each --caches setting (CACHES: off, the paper's protocol; auto, the default; viewsK,
-K augmented views of each image, since the built-in models augment their input at random;
-views2_fp16, stored in float16), and the selection "tensor k to the output" held fixed for the
-whole run (--fixed; 12: the last stage and the head) uncached and with the default cache.
-Without the cache a rho below the forward floor is refused; those cells stay empty.  Each row
-gives the best test accuracy and the mean of the last 3 epochs, the training time against full
+smallcnn: the smallcnn setting (the built-in smallcnn fine-tuned from --weights synthetic on the
+synthetic data at 64 px, Adam 1e-3, 12 epochs, 4800 images): full training, then ElasticTrainer
+at each rho with each --caches setting (CACHES: off, the paper's protocol; auto, the default;
+viewsK, K augmented views of each image, since the built-in models augment their input at
+random; views2_fp16, stored in float16), and the selection "tensor k to the output" held fixed
+for the whole run (--fixed; 12: the last stage and the head) uncached and with the default
+cache.  Without the cache a rho below the forward floor is refused; those cells stay empty.  Each
+row gives the best test accuracy and the mean of the last 3 epochs, the training time against full
 training's (two runs minutes apart) and against the run's own estimate (wall_ratio, full steps
 timed in the same minutes), the measured step ratio of the cached steps, the cut points, the
 share of steps served from the cache and the time spent filling it, and the load average
@@ -31,7 +31,7 @@ above it); each elastic run profiles from an empty folder.  Training time is the
 what comes before the first (an elastic run's first profiling), validation excluded
 (experiments/fit_task.epoch_clock), against plain fit's.
 
-flip: for each cut of command 1's pretrained smallcnn, how far a horizontal flip of the
+flip: for each cut of the smallcnn setting's pretrained model, how far a horizontal flip of the
 feature map is from the prefix's output for the flipped image (what feature-space augmentation
 would have to match).
 
@@ -53,10 +53,10 @@ from elastictrainer.config import ArgumentParser, comma_list
 from elastictrainer.errors import UserError, run_cli
 from elastictrainer.machine import machine_info, machine_text
 
-COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
+SMALLCNN = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
              "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
              "--learning_rate 0.001")
-PARTS = ("command1", "fit", "resnet50", "flip")
+PARTS = ("smallcnn", "fit", "resnet50", "flip")
 
 
 def build_parser():
@@ -65,9 +65,9 @@ def build_parser():
     ap.add_argument("--rhos", default="0.3,0.4,0.5", type=comma_list(float, "numbers"),
                     help="rho of the elastic runs and of the step bench")
     ap.add_argument("--caches", default="off,auto", type=comma_list(str, "names"),
-                    help="command1: the cache settings of the elastic rows: " + ", ".join(CACHES))
+                    help="smallcnn: the cache settings of the elastic rows: " + ", ".join(CACHES))
     ap.add_argument("--fixed", default="12", type=comma_list(int, "integers"),
-                    help="command1: fixed selections, tensor k to the output, for each k")
+                    help="smallcnn: fixed selections, tensor k to the output, for each k")
     ap.add_argument("--parts", default=",".join(PARTS), type=comma_list(str, "names"),
                     help=f"which parts to run: {', '.join(PARTS)}")
     ap.add_argument("--repeats", type=int, default=3, help="resnet50: interleaved rounds")
@@ -84,7 +84,7 @@ def load():
 
 
 # ------------------------------------------------------------------ a Keras 3 model in model.fit
-FIT_EPOCHS = 12  # README command 1's
+FIT_EPOCHS = 12  # the smallcnn setting's
 FIT_REFERENCE, FIT_AGAINST = "model.fit, all weights", "plain fit's"
 
 
@@ -151,8 +151,8 @@ def fit(args):
     return rows
 
 
-# ------------------------------------------------------------------ README command 1
-# The cache settings the command-1 rows compare (--caches): off is the paper's protocol, auto the
+# ------------------------------------------------------------------ the smallcnn setting
+# The cache settings the smallcnn rows compare (--caches): off is the paper's protocol, auto the
 # default; viewsK keeps K augmented views of each image, fp16 stores them in float16.
 CACHES = {"off": dict(cache_frozen_prefix=False),
           "auto": dict(cache_frozen_prefix="auto"),
@@ -166,7 +166,7 @@ def cache_label(cache):
     return "" if cache == "off" else f" + cache ({cache})"
 
 
-def command1(args):
+def smallcnn(args):
     from elastictrainer import cli
     from elastictrainer.experiments.compare import compare, last_epochs_accuracy
     from elastictrainer.method.schemes import register_fixed_from as register_fixed
@@ -174,7 +174,7 @@ def command1(args):
     rows = []
     for seed in args.seeds:
         base = cli.config_from_args(cli.train_parser().parse_args(
-            COMMAND_1.split() + ["--seed", str(seed), "--quiet", "--logdir", args.logdir]))
+            SMALLCNN.split() + ["--seed", str(seed), "--quiet", "--logdir", args.logdir]))
         variants = [("full training", None, "off")]
         variants += [(f"ElasticTrainer{cache_label(cache)}", rho, cache)
                      for rho in args.rhos for cache in args.caches]
@@ -227,7 +227,7 @@ def command1(args):
     return rows
 
 
-def command1_table(rows, against="full training's"):
+def runs_table(rows, against="full training's"):
     def f(v, fmt):
         return "" if v is None else fmt.format(v)
 
@@ -250,7 +250,7 @@ def command1_table(rows, against="full training's"):
     return "\n".join(lines)
 
 
-def command1_means(rows, reference="full training", against="full training's"):
+def means_table(rows, reference="full training", against="full training's"):
     """One row per run over the seeds: mean best accuracy and its points under the same seed's
     `reference` run, mean of the last 3 epochs, mean time ratio and cached step ratio."""
     def mean(values):
@@ -288,9 +288,9 @@ FLIP_IMAGES = 64
 
 
 def flip():
-    """For each cut of command 1's model: the relative distance between the prefix's output of
-    flipped images and the flipped output of the images (0 where a flip maps exactly: a
-    convolution's padding and strides make it inexact at the borders)."""
+    """For each cut of the smallcnn setting's model: the relative distance between the prefix's
+    output of flipped images and the flipped output of the images (0 where a flip maps exactly:
+    a convolution's padding and strides make it inexact at the borders)."""
     import numpy as np
     import tensorflow as tf
 
@@ -450,8 +450,8 @@ def main(argv=None):
     when = datetime.date.today().isoformat()
     dates = previous.get("dates") or {part: previous.get("date") for part in results}
     dates.update({part: when for part in args.parts})
-    if "command1" in args.parts:
-        results["command1"] = command1(args)
+    if "smallcnn" in args.parts:
+        results["smallcnn"] = smallcnn(args)
     if "fit" in args.parts:
         results["fit"] = fit(args)
     if "flip" in args.parts:
@@ -460,30 +460,30 @@ def main(argv=None):
         results["resnet50"] = resnet50(args, os.path.join(args.logdir, "resnet50_steps"))
     text = (f"Machine: {machine_text(machine_info())}; run "
             + ", ".join(f"{part} {dates[part]}" for part in PARTS if part in results) + ".\n\n")
-    if "command1" in results:
-        caches = dict.fromkeys(r["cache"] for r in results["command1"])  # the runs' own
-        text += (f"README command 1 (`{COMMAND_1} --rho R --seed S`; each run's cache setting "
+    if "smallcnn" in results:
+        caches = dict.fromkeys(r["cache"] for r in results["smallcnn"])  # the runs' own
+        text += (f"The smallcnn setting (`{SMALLCNN} --rho R --seed S`; each run's cache setting "
                  f"in its name: {cache_flags(caches)})\n\n"
-                 f"Mean over the seeds\n\n{command1_means(results['command1'])}\n\n"
-                 f"Each run\n\n{command1_table(results['command1'])}\n\n")
+                 f"Mean over the seeds\n\n{means_table(results['smallcnn'])}\n\n"
+                 f"Each run\n\n{runs_table(results['smallcnn'])}\n\n")
     if "fit" in results:
         text += (f"A pretrained Keras 3 CNN in model.fit ({fit_task_text()}), {FIT_EPOCHS} "
                  f"epochs; ElasticCallback(rho=R, bn_mode=\"inference\"), with the default "
                  f"cache (auto) and with cache_frozen_prefix=False (off)\n\n"
                  f"Mean over the seeds\n\n"
-                 f"{command1_means(results['fit'], FIT_REFERENCE, FIT_AGAINST)}"
-                 f"\n\nEach run\n\n{command1_table(results['fit'], FIT_AGAINST)}\n\n")
+                 f"{means_table(results['fit'], FIT_REFERENCE, FIT_AGAINST)}"
+                 f"\n\nEach run\n\n{runs_table(results['fit'], FIT_AGAINST)}\n\n")
     if "flip" in results:
         text += (f"A horizontal flip applied at the cut instead of the input: how far "
-                 f"flip(prefix(x)) is from prefix(flip(x)) at each cut of README command 1's "
-                 f"smallcnn (pretrained weights, {FLIP_IMAGES} training images)\n\n"
+                 f"flip(prefix(x)) is from prefix(flip(x)) at each cut of the smallcnn "
+                 f"setting's model (pretrained weights, {FLIP_IMAGES} training images)\n\n"
                  f"{flip_table(results['flip'])}\n\n")
     if "resnet50" in results:
         text += (f"ResNet50, 224 px, batch 4, SGD, random weights: step ratios against full "
                  f"steps timed in the same rounds\n\n{resnet50_table(results['resnet50'])}\n")
     print(text)
     with open(args.out, "w") as f:
-        json.dump({"args": vars(args), "command": COMMAND_1, "machine": machine_info(),
+        json.dump({"args": vars(args), "command": SMALLCNN, "machine": machine_info(),
                    "date": when, "dates": dates, "results": results}, f, indent=1)
     md = os.path.splitext(args.out)[0] + ".md"
     with open(md, "w") as f:

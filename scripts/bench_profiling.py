@@ -1,16 +1,16 @@
-"""The first profiling of README command 1: where its seconds go, and whether fewer profiled
+"""The first profiling of the smallcnn setting: where its seconds go, and whether fewer profiled
 steps keep the table as good.
 
     python scripts/bench_profiling.py compare --settings 2x5,1x3 --repeats 3
     python scripts/bench_profiling.py time --sources OLD_CHECKOUT,. --repeats 3
 
-compare: profiles command 1's model in this process under each --settings (WARMUPxSTEPS),
-interleaved, and sets every table against the first table of the first setting: per-tensor
-t_dw and t_dy, the forward share, the calibration, and the selections eq. 3 makes at rho 0.5
-for a few importance vectors (uniform, deeper is less important, random).  Differences between
-repeats of one setting are the run-to-run noise the others are judged by.
-time: a fresh process per run (as a training run is when it profiles first) builds command 1's
-model from --weights synthetic, then times load_or_profile into a new path; the --sources
+compare: profiles the smallcnn setting's model in this process under each --settings (WARMUPxSTEPS),
+interleaved, and sets every table against the first table of the first setting: per-tensor t_dw and
+t_dy, the forward share, the calibration, and the selections eq. 3 makes at rho 0.5 for a few
+importance vectors (uniform, deeper is less important, random).  Differences between repeats of one
+setting are the run-to-run noise the others are judged by.
+time: a fresh process per run (as a training run is when it profiles first) builds the smallcnn
+setting's model from --weights synthetic, then times load_or_profile into a new path; the --sources
 checkouts alternate, and each process logs its profiling's phases.
 """
 import argparse
@@ -24,7 +24,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# README command 1's model and shapes
+# the smallcnn setting's model and shapes
 MODEL, SIZE, BATCH, CLASSES, OPTIMIZER = "smallcnn", 64, 32, 10, "adam"
 RHO = 0.5
 

@@ -68,7 +68,7 @@ CELLS = {
              num_train=4000, num_test=1024, num_epochs=4, interval=2, optimizer="adam",
              learning_rate=1e-3)),
     "smallcnn64_b32_600": Cell(
-        "README command 1's model and batch, 4 epochs of 150 steps",
+        "the smallcnn setting's model and batch, 4 epochs of 150 steps",
         dict(model_name="smallcnn", weights="synthetic", input_size=64, batch_size=32,
              num_train=4800, num_test=1024, num_epochs=4, interval=2, optimizer="adam",
              learning_rate=1e-3)),

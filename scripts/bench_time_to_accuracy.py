@@ -1,7 +1,7 @@
 """Time to accuracy: how soon each scheme reaches full training's accuracy, as peers report it.
 
     python scripts/bench_time_to_accuracy.py                       # every configuration
-    python scripts/bench_time_to_accuracy.py --configs command1 --seeds 0 --epochs 4 \\
+    python scripts/bench_time_to_accuracy.py --configs smallcnn --seeds 0 --epochs 4 \\
         --out /tmp/tta                                             # a quick look
 
 For each configuration and seed every scheme trains from the same pretrained weights, and each
@@ -14,7 +14,7 @@ level ("never" where a run does not get there), the best accuracy and the whole 
 clock (experiments/time_to_accuracy.py).
 
 Configurations (--configs):
-  command1        README command 1 (smallcnn from --weights synthetic, 64 px, batch 32, Adam)
+  smallcnn        the built-in smallcnn from --weights synthetic, 64 px, batch 32, Adam
   smallcnn32      the same model at 32 px, batch 8 (few tensors fit a low rho)
   mobilenetv2_paper
                   the paper's regime: MobileNetV2 from --weights synthetic at 96 px, batch
@@ -125,7 +125,7 @@ def _imagenet_setup(protocol, dataset):
 
 
 CONFIGS = {
-    "command1": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
+    "smallcnn": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
                            num_train=4800, num_test=1024, input_size=64, batch_size=32,
                            optimizer="adam", learning_rate=0.001), 12),
     "smallcnn32": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
@@ -173,7 +173,7 @@ def build_parser():
                    type=comma_list(str, "names"),
                    help=f"configurations: {', '.join(CONFIG_NAMES)}")
     p.add_argument("--seeds", default="0,1,2,3,4", type=comma_list(int, "integers"),
-                   help="seeds of command1")
+                   help="seeds of smallcnn")
     p.add_argument("--other_seeds", default="0", type=comma_list(int, "integers"),
                    help="seeds of the other configurations (each seed runs the whole grid of "
                         "schemes again)")
@@ -448,12 +448,12 @@ def markdown(results, args, machine):
 
 
 def _seeds_flags(args):
-    """--seeds (command1's) and --other_seeds (the rest's), each where a configuration took
+    """--seeds (smallcnn's) and --other_seeds (the rest's), each where a configuration took
     it."""
     flags = ""
-    if "command1" in args.configs:
+    if "smallcnn" in args.configs:
         flags += f"--seeds {','.join(map(str, args.seeds))} "
-    if any(name != "command1" for name in args.configs):
+    if any(name != "smallcnn" for name in args.configs):
         flags += f"--other_seeds {','.join(map(str, args.other_seeds))} "
     return flags
 
@@ -500,7 +500,7 @@ def main(argv=None):
                              {flag: parser.get_default(flag) for flag in recorded.GRID_FLAGS})
     first_seed_curves = {}
     for name in args.configs:
-        seeds = args.seeds if name == "command1" else args.other_seeds
+        seeds = args.seeds if name == "smallcnn" else args.other_seeds
         per_seed, per_seed_costs = zip(*[_seed_runs(name, seed, args, record, log)
                                          for seed in seeds])
         reference = next(iter(per_seed[0]))  # each configuration lists its reference first

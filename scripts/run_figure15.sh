@@ -10,7 +10,7 @@
 # plus 6.3 h of ElasticTrainer read off the figure, plus the two cheaper baselines).
 #
 # Writes figures/fig15.{png,pdf} (curves), fig15_bars.{png,pdf,md}, fig15_profile.{png,pdf}.
-# SMOKE=1 runs the same pipeline with the README's command 1 settings (smallcnn fine-tuned from
+# SMOKE=1 runs the same pipeline with the smallcnn setting (smallcnn fine-tuned from
 # --weights synthetic on the synthetic data, 64 px) in a few minutes and writes the same files
 # under figures/smoke/.  Extra arguments go to `elastictrainer figure` (--seeds 0,1,2,
 # --data_dir DIR, --steps_per_epoch N, --dry_run).  Interrupted? Run it again: finished runs

@@ -92,8 +92,8 @@ class FigureConfig:
     ego: bool = field(default=False, metadata=flag(
         "ElasticTrainer runs only, no baselines (what the _ego scripts pass)", switch=True))
     smoke: bool = field(default=False, metadata=flag(
-        "the README's command 1 settings (smallcnn from --weights synthetic on synthetic data, "
-        "64 px): the whole pipeline in minutes (what SMOKE=1 passes)", switch=True))
+        "the smallcnn setting (smallcnn from --weights synthetic on synthetic data, 64 px, "
+        "Adam): the whole pipeline in minutes (what SMOKE=1 passes)", switch=True))
     offline: bool = field(default=False, metadata=flag(
         "the paper's regime offline, each model on its own (experiments/protocols.py): "
         "efficientnet_lite0 from its ImageNet weights on synthetic_textures (the time-to-"

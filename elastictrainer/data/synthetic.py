@@ -35,7 +35,7 @@ def _tints(c, num_classes, offset=0.0):
 # image has a frequency any target class can draw, whatever the target's class count: the
 # classes are disjoint, the image statistics are shared.  Why these: the source must leave its
 # backbone's early stages general and its last stage specific, as ImageNet does for the paper's
-# fine-tuning tasks.  Measured with the 32-48-64 smallcnn at 64 px (README command 1: 12 epochs,
+# fine-tuning tasks.  Measured with the 32-48-64 smallcnn at 64 px (the smallcnn setting: 12 epochs,
 # 4800 target images, batch 32, Adam 1e-3, 1024 test images; seeds 0-4), best test accuracy
 # under full training's: with 6 orientations (18 classes, 15 degrees apart from the target's
 # nearest) the last stage plus the head, trained fixed, ended 3.8 points under on average and

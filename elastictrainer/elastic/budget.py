@@ -34,9 +34,9 @@ from elastictrainer import runlog
 
 AUTO = "auto"
 # --rho_share's default: the share that came within 1 point of full training's best on every
-# configuration of the time-to-accuracy benchmark that has a yardstick (README command 1 over
-# five seeds, smallcnn at 32 px, a pretrained Keras 3 CNN in model.fit); 0.5 was faster on
-# command 1 but ended 2.9 points under at 32 px (docs/performance.md)
+# configuration of the time-to-accuracy benchmark that has a yardstick (the smallcnn setting at
+# 64 px over five seeds, smallcnn at 32 px, a pretrained Keras 3 CNN in model.fit); 0.5 was
+# faster at 64 px but ended 2.9 points under at 32 px (docs/performance.md)
 DEFAULT_SHARE = 0.7
 SHARE, RATE, GAIN = "share", "rate", "gain"
 # --rho_objective's choices, in its help's words

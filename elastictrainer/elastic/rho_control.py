@@ -42,7 +42,7 @@ FULL_STEPS = 5         # full steps timed per round (medians of 5 and 3 swung by
 CONFIRM_ROUNDS = 2     # a miss is corrected once the pooled measurement of this many rounds holds it
 # Once a selection is judged, it is measured again (a new window: rounds as above) after this many
 # of its steps: 1% of its steps are then full steps.  Without it a drift after the first
-# measurement went unseen: in the README's first command with seed 4 a selection judged at 0.48
+# measurement went unseen: in the smallcnn setting with seed 4 a selection judged at 0.48
 # over its first steps had a median step of 0.59 of the full step timed at its start over its
 # 600 steps, and the run took 0.62 of full training's time for rho 0.5.
 RECHECK_STEPS = 500
@@ -84,7 +84,7 @@ class RhoController:
         needs BACK_UP times the tolerance:
         going back up on marginal, noisy measurements swung between over and under, and under
         is the side that keeps the promise; but one overshooting correction had left the
-        README's first command training 1 tensor of 20 for 4 epochs (the corrected model put
+        smallcnn setting training 1 tensor of 20 for 4 epochs (the corrected model put
         its forward floor at 0.57 for rho 0.5; the step measured 0.31)."""
         if measured is None:
             return None
@@ -152,7 +152,7 @@ def prefer_measured(mask, importance, measured, rho, tolerance=TOLERANCE):
     `measured` maps selections (tuples of tensor indices) to the ratio their latest measurement
     window gave.  A measured ratio beats the time model's prediction of it: after a correction
     the one-scale model may put a selection that measured 0.499 for rho 0.5 above rho, and the
-    DP would then trade it for a cheaper one worth less.  In the README's first command with
+    DP would then trade it for a cheaper one worth less.  In the smallcnn setting with
     --lr_schedule cosine that dropped the second stage's BatchNorm tensors for the rest of the
     run (seeds 1 and 2: measured 0.46-0.47, the budget 6% unspent).  Keeping them did not buy
     those seeds' accuracy back: with this function both kept them for most of the run and

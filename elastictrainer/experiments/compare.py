@@ -1,7 +1,7 @@
-"""Several schemes on the same settings, one after the other, and one side-by-side table: the
-README's first command (full training, ElasticTrainer and traditional TL fine-tuning the same
-pretrained model).  Runs are named RUN_NAME_<train_type>; a finished one is read, not run again,
-and an interrupted one continues from its checkpoint."""
+"""Several schemes on the same settings, one after the other, and one side-by-side table (such as
+full training, ElasticTrainer and traditional TL fine-tuning the same pretrained model).  Runs
+are named RUN_NAME_<train_type>; a finished one is read, not run again, and an interrupted one
+continues from its checkpoint."""
 import dataclasses
 import os
 
@@ -9,7 +9,7 @@ from elastictrainer import runlog
 from elastictrainer.method.schemes import SCHEMES
 
 COMPARE_FILE = "compare.md"
-# The best epoch follows epoch-to-epoch swings (3-5 points in README command 1 under Adam's
+# The best epoch follows epoch-to-epoch swings (3-5 points in the smallcnn setting under Adam's
 # constant rate, more for the schemes that train fewer tensors), so the table also gives the
 # mean of the last few epochs: how well each scheme ends, not only its luckiest epoch.
 LAST_EPOCHS = 3

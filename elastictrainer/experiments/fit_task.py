@@ -20,7 +20,7 @@ import time
 from elastictrainer.data.domain_shift import DomainShift
 
 # Image side, batch, target train/test images, source images and pretraining epochs: the size
-# of README command 1, so its numbers and this task's read side by side.
+# of the smallcnn setting, so its numbers and this task's read side by side.
 SIZE, BATCH, TRAIN, TEST, SOURCE, PRETRAIN_EPOCHS = 64, 32, 4800, 1024, 7200, 4
 # the layer names of the last stage: "frozen below" it, a Keras user's hand-frozen baseline
 LAST_STAGE = "stage2"

@@ -82,10 +82,10 @@ def offline_regime(model):
     return OFFLINE, OFFLINE_DATASET
 
 
-# The README's command 1 settings: smallcnn fine-tuned from `--weights synthetic` at 64 px,
-# batch 32, on 3200 training and 1024 test images (so that accuracies move by 0.1%, not by 0.8%
-# as on 128), with the reference's 12 epochs and 4-epoch interval.  Adam at 1e-3.  Smoke figures
-# check the pipeline and show the paper's shape on a small scale; they do not reproduce its
+# The smallcnn setting, for the smoke figures: smallcnn fine-tuned from `--weights synthetic`
+# at 64 px, batch 32, on 3200 training and 1024 test images (so that accuracies move by 0.1%, not
+# by 0.8% as on 128), with the reference's 12 epochs and 4-epoch interval.  Adam at 1e-3.  Smoke
+# figures check the pipeline and show the paper's shape on a small scale; they do not reproduce its
 # accuracies.
 SMOKE = Protocol(input_size=64, batch_size=32, learning_rate=1e-3, optimizer="adam",
                  weights="synthetic", extra={"num_train": 3200, "num_test": 1024})

@@ -157,10 +157,10 @@ def _over_seeds(rows, reference):
 
 
 def readme_bench_prefix_cache(figures):
-    """The frozen prefix cached: command 1's elastic runs per rho and cache setting over the
-    seeds against full training, and ResNet50's last stage when the figures have it."""
+    """The frozen prefix cached: the smallcnn setting's elastic runs per rho and cache setting
+    over the seeds against full training, and ResNet50's last stage when the figures have it."""
     d = _load("bench_prefix_cache", figures)
-    rows = d["results"]["command1"]
+    rows = d["results"]["smallcnn"]
     full = {r["seed"]: r for r in rows if r["run"] == "full training"}
     seeds = sorted(full)
     body = []
@@ -174,7 +174,7 @@ def readme_bench_prefix_cache(figures):
                      f"{_mean(r['time_ratio'] for r in done):.2f}",
                      "" if ratio is None else f"{ratio:.2f}"])
     table = _table(
-        [f"README command 1, seeds {seeds[0]}-{seeds[-1]} (full training "
+        [f"The smallcnn setting, seeds {seeds[0]}-{seeds[-1]} (full training "
          f"{_mean(r['best'] for r in full.values()):.1f}%)", "rho",
          "best accuracy (under full's)", "time / full's", "step ratio"], body)
     notes = []
@@ -194,7 +194,8 @@ def readme_bench_prefix_cache(figures):
                      f"step cached, {last['uncached_ratio']:.2f} without")
     return "\n".join([
         table, "",
-        f"{_ran('bench_prefix_cache.py', d['machine'], d['date'])}: command 1 with "
+        f"{_ran('bench_prefix_cache.py', d['machine'], d['date'])}: the smallcnn setting "
+        "(smallcnn from `--weights synthetic`, 64 px, Adam) with "
         "`--cache_frozen_prefix false` (off, the paper's protocol), `--cache_views K` (viewsK: "
         "K augmented views of each image; views2 is what the default, auto, keeps here) or "
         "`--cache_dtype float16` too (_fp16)." + "".join(f"  {n}." for n in notes)])

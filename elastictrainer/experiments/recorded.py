@@ -44,7 +44,7 @@ class Record:
                for flag in GRID_FLAGS):
             return
         for name, config in (data.get("configs") or {}).items():
-            seeds = args.get("seeds") if name == "command1" else args.get("other_seeds")
+            seeds = args.get("seeds") if name == "smallcnn" else args.get("other_seeds")
             if seeds and len(seeds) == config.get("runs"):
                 self._configs[name] = (list(seeds), config)
 

@@ -10,7 +10,7 @@ optimizer's step on all weights from g0, g1 = the gradient at w + dw; weights an
 state are restored afterwards.
 
 - `taylor_paper` is eq. 4-6 exactly: -g1.dw, dw from training's optimizer state.  It collapses:
-  in the README's command 1 (Adam 3e-3) 16, then 6, then 6 of 20 tensors score positive.  Two
+  on smallcnn (Adam 3e-3) 16, then 6, then 6 of 20 tensors score positive.  Two
   causes, measured by scripts/bench_importance.py (figures/bench_importance.json): the loss drop
   to second order is -g1.dw + dw.H.dw/2, so -g1.dw is biased low by the curvature term, which
   dominates when steps are large against the gradient (Adam's steps do not shrink with it, and

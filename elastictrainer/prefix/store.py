@@ -20,7 +20,7 @@ CACHE_DIR = "prefix_cache"  # under the run directory, for caches beyond the mem
 DISK_RESERVE_BYTES = 1 << 30
 DISK_RESERVE_SHARE = 0.05
 # Storage types (numpy names), and how many augmented views of each image --cache_views 0
-# keeps at most: measured on README command 1 (docs/design.md).
+# keeps at most: measured on the smallcnn setting (docs/design.md).
 CACHE_DTYPES = ("float32", "float16")
 MAX_AUTO_VIEWS = 2
 

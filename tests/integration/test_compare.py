@@ -1,5 +1,5 @@
-"""compare.py (README command 1): several schemes on the same settings, one table, and a
-finished run read back instead of trained again."""
+"""compare.py: several schemes on the same settings, one table, and a finished run read back
+instead of trained again."""
 import json
 import os
 

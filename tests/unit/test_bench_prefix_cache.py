@@ -17,12 +17,12 @@ def test_the_mean_table_sets_each_run_against_its_seeds_full_training():
             row(0, "ElasticTrainer + cache", 0.3, 79.0, 0.3, step_ratio=0.2, tensors=10,
                 cuts=["stage2_block2_conv"], served_share=0.9, fill_s=3.0),
             row(1, "ElasticTrainer + cache", 0.3, 80.0, 0.4, step_ratio=0.3)]
-    means = script.command1_means(rows).splitlines()
+    means = script.means_table(rows).splitlines()
     assert means[2] == "| full training |  | 2 | 81.0% | 0.0 | 80.0% | 1.00 |  |"
     assert means[3].startswith("| ElasticTrainer | 0.3 | | refused")
     # 1.0 and 2.0 points under, times 0.3 and 0.4
     assert means[4] == "| ElasticTrainer + cache | 0.3 | 2 | 79.5% | 1.5 | 78.5% | 0.35 | 0.25 |"
-    each = script.command1_table(rows).splitlines()
+    each = script.runs_table(rows).splitlines()
     assert each[5] == ("| 0 | ElasticTrainer + cache | 0.3 | 79.0% | 78.0% | 30.0 s | 0.30 |  | "
                        "0.20 | 10/20 | stage2_block2_conv | 90% | 3.0 s | 1.0-2.0 |")
 
@@ -49,7 +49,7 @@ def test_the_fit_rows_are_set_against_plain_fit_and_said_in_a_sentence_in_the_re
             {"seed": 0, "run": "ElasticCallback", "rho": 0.3, "cache": "off", "error": "floor"},
             row(0, "ElasticCallback + cache (auto)", 0.3, 79.0, 0.3, step_ratio=0.2),
             row(1, "ElasticCallback + cache (auto)", 0.3, 81.6, 0.3, step_ratio=0.3)]
-    means = script.command1_means(rows, plain, script.FIT_AGAINST).splitlines()
+    means = script.means_table(rows, plain, script.FIT_AGAINST).splitlines()
     assert means[0].startswith("| run | rho | seeds | best accuracy | under plain fit's |")
     assert means[2] == f"| {plain} |  | 2 | 81.0% | 0.0 | 80.0% | 1.00 |  |"
     assert means[3] == "| ElasticCallback | 0.5 | 2 | 79.0% | 2.0 | 78.0% | 0.50 |  |"
@@ -67,7 +67,7 @@ def test_a_mean_that_rounds_to_zero_points_is_zero_not_minus_zero():
 
     script = load_script("bench_prefix_cache")
     rows = [row(0, "full training", None, 80.0, 1.0), row(0, "ElasticTrainer", 0.5, 80.04, 0.5)]
-    assert script.command1_means(rows).splitlines()[3].startswith(
+    assert script.means_table(rows).splitlines()[3].startswith(
         "| ElasticTrainer | 0.5 | 1 | 80.0% | 0.0 |")
     assert readme_tables._points(-0.04) == "0.0 under"
     assert readme_tables._points(-0.06) == "0.1 over"
@@ -78,5 +78,5 @@ def test_an_unknown_part_is_one_line():
 
     from elastictrainer.errors import UserError
 
-    with pytest.raises(UserError, match="unknown part 'nope'; valid: command1, fit"):
+    with pytest.raises(UserError, match="unknown part 'nope'; valid: smallcnn, fit"):
         load_script("bench_prefix_cache").main(["--parts", "nope"])

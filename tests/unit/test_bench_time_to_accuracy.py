@@ -6,17 +6,17 @@ from elastictrainer.experiments import time_to_accuracy as tta
 
 def test_flags_and_the_table_it_writes():
     bench = load_script("bench_time_to_accuracy")
-    args = bench.build_parser().parse_args(["--configs", "command1", "--seeds", "0,1",
+    args = bench.build_parser().parse_args(["--configs", "smallcnn", "--seeds", "0,1",
                                             "--rhos", "0.5", "--shares", "0.8,0.9"])
     assert args.shares == (0.8, 0.9) and args.rhos == (0.5,)
     curves = {"full_training": [[(10.0, 70.0), (20.0, 80.0)]] * 2,
               "ElasticTrainer rho auto, share 0.9": [[(5.0, 79.5), (9.0, 79.8)]] * 2,
               "ElasticTrainer rho 0.3": [tta.Refused("--rho 0.3 is below the floor")] * 2}
-    results = {"date": "2026-11-26", "configs": {"command1": {
+    results = {"date": "2026-11-26", "configs": {"smallcnn": {
         "runs": 2, "schemes": tta.summarize(curves)}}}
     text = bench.markdown(results, args, {"cpu": "cpu", "cores": 2, "platform": "linux",
                                           "tensorflow": "2.21"})
-    assert "--rhos 0.5 --shares 0.8,0.9" in text and "**command1** (2 seed(s))" in text
+    assert "--rhos 0.5 --shares 0.8,0.9" in text and "**smallcnn** (2 seed(s))" in text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert rows[1].startswith("| Full training | 2 | 80.0% |")
     assert rows[2].startswith("| ElasticTrainer rho auto, share 0.9 | 2 | 79.8% | 0.2 | 5.0 s |")
@@ -50,12 +50,12 @@ def test_where_the_time_went_from_the_runs_summaries():
     # within 1 point of 81.0: 80.5 at 8 s of training, 13 s with the profiling paid first
     assert row["pt1_s"] == 13.0 and row["pt1_read_s"] == 8.0
     assert out["last stage"]["pt1_s"] == out["last stage"]["pt1_read_s"] == 9.0
-    args = bench.build_parser().parse_args(["--configs", "command1"])
-    results = {"date": "2026-11-27", "configs": {"command1": {
+    args = bench.build_parser().parse_args(["--configs", "smallcnn"])
+    results = {"date": "2026-11-27", "configs": {"smallcnn": {
         "runs": 3, "schemes": tta.summarize({"full_training": full}), "costs": out}}}
     text = bench.markdown(results, args, {"cpu": "cpu", "cores": 2, "platform": "linux",
                                           "tensorflow": "2.21"})
-    assert "Where the time went, command1" in text
+    assert "Where the time went, smallcnn" in text
     assert ("| ElasticTrainer rho 0.3 | 8.0 s | 3.0 s | 1.0 s | 0.5 s | 0.8 s | 5.0 s "
             "| 13.0 s | 8.0 s | 1 | 0.250 / 0.200 (4.0x) |") in text
     # a scheme that times no step has no ratio, and a cache that never moved no refill
@@ -88,18 +88,18 @@ def test_main_puts_each_seeds_costs_together_and_names_where_it_wrote(tmp_path, 
     titles = []  # the figure shows one seed's curves, and says which
     monkeypatch.setattr(ptta, "draw", lambda curves, out, title="": titles.append(title))
     out = tmp_path / "tta"
-    assert bench.main(["--configs", "command1", "--seeds", "2,0", "--rhos", "0.3",
+    assert bench.main(["--configs", "smallcnn", "--seeds", "2,0", "--rhos", "0.3",
                        "--out", str(out)]) == 0
-    assert titles == ["command1, seed 2"]
-    costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]["costs"]
+    assert titles == ["smallcnn, seed 2"]
+    costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["smallcnn"]["costs"]
     assert costs["ElasticTrainer rho 0.3"]["pt1_s"] == 10.0
     assert costs["ElasticTrainer rho 0.3"]["pt1_read_s"] == 8.0
     text = (tmp_path / "tta.md").read_text()
     # each configuration's own epochs: no --epochs unless given
     assert f"--shares 0.5,0.7,0.9 --out {out}`" in text and "--epochs" not in text
-    assert "Where the time went, command1" in text
-    bench.main(["--configs", "command1", "--seeds", "0,1", "--rhos", "0.3", "--out", str(out)])
-    costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]["costs"]
+    assert "Where the time went, smallcnn" in text
+    bench.main(["--configs", "smallcnn", "--seeds", "0,1", "--rhos", "0.3", "--out", str(out)])
+    costs = json.loads((tmp_path / "tta.json").read_text())["configs"]["smallcnn"]["costs"]
     assert list(costs) == ["full_training"]
 
 
@@ -109,8 +109,8 @@ def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
     from elastictrainer.errors import UserError
 
     bench = load_script("bench_time_to_accuracy")
-    with pytest.raises(UserError, match="unknown configuration 'nope'; valid: command1"):
-        bench.main(["--configs", "command1,nope", "--logdir", str(tmp_path / "logs"),
+    with pytest.raises(UserError, match="unknown configuration 'nope'; valid: smallcnn"):
+        bench.main(["--configs", "smallcnn,nope", "--logdir", str(tmp_path / "logs"),
                     "--out", str(tmp_path / "tta")])
     assert not (tmp_path / "logs").exists() and not list(tmp_path.iterdir())
 
@@ -195,8 +195,8 @@ def test_the_levels_are_printed_with_full_trainings_epoch_to_epoch_spread():
     assert tta.noise(full, last=3)["spread"] == 1.5  # 1.5, 1.0 and 4.0
     assert levels["pt1"] == 79.0 and levels["p95"] == 0.95 * 80.0
     assert tta.noise([tta.Refused("no")]) == {}
-    args = bench.build_parser().parse_args(["--configs", "command1"])
-    results = {"date": "2026-11-27", "configs": {"command1": {
+    args = bench.build_parser().parse_args(["--configs", "smallcnn"])
+    results = {"date": "2026-11-27", "configs": {"smallcnn": {
         "runs": 3, "schemes": tta.summarize({"full_training": full}), "levels": levels}}}
     text = bench.markdown(results, args, {"cpu": "cpu", "cores": 2, "platform": "linux",
                                           "tensorflow": "2.21"})
@@ -574,13 +574,13 @@ def test_a_seed_the_figures_file_holds_is_read_back_under_the_same_grid_only(tmp
     monkeypatch.setattr(bench, "cli_runs", scripted_runs)
     monkeypatch.setattr(bench, "plot", lambda first_seed, out: [])
     out = str(tmp_path / "tta")
-    grid = ["--configs", "command1", "--rhos", "0.3", "--shares", "0.7", "--out", out]
+    grid = ["--configs", "smallcnn", "--rhos", "0.3", "--shares", "0.7", "--out", out]
     bench.main(grid + ["--seeds", "0,1"])
-    first = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]
+    first = json.loads((tmp_path / "tta.json").read_text())["configs"]["smallcnn"]
     assert ran == [(0, (0.3,)), (1, (0.3,))]
     bench.main(grid + ["--seeds", "0,1,2"])
     assert ran[2:] == [(2, (0.3,))]  # seeds 0 and 1 read back
-    again = json.loads((tmp_path / "tta.json").read_text())["configs"]["command1"]
+    again = json.loads((tmp_path / "tta.json").read_text())["configs"]["smallcnn"]
     assert again["curves"]["full_training"][:2] == first["curves"]["full_training"]
     assert again["schemes"]["ElasticTrainer rho 0.3"]["refused"] == "--rho 0.3 is below the floor"
     assert again["costs_seeds"] == [0, 1, 2]
@@ -595,7 +595,7 @@ def test_a_seed_the_figures_file_holds_is_read_back_under_the_same_grid_only(tmp
     # which seeds it runs
     bench.main(grid[:2] + ["--rhos", "0.4"] + grid[4:] + ["--seeds", "0"])
     data = json.loads((tmp_path / "tta.json").read_text())
-    del data["configs"]["command1"]["costs_per_seed"]
+    del data["configs"]["smallcnn"]["costs_per_seed"]
     (tmp_path / "tta.json").write_text(json.dumps(data))
     bench.main(grid[:2] + ["--rhos", "0.4"] + grid[4:] + ["--seeds", "0,3"])
     assert ran[5:] == [(3, (0.4,))]

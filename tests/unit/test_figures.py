@@ -56,7 +56,7 @@ def test_protocol_runs_are_the_papers_with_honest_rho():
     for key in figures.FIGURES:
         smoke = figures.plan(figures.FIGURES[key], smoke=True)
         assert min(r.rho for r in smoke if r.rho is not None) >= 0.5
-    # the smoke protocol is the README's command 1: fine-tuning a synthetic-pretrained model
+    # the smoke protocol is the smallcnn setting: fine-tuning a synthetic-pretrained model
     flags = figures.SMOKE.flags("smallcnn")
     assert flags["weights"] == "synthetic" and flags["num_test"] >= 1000
     assert figures.PAPER.flags("vit")["optimizer"] == "adam"

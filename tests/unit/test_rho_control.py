@@ -147,7 +147,7 @@ def test_back_up_after_an_overshoot_only_when_clearly_under():
     # under keeps the promise: a marginal miss after an overshoot stays
     assert ctl.judge(0.46, "budget", was_over=True) is None
     assert ctl.judge(0.6, "budget", was_over=True) == "over"
-    # the README's first command: a correction had put the floor above rho (1 tensor trained,
+    # the smallcnn setting: a correction had put the floor above rho (1 tensor trained,
     # predicted 0.555 and 0.567, measured 0.42 and 0.31)
     assert ctl.judge(0.31, "forward floor", was_over=True, predicted=0.567) == "under"
     assert ctl.judge(0.424, "forward floor", was_over=True, predicted=0.555) == "under"
