@@ -1,13 +1,13 @@
-"""What rho affords, trained without re-selecting: README command 1 with fixed selections.
+"""What rho affords, trained without re-selecting: the smallcnn setting with fixed selections.
 
 Usage (from the repo root; figures/bench_fixed_selection.{json,md} came from `--first 12`
 started with no timing table under profiles/, so that seed 0's elastic run profiles in its
-process after full training, as README command 1 does in a fresh clone; about 14 min on 2
+process after full training, as compare.py does in a fresh clone; about 14 min on 2
 cores):
     python scripts/bench_fixed_selection.py [--seeds 0,1,2,3,4] [--first 13,12]
         [--logdir logs/bench_fixed_selection] [--out figures/bench_fixed_selection.json]
 
-For every seed it runs README command 1's settings (smallcnn fine-tuned from --weights synthetic
+For every seed it runs the smallcnn setting (smallcnn fine-tuned from --weights synthetic
 on the synthetic data, Adam 1e-3, 12 epochs) with full training, with a fixed selection "tensor
 k to the output" for every k in --first (trained for the whole run, never re-selected: what an
 elastic run could reach if it always trained those tensors), and with elastic_training at
@@ -37,8 +37,8 @@ from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.experiments.compare import LAST_EPOCHS, compare, last_epochs_accuracy
 from elastictrainer.method.schemes import register_fixed_from  # no TensorFlow: --help stays quick
 
-# README command 1, without --rho (given by --rho)
-COMMAND_1 = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
+# the smallcnn setting, without --rho (given by --rho)
+SMALLCNN = ("--model_name smallcnn --weights synthetic --dataset_name synthetic --num_train 4800 "
              "--num_test 1024 --input_size 64 --batch_size 32 --optimizer adam "
              "--learning_rate 0.001")
 
@@ -122,7 +122,7 @@ def main(argv=None):
     results = []
     for seed in args.seeds:
         cfg = cli.config_from_args(cli.train_parser().parse_args(
-            COMMAND_1.split() + ["--rho", str(args.rho), "--seed", str(seed), "--quiet",
+            SMALLCNN.split() + ["--rho", str(args.rho), "--seed", str(seed), "--quiet",
                                  "--logdir", args.logdir]))
         cfg = dataclasses.replace(cfg, run_name=f"seed{seed}")
         rows = {r["train_type"]: r for r in compare(cfg, train_types)}
@@ -140,7 +140,7 @@ def main(argv=None):
         results.append(entry)
         print(json.dumps(entry), flush=True)
     when = datetime.date.today().isoformat()
-    text = (f"Machine: {machine_text(machine_info())}; run {when}. Command: `{COMMAND_1}` "
+    text = (f"Machine: {machine_text(machine_info())}; run {when}. Command: `{SMALLCNN}` "
             f"with `--rho {args.rho:g} --seed S`.\n\n"
             f"Best test accuracy\n\n{table(results, args.first, elastic)}\n\n"
             f"Mean test accuracy of the last {LAST_EPOCHS} epochs\n\n"
@@ -148,7 +148,7 @@ def main(argv=None):
     print(text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"args": vars(args), "command": COMMAND_1, "machine": machine_info(),
+        json.dump({"args": vars(args), "command": SMALLCNN, "machine": machine_info(),
                    "date": when,
                    "last_epochs": LAST_EPOCHS, "swing_from_epoch": SWING_FROM,
                    "results": results}, f, indent=1)

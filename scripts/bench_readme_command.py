@@ -46,7 +46,8 @@ COMMAND = ("compare.py --model_name efficientnet_lite0 --weights imagenet "
            "--dataset_name synthetic_textures --num_train 1500 --num_test 4096 --input_size 96 "
            "--batch_size 8 --optimizer sgd --learning_rate 0.01 --num_epochs 8 "
            "--bn_mode frozen --rho 0.5")
-SETUP = "python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt -e ."
+# its set-up part, before ` && .venv/bin/python `
+SETUP = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt -e ."
 SCHEMES = (("full_training", "Full training"), ("elastic_training", "ElasticTrainer"),
            ("traditional_tl_training", "Traditional TL"))
 SPREAD_EPOCHS = 2  # full training's spread: largest minus smallest over its last epochs
@@ -97,7 +98,7 @@ def run_seed(seed, venv, logdir, log=print):
         python = sys.executable
         if venv:
             start = time.perf_counter()
-            subprocess.run(SETUP, shell=True, cwd=clone, check=True)
+            subprocess.run(SETUP, shell=True, cwd=clone, check=True, stdout=subprocess.DEVNULL)
             entry["setup_s"] = time.perf_counter() - start
             python = os.path.join(clone, ".venv", "bin", "python")
         log(f"seed {seed}: {python} {entry['command']}  (in {clone})")

@@ -58,36 +58,26 @@ def _points(under):
     return f"{abs(under):.1f} {'under' if under >= 0 else 'over'}"
 
 
-_TIME_RATIO = "elastic time / full's"  # scripts/bench_fixed_selection.py's keys
-
-
-def readme_command1(figures):
-    """README command 1's table: the seeds' benchmark (scripts/bench_fixed_selection.py) at seed
-    0, which is command 1's own, and its mean over the seeds."""
-    d = _load("bench_fixed_selection", figures)
+def readme_command(figures):
+    """README command 1's table: the command as a newcomer runs it in a fresh clone
+    (scripts/bench_readme_command.py) at seed 0, the README's own, and the note of its .md (the
+    seeds in one sentence)."""
+    d = _load("bench_readme_command", figures)
     seed = next(r for r in d["results"] if r["seed"] == 0)
-    last = seed["mean of the last epochs"]
-    rho = d["args"]["rho"]
-    rows = [["Full training", "", f"{seed['full training']:.1f}%",
-             f"{last['full training']:.1f}%", "1.00", ""],
-            ["ElasticTrainer", f"{rho:g}", f"{seed['ElasticTrainer']:.1f}%",
-             f"{last['ElasticTrainer']:.1f}%", f"{seed[_TIME_RATIO]:.2f}",
-             f"{seed['elastic measured_ratio']:.3f}"]]
-    runs = d["results"]
-    under = [r["full training"] - r["ElasticTrainer"] for r in runs]
-    times = [r[_TIME_RATIO] for r in runs]
-    seeds = [r["seed"] for r in runs]
-
-    def points(v):
-        return f"{abs(v):.1f} {'under' if v >= 0 else 'over'}"
-
+    rho = next(f.split()[1] for f in d["command"].split(" --")[1:] if f.startswith("rho "))
+    rows = []
+    for label, s in seed["schemes"].items():
+        ratio = s["measured_ratio"]
+        rows.append([label, rho if label == "ElasticTrainer" else "", f"{s['best']:.1f}%",
+                     f"{s['last']:.1f}%", f"{s['time_ratio']:.2f}",
+                     "" if ratio is None else f"{ratio:.2f}", f"{s['selected']}/{s['tensors']}"])
     return "\n".join([
         _table(["scheme", "rho", "best test accuracy", f"mean of the last {d['last_epochs']} "
-                "epochs", "time / full training's", "measured step ratio"], rows), "",
-        f"{_ran('bench_fixed_selection.py', d['machine'], d['date'])}, seed 0: `{d['command']} "
-        f"--rho {rho:g} --seed 0`.  Seeds {min(seeds)}-{max(seeds)}: ElasticTrainer's best "
-        f"{points(_mean(under))} full training's ({points(min(under))} to "
-        f"{points(max(under))}) in {_mean(times):.2f} of its time."])
+                "epochs", "time / full training's", "measured step ratio", "tensors trained"],
+               rows), "",
+        f"{_ran('bench_readme_command.py', d['machine'], d['date'])}, seed 0, in a fresh clone: "
+        f"`{seed['command']}`, {seed['command_s'] / 60:.1f} min.  "
+        f"{_note('bench_readme_command', figures)}"])
 
 
 def readme_bench_distributed(figures):
@@ -317,7 +307,7 @@ def readme_bench_time_to_accuracy_paper_auto(figures):
 
 
 README_BLOCKS = {
-    "bench_fixed_selection": readme_command1,
+    "bench_readme_command": readme_command,
     "bench_distributed": readme_bench_distributed,
     "bench_runtime": readme_bench_runtime,
     "bench_prefix_cache": readme_bench_prefix_cache,

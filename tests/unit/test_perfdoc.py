@@ -71,29 +71,28 @@ def test_every_readme_table_is_a_block_rendered_from_its_benchmarks_figures():
                for line in rows), rows
 
 
-def test_command_1s_table_is_the_seeds_benchmark_at_seed_0(tmp_path):
+def test_command_1s_table_is_the_fresh_clones_run_at_seed_0(tmp_path):
     import json
     import shutil
 
     figures = tmp_path / "figures"
     shutil.copytree(perfdoc.FIGURES, figures)
-    path = figures / "bench_fixed_selection.json"
+    path = figures / "bench_readme_command.json"
     data = json.loads(path.read_text())
     seed0 = next(r for r in data["results"] if r["seed"] == 0)
-    time_ratio = "elastic time / full's"
-    body = readme_tables.readme_command1(str(figures))
-    assert (f"| ElasticTrainer | {data['args']['rho']:g} | {seed0['ElasticTrainer']:.1f}% | "
-            f"{seed0['mean of the last epochs']['ElasticTrainer']:.1f}% | "
-            f"{seed0[time_ratio]:.2f} | "
-            f"{seed0['elastic measured_ratio']:.3f} |") in body
-    assert f"| Full training |  | {seed0['full training']:.1f}% |" in body
-    assert f"{data['command']} --rho {data['args']['rho']:g} --seed 0" in body
+    elastic = seed0["schemes"]["ElasticTrainer"]
+    body = readme_tables.readme_command(str(figures))
+    assert (f"| ElasticTrainer | 0.5 | {elastic['best']:.1f}% | {elastic['last']:.1f}% | "
+            f"{elastic['time_ratio']:.2f} | {elastic['measured_ratio']:.2f} | "
+            f"{elastic['selected']}/{elastic['tensors']} |") in body
+    assert f"`{data['command']}`" in body and f"{seed0['command_s'] / 60:.1f} min" in body
     # another seed's numbers in seed 0's place: the block follows the file, not a pasted run
     other = next(r for r in data["results"] if r["seed"] != 0)
-    seed0.update({k: other[k] for k in ("ElasticTrainer", "elastic measured_ratio")})
+    seed0["schemes"] = other["schemes"]
     path.write_text(json.dumps(data))
-    changed = readme_tables.readme_command1(str(figures))
-    assert f"| {other['ElasticTrainer']:.1f}% |" in changed and changed != body
+    changed = readme_tables.readme_command(str(figures))
+    assert f"| {other['schemes']['ElasticTrainer']['best']:.1f}% |" in changed
+    assert changed != body
 
 
 def test_update_readme_rewrites_only_its_block(tmp_path):
