@@ -90,7 +90,8 @@ def build_parser():
                     help="JSON file for the results ('' for none)")
     ap.add_argument("--configs", default=None, type=comma_list(str, "configurations"),
                     help="measure these real fine-tunes instead (experiments/importance_truth.py: "
-                         "domain_shift_nested, domain_shift_fit, efficientnet_imagenet): every "
+                         "domain_shift_nested, domain_shift_fit, efficientnet_imagenet, "
+                         "efficientnet_textures): every "
                          "tensor's held-out loss drop from --train_steps SGD steps alone, "
                          "against each estimator; writes --out's .json and .md (default "
                          "figures/bench_importance_truth)")

@@ -17,15 +17,19 @@ length momentum stretches a steady step by):
 - curvature: s (-g.dw) - s^2/2 dw.H.dw, the same to second order, with each tensor's own
   curvature dw_k.H_kk.dw_k from one Hessian-vector product per batch (Hutchinson: random signs
   per tensor, so the cross terms average out);
-- checked: taylor scaled, depth by depth, by what one stretched step of each of 4 depth
-  groups realizes on a held-out probe batch against its first-order promise (--trial_check:
-  elastic/realized.py, method/trial.py).
+- checked: taylor scaled, depth by depth, by what one stretched step of each depth group
+  (realized.GROUPS) realizes on the last probe's batch against its first-order promise
+  (--trial_check: elastic/realized.py, method/trial.py).
 Taylor, curvature and checked are computed by the runtime's own code.
 
 The truth: dropN, the held-out loss drop of `steps` SGD steps of tensor k alone from the state
 (fresh momentum).  Losses are taken in training mode (BatchNorm on batch statistics, as every
 fine-tune step computes them; moving statistics of an application pretrained with momentum
 0.999 trail its weights) with every weight and statistic restored after each measurement.
+The losses compared (held-out, trial) run the random layers (dropout) in inference mode, so
+that a difference is the weights' and not two dropout masks' (EfficientNet-Lite0's head
+dropout moved the held-out loss of 256 images by as much as most tensors' dropN); the training
+steps keep them.
 """
 import os
 import time
@@ -33,6 +37,7 @@ import time
 import numpy as np
 
 from elastictrainer.elastic import realized
+from elastictrainer.flavors.shared import inference_calls
 
 
 def spearman(a, b):
@@ -65,7 +70,10 @@ class Truth:
     def __init__(self, model, loss_fn, lr, momentum=0.9):
         import tensorflow as tf
 
+        from elastictrainer import flavors
+
         self.model, self.loss_fn = model, loss_fn
+        self.random_layers = flavors.for_model(model).random_layers(model)
         self.lr, self.momentum = float(lr), float(momentum)
         self.variables = list(model.trainable_weights)
         self.n = len(self.variables)
@@ -85,9 +93,13 @@ class Truth:
                 v.assign_add(u)
             return loss
 
-        @tf.function
+        loss_once = tf.function(lambda x, y: loss_fn(y, model(x, training=True)))
+
         def loss_at(x, y):
-            return loss_fn(y, model(x, training=True))
+            """The loss compared between states: one network, the random layers (dropout,
+            augmentation) in inference mode, in its trace and every call."""
+            with inference_calls(self.random_layers):
+                return loss_once(x, y)
 
         self._step, self._loss_at = step, loss_at
         self._estimators()
@@ -125,7 +137,8 @@ class Truth:
         hvp_at = importance.hessian_vector_product(loss_of, variables)
         self._curvature = tf.function(
             lambda grads, x, y, signs: curvature(grads, hvp_at, (x, y), signs), autograph=False)
-        self.trial = TrialStep(optimizer, variables, loss_of, stats=model.non_trainable_weights)
+        self.trial = TrialStep(optimizer, variables, loss_of, stats=model.non_trainable_weights,
+                               random_layers=self.random_layers)
 
     # ------------------------------------------------------------------ state
     def snapshot(self):
@@ -138,7 +151,9 @@ class Truth:
             u.assign(np.zeros(u.shape, u.dtype.as_numpy_dtype))
 
     def held_loss(self, held):
-        """Mean loss over the held-out batches, in training mode; statistics restored."""
+        """Mean loss over the held-out batches, in training mode but with the random layers
+        (dropout) in inference mode, so that two states are compared on one network;
+        statistics restored."""
         snap = self.snapshot()
         total = float(np.mean([float(self._loss_at(x, y)) for x, y in held]))
         for v, w in zip(self.model.weights, snap):
@@ -221,13 +236,18 @@ class Truth:
 # ---------------------------------------------------------------------- configurations
 # The fine-tunes measured (bench_importance.py --configs): where the estimate fails (a domain
 # shift, the application flat or nested as a user's model holds it) and the paper's regime on
-# a real ImageNet backbone.
-CONFIGS = ("domain_shift_nested", "domain_shift_fit", "efficientnet_imagenet")
+# a real ImageNet backbone, on procedural objects and on the calibrated textures.
+CONFIGS = ("domain_shift_nested", "domain_shift_fit", "efficientnet_imagenet",
+           "efficientnet_textures")
+# the command line's configurations: their protocol and dataset (experiments/protocols.py)
+_CLI = {"efficientnet_imagenet": ("IMAGENET_OBJECTS", "OBJECTS_DATASET"),
+        "efficientnet_textures": ("IMAGENET_OFFLINE", "IMAGENET_DATASET")}
 
 
 def _fit_setup(name, seed, workdir, log):
-    """(model, train batches iterator, held-out batches, lr, steps an epoch) of a model.fit
-    configuration (experiments/fit_configs.py), from its pretrained weights."""
+    """(model, train batches iterator, held-out batches, lr, steps an epoch, BatchNorm layers
+    held in inference mode) of a model.fit configuration (experiments/fit_configs.py), from its
+    pretrained weights."""
     import keras
 
     from elastictrainer.experiments import fit_configs, fit_task
@@ -236,23 +256,30 @@ def _fit_setup(name, seed, workdir, log):
     pre = fit_task.PretrainedTask(keras, os.path.join(workdir, name), seed, log=log, task=task)
     held = list(task.dataset(task.test, seed, 1).unbatch().batch(64).take(4))
     return (pre.fresh(), iter(pre.train.repeat()), held, fit_task.SHIFT_LEARNING_RATE,
-            -(-task.train // task.batch))
+            -(-task.train // task.batch), [])
 
 
 def _cli_setup(name, seed, workdir, log):
-    """The same for the command line's efficientnet_imagenet (protocols.IMAGENET_OBJECTS)."""
+    """The same for a command-line configuration (_CLI).  Under its protocol's --bn_mode frozen
+    every BatchNorm layer runs on moving statistics, as that mode runs each layer a selection
+    leaves frozen: a tensor trained alone leaves all the others frozen."""
     from elastictrainer.data.loaders import load_dataset
     from elastictrainer.experiments import protocols
+    from elastictrainer.flavors.batchnorm import batch_norm_layers
     from elastictrainer.models.build import build_sized
 
-    p = protocols.IMAGENET_OBJECTS
-    data = load_dataset(protocols.OBJECTS_DATASET, input_size=p.input_size,
-                        batch_size=p.batch_size, seed=seed, **p.extra)
+    protocol, dataset = _CLI[name]
+    p = getattr(protocols, protocol)
+    extra = dict(p.extra)
+    bn_mode = extra.pop("bn_mode", "model")
+    data = load_dataset(getattr(protocols, dataset), input_size=p.input_size,
+                        batch_size=p.batch_size, seed=seed, **extra)
     model, _, _ = build_sized(protocols.IMAGENET_MODEL, p.input_size, data.num_classes,
                               p.weights, log=log, progress=False)
     held = list(data.test.unbatch().batch(64).take(4))
     return (model, iter(data.train.repeat()), held, p.learning_rate,
-            -(-p.extra["num_train"] // p.batch_size))
+            -(-extra["num_train"] // p.batch_size),
+            batch_norm_layers(model) if bn_mode == "frozen" else [])
 
 
 def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_to_accuracy",
@@ -263,8 +290,15 @@ def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_t
     estimator on `probes` training batches, and dropN with N = `steps` for every tensor."""
     import tensorflow as tf
 
-    setup = _cli_setup if name == "efficientnet_imagenet" else _fit_setup
-    model, train, held, lr, per_epoch = setup(name, seed, workdir, log)
+    setup = _cli_setup if name in _CLI else _fit_setup
+    model, train, held, lr, per_epoch, frozen_bn = setup(name, seed, workdir, log)
+    with inference_calls(frozen_bn):  # every function below is traced within it
+        return _measure(name, seed, steps, probes, bins, model, train, held, lr, per_epoch)
+
+
+def _measure(name, seed, steps, probes, bins, model, train, held, lr, per_epoch):
+    import tensorflow as tf
+
     tf.random.set_seed(seed)
     truth = Truth(model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), lr)
     n = truth.n

@@ -57,7 +57,8 @@ class FitSteps:
             # its forward passes update fit's loss and metrics too: put back with the rest
             self.trial = TrialStep(optimizer, self.variables, self._loss_of, stats=lambda: (
                 list(model.non_trainable_weights)
-                + [v for metric in model.metrics for v in metric.variables]))
+                + [v for metric in model.metrics for v in metric.variables]),
+                random_layers=self.flavor.random_layers(model))
         self._reduce_op = self.flavor.losses_scaled_for_replicas()  # outside any trace
         self.steps = StepCache(self._selection_step,
                                size_fn=None if strategy is None else (lambda step: None))

@@ -201,6 +201,13 @@ def own_trainable_weights(layer):
 
 
 
+def random_layers(model):
+    """The layers of `model` that draw random numbers in training mode (dropout, noise,
+    augmentation): those holding a keras.random.SeedGenerator."""
+    return [layer for layer in layers(model)[1:] if any(
+        isinstance(value, keras.random.SeedGenerator) for value in vars(layer).values())]
+
+
 def random_state_variables(model):
     """The state variables of the layers' seed generators (augmentation, dropout), which a
     checkpoint saves and profiling inside a run must not advance.  Keras 3 layers keep a

@@ -1,10 +1,25 @@
 """What the two Kerases do alike, written once: each flavor module binds these to its own
 `keras` (the layer API and the optimizer's bookkeeping are the same in tf-keras and Keras 3)."""
+import contextlib
 import functools
 
 from elastictrainer.flavors import compat
 from elastictrainer.errors import UserError
 from elastictrainer.flavors.optimizers import lr_schedule_for
+
+
+@contextlib.contextmanager
+def inference_calls(layers):
+    """Within it, every call of `layers` runs in inference mode (compat.force_call_argument),
+    whatever its caller passes; functions traced within keep that.  For random layers (dropout,
+    noise, augmentation): two forward passes compared within it see the same network, so their
+    difference is the weights' doing, not two draws of a dropout mask."""
+    forced = [layer for layer in layers if compat.force_call_argument(layer, "training", False)]
+    try:
+        yield
+    finally:
+        for layer in forced:
+            compat.release_call_argument(layer)
 
 
 def make_optimizer(keras, name, learning_rate, weight_decay, total_steps,

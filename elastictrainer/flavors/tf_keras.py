@@ -226,6 +226,12 @@ def own_trainable_weights(layer):
 
 
 
+def random_layers(model):
+    """The layers of `model` that draw random numbers in training mode (dropout, noise,
+    augmentation)."""
+    return [layer for layer in layers(model)[1:] if compat.is_random_layer(layer)]
+
+
 def random_state_variables(model):
     """The state variables of the random layers' generators (augmentation, dropout), which a
     checkpoint saves and profiling inside a run must not advance."""

@@ -31,6 +31,7 @@ truth").
 import tensorflow as tf
 
 from elastictrainer.flavors import optimizers
+from elastictrainer.flavors.shared import inference_calls
 from elastictrainer.method.importance import fresh_drops, momentum_stretch
 
 
@@ -39,10 +40,15 @@ class TrialStep:
     training loss of a batch (a training forward pass) as the trainer's steps compute it;
     stats: the variables those passes move and that are put back (non-trainable weights, and
     the metrics a model.fit forward pass updates), or a function giving them at each trial
-    (metrics are built on a fit's first step)."""
+    (metrics are built on a fit's first step); random_layers: the model's layers that draw
+    random numbers in training mode (flavor.random_layers), run in inference mode in the
+    trial's passes: with a dropout mask drawn anew for L(w) and for L(w + s dw), their
+    difference is the masks' (on EfficientNet-Lite0, whose head has Dropout(0.2), a tensor
+    whose step is zero moved the loss by as much as the largest realized drops)."""
 
-    def __init__(self, optimizer, variables, loss_of, stats=()):
+    def __init__(self, optimizer, variables, loss_of, stats=(), random_layers=()):
         self.optimizer, self.variables = optimizer, list(variables)
+        self.random_layers = list(random_layers)
         self._stats = stats if callable(stats) else (lambda: list(stats))
         self.stretch = momentum_stretch(optimizer)
         self._held = None
@@ -91,10 +97,11 @@ class TrialStep:
         steps, first = self._fresh(grads)
         first = first.numpy()
         out = []
-        for mask in masks:
-            base, loss = self._after(batch, steps, tf.constant(mask, tf.float32))
-            predicted = float(sum(first[k] for k, m in enumerate(mask) if m))
-            out.append((predicted, float(base) - float(loss)))
+        with inference_calls(self.random_layers):
+            for mask in masks:
+                base, loss = self._after(batch, steps, tf.constant(mask, tf.float32))
+                predicted = float(sum(first[k] for k, m in enumerate(mask) if m))
+                out.append((predicted, float(base) - float(loss)))
         for v, k in zip(stats, kept):
             v.assign(k)
         return out

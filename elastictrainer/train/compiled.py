@@ -7,6 +7,7 @@ from collections import OrderedDict
 import tensorflow as tf
 import tf_keras as keras
 
+from elastictrainer import flavors
 from elastictrainer.flavors import compat
 from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import optimizers
@@ -196,7 +197,8 @@ class CompiledSteps:
             self.trial = TrialStep(
                 optimizer, self.variables,
                 lambda data: self.loss_fn(data[1], model(data[0], training=True)),
-                stats=model.non_trainable_weights)
+                stats=model.non_trainable_weights,
+                random_layers=flavors.for_model(model).random_layers(model))
 
         @tf.function
         def eval_fn(x, y):

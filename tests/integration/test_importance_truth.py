@@ -50,6 +50,17 @@ def test_masked_sgd_trains_one_tensor_as_sgd_with_momentum():
         np.testing.assert_array_equal(truth.variables[k].numpy(), start[k])
 
 
+def test_the_held_out_loss_sees_one_network_under_dropout():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(8, input_shape=(4,)),
+                              keras.layers.Dropout(0.5), keras.layers.Dense(2)])
+    truth = it.Truth(model, LOSS, lr=0.1)
+    held = _batches(2)
+    plain = float(np.mean([float(LOSS(y, model(x, training=False))) for x, y in held]))
+    assert truth.held_loss(held) == pytest.approx(plain, rel=1e-6)
+    assert truth.held_loss(held) == truth.held_loss(held)
+
+
 def test_estimators_match_a_naive_reference():
     model = _model()
     lr, momentum = 0.05, 0.5

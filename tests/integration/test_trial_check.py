@@ -71,6 +71,37 @@ def test_the_trial_step_matches_a_naive_computation_and_puts_everything_back():
         assert realized == pytest.approx(base - after, rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize("flavor", ["keras", "tf_keras"])
+def test_a_step_that_moves_nothing_realizes_nothing_under_dropout(flavor):
+    """The trial's two losses see one network: a mask that moves no tensor realizes exactly
+    0, whatever dropout draws; and the model's own training calls keep their dropout."""
+    import importlib
+
+    from elastictrainer import flavors
+    from elastictrainer.method.trial import TrialStep
+
+    keras = importlib.import_module(flavor)
+    keras.utils.set_random_seed(2)
+    inputs = keras.Input((5,))
+    h = keras.layers.Dropout(0.5, name="drop")(keras.layers.Dense(16, name="low")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3, name="head")(h))
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    random_layers = flavors.for_model(model).random_layers(model)
+    assert [layer.name for layer in random_layers] == ["drop"]
+    trial = TrialStep(keras.optimizers.SGD(0.05, momentum=0.9), model.trainable_weights,
+                      lambda data: loss_fn(data[1], model(data[0], training=True)),
+                      random_layers=random_layers)
+    x = tf.constant(np.random.default_rng(0).normal(size=(16, 5)), tf.float32)
+    y = tf.constant(np.arange(16) % 3, tf.int32)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    trial.keep((x, y), tape.gradient(loss, model.trainable_weights))
+    (_, nothing), (_, head) = trial.drops([[0, 0, 0, 0], [0, 0, 1, 1]])
+    assert nothing == 0.0 and head != 0.0
+    assert float(loss_fn(y, model(x, training=True))) != float(
+        loss_fn(y, model(x, training=True)))  # dropout draws again outside the trial
+
+
 def test_the_command_line_checks_every_re_selection(tmp_path):
     from helpers import tiny_model
     from elastictrainer import cli
