@@ -27,9 +27,9 @@ The truth: dropN, the held-out loss drop of `steps` SGD steps of tensor k alone 
 fine-tune step computes them; moving statistics of an application pretrained with momentum
 0.999 trail its weights) with every weight and statistic restored after each measurement.
 The losses compared (held-out, trial) run the random layers (dropout) in inference mode, so
-that a difference is the weights' and not two dropout masks' (EfficientNet-Lite0's head
-dropout moved the held-out loss of 256 images by as much as most tensors' dropN); the training
-steps keep them.
+that a difference is the weights' and not two dropout masks' (EfficientNet-Lite0's
+Dropout(0.2) moved the held-out loss of 256 images by 0.016 between two evaluations of the
+same weights); the training steps keep them.
 """
 import os
 import time

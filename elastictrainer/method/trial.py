@@ -42,9 +42,10 @@ class TrialStep:
     the metrics a model.fit forward pass updates), or a function giving them at each trial
     (metrics are built on a fit's first step); random_layers: the model's layers that draw
     random numbers in training mode (flavor.random_layers), run in inference mode in the
-    trial's passes: with a dropout mask drawn anew for L(w) and for L(w + s dw), their
-    difference is the masks' (on EfficientNet-Lite0, whose head has Dropout(0.2), a tensor
-    whose step is zero moved the loss by as much as the largest realized drops)."""
+    trial's passes: with a dropout mask drawn anew for L(w) and for L(w + s dw), part of
+    their difference is the masks' (on EfficientNet-Lite0, whose head has Dropout(0.2), a
+    step that moves nothing "realized" -0.15 to +0.27 on batches of 8, where the median depth
+    group's step realizes 0.71)."""
 
     def __init__(self, optimizer, variables, loss_of, stats=(), random_layers=()):
         self.optimizer, self.variables = optimizer, list(variables)
