@@ -19,8 +19,8 @@ again.
 
 The table gives, per scheme and seed: best test accuracy, the mean of the last epochs, training
 time and its ratio to full training's, the measured step ratio and the tensors trained; beside
-it full training's epoch-to-epoch spread over its last 2 epochs, the noise a difference between
-schemes must stand above.
+it full training's epoch-to-epoch spread over its last epochs (time_to_accuracy.noise, as the
+time-to-accuracy benchmark gives it), the noise a difference between schemes must stand above.
 """
 import datetime
 import json
@@ -36,7 +36,8 @@ from elastictrainer import runlog  # no TensorFlow: --help stays quick
 from elastictrainer.config import ArgumentParser, comma_list
 from elastictrainer.experiments import perfdoc
 from elastictrainer.experiments.compare import LAST_EPOCHS, last_epochs_accuracy
-from elastictrainer.experiments.recorded import MACHINE_KEYS
+from elastictrainer.experiments.recorded import same_machine
+from elastictrainer.experiments.time_to_accuracy import noise
 from elastictrainer.machine import machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository cloned
@@ -50,7 +51,6 @@ COMMAND = ("compare.py --model_name efficientnet_lite0 --weights imagenet "
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt -e ."
 SCHEMES = (("full_training", "Full training"), ("elastic_training", "ElasticTrainer"),
            ("traditional_tl_training", "Traditional TL"))
-SPREAD_EPOCHS = 2  # full training's spread: largest minus smallest over its last epochs
 
 
 def build_parser():
@@ -115,11 +115,6 @@ def run_seed(seed, venv, logdir, log=print):
     return entry
 
 
-def spread(accuracy, epochs=SPREAD_EPOCHS):
-    tail = accuracy[-epochs:]
-    return max(tail) - min(tail) if tail else None
-
-
 def table(results):
     """Markdown: per seed and scheme, the command's numbers."""
     head = ["seed", "scheme", "best test accuracy", f"mean of the last {LAST_EPOCHS} epochs",
@@ -142,7 +137,9 @@ def summary_line(results):
     under = [r["schemes"]["Full training"]["best"] - r["schemes"]["ElasticTrainer"]["best"]
              for r in results]
     times = [r["schemes"]["ElasticTrainer"]["time_ratio"] for r in results]
-    spreads = [spread(r["schemes"]["Full training"]["accuracy"]) for r in results]
+    # the time-to-accuracy benchmark's noise: full training's spread over its last epochs
+    levels = noise([list(enumerate(r["schemes"]["Full training"]["accuracy"]))
+                    for r in results])
     minutes = [r["command_s"] / 60 for r in results]
     setup = [r["setup_s"] for r in results if r["setup_s"] is not None]
     seeds = [r["seed"] for r in results]
@@ -150,7 +147,7 @@ def summary_line(results):
             f"{statistics.mean(under):.1f} points under full training's "
             f"({min(under):.1f} to {max(under):.1f}) in {statistics.mean(times):.2f} of its "
             f"training time; full training's test accuracy moves by "
-            f"{statistics.median(spreads):.1f} points over its last {SPREAD_EPOCHS} epochs "
+            f"{levels['spread']:.1f} points over its last {levels['epochs']} epochs "
             f"(median). The command took {statistics.mean(minutes):.1f} min "
             f"({min(minutes):.1f} to {max(minutes):.1f})")
     if setup:
@@ -165,8 +162,7 @@ def load(out, machine):
             d = json.load(f)
     except (OSError, ValueError):
         return []
-    theirs = d.get("machine") or {}
-    if d.get("command") != COMMAND or any(theirs.get(k) != machine.get(k) for k in MACHINE_KEYS):
+    if d.get("command") != COMMAND or not same_machine(d.get("machine"), machine):
         return []
     return d["results"]
 

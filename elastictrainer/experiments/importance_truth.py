@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from elastictrainer.elastic import realized
+from elastictrainer.flavors import batchnorm
 from elastictrainer.flavors.shared import inference_calls
 
 
@@ -245,9 +246,9 @@ _CLI = {"efficientnet_imagenet": ("IMAGENET_OBJECTS", "OBJECTS_DATASET"),
 
 
 def _fit_setup(name, seed, workdir, log):
-    """(model, train batches iterator, held-out batches, lr, steps an epoch, BatchNorm layers
-    held in inference mode) of a model.fit configuration (experiments/fit_configs.py), from its
-    pretrained weights."""
+    """(model, train batches iterator, held-out batches, lr, steps an epoch, --bn_mode to hold
+    the model's BatchNorm in) of a model.fit configuration (experiments/fit_configs.py), from
+    its pretrained weights."""
     import keras
 
     from elastictrainer.experiments import fit_configs, fit_task
@@ -256,22 +257,21 @@ def _fit_setup(name, seed, workdir, log):
     pre = fit_task.PretrainedTask(keras, os.path.join(workdir, name), seed, log=log, task=task)
     held = list(task.dataset(task.test, seed, 1).unbatch().batch(64).take(4))
     return (pre.fresh(), iter(pre.train.repeat()), held, fit_task.SHIFT_LEARNING_RATE,
-            -(-task.train // task.batch), [])
+            -(-task.train // task.batch), batchnorm.MODEL)
 
 
 def _cli_setup(name, seed, workdir, log):
     """The same for a command-line configuration (_CLI).  Under its protocol's --bn_mode frozen
-    every BatchNorm layer runs on moving statistics, as that mode runs each layer a selection
-    leaves frozen: a tensor trained alone leaves all the others frozen."""
+    every BatchNorm layer runs on moving statistics (--bn_mode inference), as that mode runs each
+    layer a selection leaves frozen: a tensor trained alone leaves all the others frozen."""
     from elastictrainer.data.loaders import load_dataset
     from elastictrainer.experiments import protocols
-    from elastictrainer.flavors.batchnorm import batch_norm_layers
     from elastictrainer.models.build import build_sized
 
     protocol, dataset = _CLI[name]
     p = getattr(protocols, protocol)
     extra = dict(p.extra)
-    bn_mode = extra.pop("bn_mode", "model")
+    bn_mode = extra.pop("bn_mode", batchnorm.MODEL)
     data = load_dataset(getattr(protocols, dataset), input_size=p.input_size,
                         batch_size=p.batch_size, seed=seed, **extra)
     model, _, _ = build_sized(protocols.IMAGENET_MODEL, p.input_size, data.num_classes,
@@ -279,7 +279,7 @@ def _cli_setup(name, seed, workdir, log):
     held = list(data.test.unbatch().batch(64).take(4))
     return (model, iter(data.train.repeat()), held, p.learning_rate,
             -(-extra["num_train"] // p.batch_size),
-            batch_norm_layers(model) if bn_mode == "frozen" else [])
+            batchnorm.INFERENCE if bn_mode == batchnorm.FROZEN else batchnorm.MODEL)
 
 
 def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_to_accuracy",
@@ -291,8 +291,8 @@ def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_t
     import tensorflow as tf
 
     setup = _cli_setup if name in _CLI else _fit_setup
-    model, train, held, lr, per_epoch, frozen_bn = setup(name, seed, workdir, log)
-    with inference_calls(frozen_bn):  # every function below is traced within it
+    model, train, held, lr, per_epoch, bn_mode = setup(name, seed, workdir, log)
+    with batchnorm.mode(model, bn_mode):  # every function below is traced within it
         return _measure(name, seed, steps, probes, bins, model, train, held, lr, per_epoch)
 
 

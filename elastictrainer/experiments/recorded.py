@@ -20,6 +20,13 @@ GRID_FLAGS = ("rhos", "shares", "rate", "gain", "tolerance", "elastic_only", "ep
 MACHINE_KEYS = ("cpu", "cores", "tensorflow")
 
 
+def same_machine(theirs, machine):
+    """Whether a record's machine (machine_info, or None) is `machine` for reading it back: the
+    same CPU, cores and TensorFlow (a kernel update is the same machine)."""
+    theirs = theirs or {}
+    return all(theirs.get(key) == machine.get(key) for key in MACHINE_KEYS)
+
+
 def _plain(value):
     """value as JSON gives it back (tuples as lists), for comparing with a record."""
     return json.loads(json.dumps(value))
@@ -36,8 +43,7 @@ class Record:
             return
         with open(path) as f:
             data = json.load(f)
-        theirs = data.get("machine") or {}
-        if any(theirs.get(key) != machine.get(key) for key in MACHINE_KEYS):
+        if not same_machine(data.get("machine"), machine):
             return
         args = data.get("args") or {}
         if any(_plain(args.get(flag, defaults.get(flag))) != _plain(flags.get(flag))
