@@ -130,11 +130,11 @@ class Config:
         "length"))
     trial_check: bool = field(default=False, metadata=flag(
         "at each re-selection, before solving: split the tensors by depth into 16 groups, take "
-        "one step of each group (as long as momentum makes a steady one) on the last probe's "
+        "one step of each group (as long as momentum makes a steady one) on each probe's "
         "batch, and scale each group's estimated loss drop by the share of it the step "
-        "realized, so that depths whose large, noisy gradients overshoot lose their weight "
-        "(17 forward passes per re-selection, on the last probe's gradients; one device "
-        "only). false: eq. 4-6's estimate as it is"))
+        "realized over the probes' batches, so that depths whose large, noisy gradients "
+        "overshoot lose their weight (17 forward passes per probe batch and re-selection, on "
+        "that probe's gradients; one device only). false: eq. 4-6's estimate as it is"))
     head_warmup: Union[float, str] = field(default=AUTO, metadata=flag(
         "share of the first --interval in which a newly initialised classifier head (the "
         "output layer's tensors) trains alone before the first importance probes, as "

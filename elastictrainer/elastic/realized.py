@@ -4,8 +4,8 @@ in the paper, which trusts eq. 4-6).
 At each re-selection the probes give every tensor's estimated loss drop (eq. 4-6); before the
 selection is solved (eq. 3), the tensors are split by depth into GROUPS runs of equal count, and
 the trainer's trial step (method/trial.py) measures for each group what one step of its tensors
-(as long as momentum makes a steady one) realizes on the probe's batch against what the
-first-order estimate predicts for it.  Every
+(as long as momentum makes a steady one) realizes on the probes' batches (summed over them)
+against what the first-order estimate predicts for it.  Every
 positive estimate in a group is scaled by its group's realized share, so that:
 
 - within a depth the estimate's ranking stands (the group's tensors are scaled alike);

@@ -18,7 +18,7 @@ length momentum stretches a steady step by):
   curvature dw_k.H_kk.dw_k from one Hessian-vector product per batch (Hutchinson: random signs
   per tensor, so the cross terms average out);
 - checked: taylor scaled, depth by depth, by what one stretched step of each depth group
-  (realized.GROUPS) realizes on the last probe's batch against its first-order promise
+  (realized.GROUPS) realizes on the probes' batches against its first-order promise
   (--trial_check: elastic/realized.py, method/trial.py).
 Taylor, curvature and checked are computed by the runtime's own code.
 
@@ -179,6 +179,7 @@ class Truth:
         for i, (x, y) in enumerate(probes):
             signs = rng.choice([-1.0, 1.0], self.n).astype(np.float32)
             grads = self._gradient(x, y)
+            self.trial.keep((x, y), grads)  # the trial check's batches: every probe's
             taylor += self._taylor(grads).numpy()
             curv += self._curvature(grads, x, y, signs).numpy()
             stats = self.model.non_trainable_weights
@@ -212,9 +213,7 @@ class Truth:
             # mean over pairs i != j of g_i.g_j, times p as taylor sums over the batches
             cross[k] = self.lr * (float(total @ total) - squares) / max(p - 1, 1)
         # the runtime's --trial_check: taylor scaled by depth by what a trial step of each
-        # group realizes on the last probe's batch
-        x, y = probes[-1]
-        self.trial.keep((x, y), self._gradient(x, y))
+        # group realizes on the probes' batches
         checked, _, _ = realized.correct(taylor, self.trial.drops(realized.masks(self.n)))
         return {"taylor": taylor, "curvature": curv, "trial": trial, "trial_held": held,
                 "cross": cross, "checked": checked}

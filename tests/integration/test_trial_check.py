@@ -1,6 +1,6 @@
-"""--trial_check (method/trial.py, elastic/realized.py): the trial step against a naive
-computation (weights and statistics put back bit for bit); on the command line, one check per
-re-selection; refused under a strategy by both trainers.  And a model whose lowest tensor must
+"""--trial_check (method/trial.py, elastic/realized.py): the trial step, summed over the probes'
+batches, against a naive computation (weights and statistics put back bit for bit); on the
+command line, one check per re-selection; refused under a strategy by both trainers.  And a model whose lowest tensor must
 move, in model.fit: rho auto, checked or not, trains it and ends far above the hand-frozen
 upper layers."""
 import numpy as np
@@ -44,31 +44,34 @@ def test_the_trial_step_matches_a_naive_computation_and_puts_everything_back():
             loss = loss_fn(batch[1], model(batch[0], training=True))
         return tape.gradient(loss, model.trainable_weights)
 
-    for batch in batches:  # the last probe's batch and gradients are the ones kept
+    for batch in batches:  # every probe's batch and gradients are kept, summed over
         trial.keep(batch, grads_of(batch))
-    source = target = batches[1]
     before = [v.numpy().copy() for v in model.weights]
     masks = [[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6]
     got = trial.drops(masks)
     for v, w in zip(model.weights, before):  # weights and moving statistics, bit for bit
         np.testing.assert_array_equal(v.numpy(), w)
-    assert trial.drops(masks) is None  # the batch was released
+    assert trial.drops(masks) is None  # the batches were released
 
-    # naive: the gradient on the batch, each masked step set by hand, the loss on the batch
-    with tf.GradientTape() as tape:
-        loss = loss_fn(source[1], model(source[0], training=True))
-    grads = [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
-    model.set_weights(before)
-    for mask, (predicted, realized) in zip(masks, got):
-        base = float(loss_fn(target[1], model(target[0], training=True)))
+    # naive: on each batch its gradient, each masked step set by hand, the loss on the batch
+    want = [[0.0, 0.0] for _ in masks]
+    for batch in batches:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(batch[1], model(batch[0], training=True))
+        grads = [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
         model.set_weights(before)
-        for v, g, m in zip(model.trainable_weights, grads, mask):
-            v.assign(v.numpy() - m * 10 * lr * g)
-        after = float(loss_fn(target[1], model(target[0], training=True)))
-        model.set_weights(before)
-        assert predicted == pytest.approx(
-            10 * lr * sum(float((g * g).sum()) for g, m in zip(grads, mask) if m), rel=1e-5)
-        assert realized == pytest.approx(base - after, rel=1e-4, abs=1e-6)
+        for k, mask in enumerate(masks):
+            base = float(loss_fn(batch[1], model(batch[0], training=True)))
+            model.set_weights(before)
+            for v, g, m in zip(model.trainable_weights, grads, mask):
+                v.assign(v.numpy() - m * 10 * lr * g)
+            after = float(loss_fn(batch[1], model(batch[0], training=True)))
+            model.set_weights(before)
+            want[k][0] += 10 * lr * sum(float((g * g).sum()) for g, m in zip(grads, mask) if m)
+            want[k][1] += base - after
+    for (predicted, realized), (naive_predicted, naive_realized) in zip(got, want):
+        assert predicted == pytest.approx(naive_predicted, rel=1e-5)
+        assert realized == pytest.approx(naive_realized, rel=1e-4, abs=1e-6)
 
 
 @pytest.mark.parametrize("flavor", ["keras", "tf_keras"])
