@@ -287,8 +287,6 @@ def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_t
     time-to-accuracy benchmark's, under `workdir`): the state an elastic run's first probes see (the
     classifier head trained alone for a tenth of two epochs, the runtime's head warm-up), every
     estimator on `probes` training batches, and dropN with N = `steps` for every tensor."""
-    import tensorflow as tf
-
     setup = _cli_setup if name in _CLI else _fit_setup
     model, train, held, lr, per_epoch, bn_mode = setup(name, seed, workdir, log)
     with batchnorm.mode(model, bn_mode):  # every function below is traced within it

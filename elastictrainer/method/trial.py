@@ -24,14 +24,13 @@ mask (a group of tensors) returns (predicted, realized) on that batch, summed ov
 Summed, because one batch's shares are noise where the steps overshoot: on EfficientNet-Lite0
 on textures the checked estimate ranked tensors by the truth at +0.19 to +0.74 from each of 8
 probe batches alone, and at +0.64 from their sums (docs/performance.md, "Importance against
-the truth").  One forward pass per mask and batch, plus one for L(w) (the backward pass is the
-probe's); the weights and the statistics the forward passes move (BatchNorm's moving averages)
+the truth").  One forward pass per mask and batch, plus one per batch for L(w) (the backward
+pass is the probe's); the weights and the statistics the forward passes move (BatchNorm's moving averages)
 are put back.  The batches and gradients are held until drops() releases them: a
-re-selection's probes' worth, no more.  On the same
-batch, not a held-out one: measured on held-out batches the shares were noise at a probe's
-batch size (their signs flipped from one pair of batches to the next), on the same batch they
-were the same from one probe batch to eight (docs/performance.md, "Importance against the
-truth").
+re-selection's probes' worth, no more.  On the same batch, not a held-out one: measured on
+held-out batches the shares were noise at a probe's batch size (their signs flipped from one
+pair of batches to the next); on the same batch, across the nested domain shift, they were the
+same from one probe batch to eight (docs/performance.md, "Importance against the truth").
 """
 import tensorflow as tf
 
@@ -63,21 +62,25 @@ class TrialStep:
             steps, first = fresh_drops(self.optimizer, grads, self.variables)
             return steps, self.stretch * first
 
-        def after(data, steps, mask):
-            """L(w) and L(w + s dw0 on mask) on `data`, everything put back."""
+        def after(data, steps, masks):
+            """L(w) and L(w + s dw0 on each mask) on `data` (masks: one row of 0/1 per mask),
+            L(w) once; everything put back after each mask's pass."""
             weights = [optimizers.tf_variable(v) for v in self.variables]
             kept = [tf.identity(w) for w in weights]
             with tf.control_dependencies(kept):
                 base = tf.identity(loss_of(data))
-            with tf.control_dependencies([base]):
-                moved = [w.assign(k + tf.cast(self.stretch * mask[i], k.dtype) * d)
-                         for i, (w, k, d) in enumerate(zip(weights, kept, steps))]
-            with tf.control_dependencies(moved):
-                loss = tf.identity(loss_of(data))
-            with tf.control_dependencies([loss]):
-                back = [w.assign(k) for w, k in zip(weights, kept)]
-            with tf.control_dependencies(back):
-                return tf.identity(base), tf.identity(loss)
+            done, losses = [base], []
+            for row in range(masks.shape[0]):  # one pass after the other, each from w
+                with tf.control_dependencies(done):
+                    moved = [w.assign(k + tf.cast(self.stretch * masks[row, i], k.dtype) * d)
+                             for i, (w, k, d) in enumerate(zip(weights, kept, steps))]
+                with tf.control_dependencies(moved):
+                    loss = tf.identity(loss_of(data))
+                with tf.control_dependencies([loss]):
+                    done = [w.assign(k) for w, k in zip(weights, kept)]
+                losses.append(loss)
+            with tf.control_dependencies(done):
+                return tf.identity(base), tf.identity(tf.stack(losses))
 
         # autograph off: no Python control flow on tensors (and TensorFlow 2.16 converts
         # calls of objects into calls of their class)
@@ -100,13 +103,14 @@ class TrialStep:
         # the losses do not depend on them)
         stats = [optimizers.tf_variable(v) for v in self._stats()]
         kept = [tf.identity(v) for v in stats]
+        rows = tf.constant(masks, tf.float32)
         out = [[0.0, 0.0] for _ in masks]
         with inference_calls(self.random_layers):
             for batch, grads in held:
                 steps, first = self._fresh(grads)
                 first = first.numpy()
-                for k, mask in enumerate(masks):
-                    base, loss = self._after(batch, steps, tf.constant(mask, tf.float32))
+                base, losses = self._after(batch, steps, rows)
+                for k, (mask, loss) in enumerate(zip(masks, losses.numpy())):
                     out[k][0] += float(sum(first[i] for i, m in enumerate(mask) if m))
                     out[k][1] += float(base) - float(loss)
         for v, k in zip(stats, kept):

@@ -36,9 +36,15 @@ def test_the_trial_step_matches_a_naive_computation_and_puts_everything_back():
     rng = np.random.default_rng(0)
     batches = [(tf.constant(rng.normal(size=(8, 5)), tf.float32),
                 tf.constant(rng.integers(0, 3, 8), tf.int32)) for _ in range(2)]
-    trial = TrialStep(optimizer, model.trainable_weights,
-                      lambda data: loss_fn(data[1], model(data[0], training=True)),
+    passes = []  # the forward passes the trial's graph holds, counted as it is traced
+
+    def loss_of(data):
+        passes.append(1)
+        return loss_fn(data[1], model(data[0], training=True))
+
+    trial = TrialStep(optimizer, model.trainable_weights, loss_of,
                       stats=model.non_trainable_weights)
+
     def grads_of(batch):
         with tf.GradientTape() as tape:
             loss = loss_fn(batch[1], model(batch[0], training=True))
@@ -49,6 +55,7 @@ def test_the_trial_step_matches_a_naive_computation_and_puts_everything_back():
     before = [v.numpy().copy() for v in model.weights]
     masks = [[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6]
     got = trial.drops(masks)
+    assert len(passes) == 1 + len(masks)  # L(w) once, then one pass per mask
     for v, w in zip(model.weights, before):  # weights and moving statistics, bit for bit
         np.testing.assert_array_equal(v.numpy(), w)
     assert trial.drops(masks) is None  # the batches were released
