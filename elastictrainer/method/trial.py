@@ -21,16 +21,16 @@ mask (a group of tensors) returns (predicted, realized) on that batch, summed ov
     predicted = s (-g . dw0) over the mask's tensors (first order)
     realized  = L(w) - L(w + s dw0 on the mask's tensors)
 
-Summed, because one batch's shares are noise where the steps overshoot: on EfficientNet-Lite0
-on textures the checked estimate ranked tensors by the truth at +0.19 to +0.74 from each of 8
-probe batches alone, and at +0.64 from their sums (docs/performance.md, "Importance against
-the truth").  One forward pass per mask and batch, plus one per batch for L(w) (the backward
-pass is the probe's); the weights and the statistics the forward passes move (BatchNorm's moving averages)
-are put back.  The batches and gradients are held until drops() releases them: a
-re-selection's probes' worth, no more.  On the same batch, not a held-out one: measured on
-held-out batches the shares were noise at a probe's batch size (their signs flipped from one
-pair of batches to the next); on the same batch, across the nested domain shift, they were the
-same from one probe batch to eight (docs/performance.md, "Importance against the truth").
+Summed, because one batch's shares are noise where the steps overshoot: on EfficientNet-Lite0 on
+textures the checked estimate ranked tensors by the truth at +0.19 to +0.74 from each of 8 probe
+batches alone, and at +0.64 from their sums (docs/performance.md, "Importance against the
+truth").  One forward pass per mask and batch, plus one per batch for L(w) (the backward pass is
+the probe's); the weights and the statistics the forward passes move (BatchNorm's moving
+averages) are put back.  The batches and gradients are held until drops() releases them: a
+re-selection's probes' worth, no more.  On the same batch, not a held-out one: measured on held-out
+batches the shares were noise at a probe's batch size (their signs flipped from one pair of
+batches to the next); on the same batch, across the nested domain shift, they were the same from
+one probe batch to eight (docs/performance.md, "Importance against the truth").
 """
 import tensorflow as tf
 

@@ -1,8 +1,8 @@
 """--trial_check (method/trial.py, elastic/realized.py): the trial step, summed over the probes'
 batches, against a naive computation (weights and statistics put back bit for bit); on the
-command line, one check per re-selection; refused under a strategy by both trainers.  And a model whose lowest tensor must
-move, in model.fit: rho auto, checked or not, trains it and ends far above the hand-frozen
-upper layers."""
+command line, one check per re-selection; refused under a strategy by both trainers.  And a model
+whose lowest tensor must move, in model.fit: rho auto, checked or not, trains it and ends far
+above the hand-frozen upper layers."""
 import numpy as np
 import pytest
 import tensorflow as tf
