@@ -23,7 +23,14 @@ the budget follows the run: large while much is to gain deep in the model, small
 alone carries the loss drop.  The share keeps that part whatever each tensor costs; the rate
 weighs each tensor's importance against its cost and needs no share.  Each auto selection
 says why it is what it is (Choice): the share of the loss drop it keeps, its predicted ratio,
-and the best selection of another deepest tensor.  Plain Python.
+and the best selection of another deepest tensor.
+
+An auto run whose selection did not lower the training loss over its interval (trend.py)
+widens: from then on each selection keeps at least the share that one kept plus WIDEN of what
+it left out (a floor, Budget.widened; the runtime keeps it in its checkpointed state).  The
+estimate chose that selection and it failed, so the estimate is trusted less for the rest of
+the run, and selections move towards full training rather than to another guess of the same
+size.  A numeric rho is the user's budget and does not widen.  Plain Python.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -38,6 +45,11 @@ AUTO = "auto"
 # 64 px over five seeds, smallcnn at 32 px, a pretrained Keras 3 CNN in model.fit); 0.5 was
 # faster at 64 px but ended 2.9 points under at 32 px (docs/performance.md)
 DEFAULT_SHARE = 0.7
+# Under auto, a selection whose training loss did not fall (elastic/trend.py) widens every later
+# one: each keeps at least this part of the estimated loss drop it left out, on top of what it
+# kept (Budget.widened).  Half: two failures leave a quarter out, and the run approaches full
+# training, which lowers the loss wherever any selection can, at most a few intervals later.
+WIDEN = 0.5
 SHARE, RATE, GAIN = "share", "rate", "gain"
 # --rho_objective's choices, in its help's words
 OBJECTIVES = {
@@ -107,24 +119,40 @@ class Budget:
             return f"{AUTO} (the most estimated loss drop beyond full training's rate)"
         return f"{AUTO} ({self.share:.0%} of the estimated loss drop)"
 
-    def solve(self, model, importance, resolution):
+    def solve(self, model, importance, resolution, floor=0.0):
         """(mask, the ratio it is solved for): eq. 3 under rho, or the auto objective's
-        selection, whose predicted ratio is then the target."""
+        selection, whose predicted ratio is then the target.  floor: under auto, the share of
+        the estimated loss drop a selection keeps at least (widened, below)."""
         if not self.auto:
             return model.select(importance, self.rho, resolution=resolution,
                                 tolerance=self.tolerance), self.rho
-        mask = self._select(model, np.asarray(importance, float), resolution)
+        mask = self._select(model, np.asarray(importance, float), resolution, floor=floor)
         return mask, model.predicted_ratio(mask)
 
-    def _select(self, model, importance, resolution, not_deepest=None):
+    def _select(self, model, importance, resolution, not_deepest=None, floor=0.0):
         if self.objective == RATE:
-            return model.select_rate(importance, not_deepest=not_deepest)
-        if self.objective == GAIN:
-            return model.select_gain(importance, not_deepest=not_deepest)
-        return model.select_share(importance, self.share, resolution=resolution,
-                                  not_deepest=not_deepest)
+            mask = model.select_rate(importance, not_deepest=not_deepest)
+        elif self.objective == GAIN:
+            mask = model.select_gain(importance, not_deepest=not_deepest)
+        else:
+            mask = model.select_share(importance, self.share, resolution=resolution,
+                                      not_deepest=not_deepest)
+        if floor > 0 and mask is not None and kept_share(importance, mask) < floor:
+            return model.select_share(importance, floor, resolution=resolution,
+                                      not_deepest=not_deepest)
+        return mask
 
-    def explain(self, model, importance, mask, resolution):
+    def widened(self, importance, mask, floor):
+        """The floor on the share of the estimated loss drop (`importance`, re-probed) that
+        auto selections keep once selection `mask` did not lower the training loss: at least
+        WIDEN of what it left out is added, so that repeated failures approach full training;
+        `floor` (the floor so far) when that is no wider, or under a numeric rho."""
+        if not self.auto:
+            return floor
+        kept = kept_share(importance, mask)
+        return floor if kept is None else max(floor, 1.0 - (1.0 - kept) * (1.0 - WIDEN))
+
+    def explain(self, model, importance, mask, resolution, floor=0.0):
         """Why an auto selection `mask` is what it is (Choice): its share of the positive
         importance, its predicted ratio, and the objective's best selection whose deepest
         tensor is another (of positive importance): for the share the cheapest keeping it,
@@ -135,14 +163,15 @@ class Budget:
         total = float(importance[importance > 0].sum())
         if not self.auto or total <= 0 or not mask.any():
             return None
-        other = self._select(model, importance, resolution, model.deepest(mask))
+        other = self._select(model, importance, resolution, model.deepest(mask), floor=floor)
 
         def described(m):
             return Selected(tensors=int(m.sum()), deepest=model.deepest(m),
                             importance_share=float(importance[m].sum()) / total,
                             predicted_ratio=float(model.predicted_ratio(m)))
         return Choice(self.objective, self.share, described(mask),
-                      None if other is None or not other.any() else described(other))
+                      None if other is None or not other.any() else described(other),
+                      floor=floor)
 
     def fallback(self, cheapest, importance, previous, n, log):
         """What trains when the solution is empty: the previous selection when no tensor has
@@ -160,6 +189,15 @@ class Budget:
             f"no tensor worth training fits rho {self.text} under this time model; training "
             f"the output-most (cheapest) tensor only")
         return mask
+
+
+def kept_share(importance, mask):
+    """The share of the positive importance (the estimated loss drop) that `mask` keeps; None
+    when no tensor has positive importance."""
+    importance = np.asarray(importance, float)
+    positive = np.clip(importance, 0.0, None)
+    total = float(positive.sum())
+    return None if total <= 0 else float(positive[np.asarray(mask, bool)].sum()) / total
 
 
 @dataclass(frozen=True)
@@ -192,6 +230,7 @@ class Choice:
     share: float
     chosen: Selected
     runner_up: Optional[Selected]
+    floor: float = 0.0  # the share kept at least since a selection's loss did not fall
 
     def record_fields(self):
         """The selection record's fields on it (summary.json's selections)."""
@@ -213,6 +252,7 @@ class Choice:
         rate = "" if c.rate is None else f", {c.rate:.2f} of it per full step's time"
         head = (f"rho auto ({self.objective}"
                 + (f" {self.share:.0%}" if self.objective == SHARE else "")
+                + (f", widened to at least {self.floor:.0%}" if self.floor > 0 else "")
                 + f"): {c.tensors} of {num_tensors} tensors, deepest {c.deepest}, keep "
                   f"{c.importance_share:.0%} of the estimated loss drop at "
                   f"{c.predicted_ratio:.3f} of a full step{rate}")

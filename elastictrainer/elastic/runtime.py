@@ -23,7 +23,7 @@ and corrects each selection.  Every second is booked by accounting.py (the run's
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
 its Economy component (economy.py, --economy), except that a selection whose training loss
 did not fall over its interval, or whose share of the estimated loss drop faded (trend.py), is
-replaced whatever the budget says.  Its state is
+replaced whatever the budget says (under rho auto, by a wider one: budget.py).  Its state is
 one typed object (ElasticState) that a checkpoint keeps, and its clock is injected, so tests
 script step times.
 
@@ -314,10 +314,12 @@ class ElasticRuntime:
         s = self._s
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
+        stalled, words = self._trend()
+        if stalled:
+            self._widen(global_step, stalled)
         mask, measured_before = self._loop.solve(s)
         reason = "interval"
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
-        stalled, words = self._trend()
         first = s.selection is None or s.records[-1]["reason"] == HEAD_WARMUP
         if first or len(s.selection) == self.n:
             if not self._economy.pays_off(mask, global_step, self._progress()):
@@ -342,6 +344,16 @@ class ElasticRuntime:
         self._loop.open(s, global_step, mask, measured_before, reason, importance_ms,
                         known_ratio=known)
         accounting.book_overhead(s, "solving", self.clock() - t0)
+
+    def _widen(self, global_step, stalled):
+        """Raise the floor of later auto selections' share (budget.py), said in one line."""
+        s = self._s
+        floor = self.budget.widened(s.importance, s.mask, s.min_share)
+        if floor > s.min_share:
+            s.min_share = floor
+            self.log(f"elastic: step {global_step}: {stalled}: rho auto widens towards full "
+                     f"training: from here on each selection keeps at least {floor:.0%} of "
+                     f"the estimated loss drop")
 
     def _progress(self):
         return accounting.progress(self._s)

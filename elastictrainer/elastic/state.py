@@ -78,6 +78,9 @@ class ElasticState:
     probe_terms: Optional[List[float]] = None
     probes_run: int = 0                 # probe steps so far
     importance: Optional[List[float]] = None
+    # rho auto: the share of the estimated loss drop selections keep at least, since one
+    # whose loss did not fall (budget.py, widened)
+    min_share: float = 0.0
     selection: Optional[List[int]] = None
     mask: Optional[List[bool]] = None
     records: List[dict] = dataclasses.field(default_factory=list)

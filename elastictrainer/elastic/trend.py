@@ -5,7 +5,8 @@ The paper re-selects every interval whatever happens; the economy (economy.py) m
 selection to hold re-selection overhead within its budget.  Keeping one is right only while it
 trains: a selection whose loss does not fall (importance measured on a randomly initialised
 head, say, picks tensors that do not lower it) costs the run every step it is kept, so the
-runtime (runtime.py) replaces it at the next interval whatever the budget says.
+runtime (runtime.py) replaces it at the next interval whatever the budget says (under rho
+auto by a wider one: budget.py).
 
 The rule, and why: the mean loss of the last third of the selection's steps must lie at least
 FALL_MARGIN (relative) below the mean of the first third.  Single batch losses vary by far

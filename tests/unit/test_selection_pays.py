@@ -179,3 +179,36 @@ def test_a_selection_whose_estimated_loss_drop_faded_is_replaced_past_the_budget
     assert trend.faded((0, 1), (2,), [1.0, 0.0, 1.0]) is None  # half of the new one's: kept
     assert trend.faded((0,), (2,), [0.9, 0.0, 2.0]) is not None
     assert trend.faded((0,), (1,), [-1.0, -1.0, 0.0]) is None  # nothing estimated to gain
+
+
+def test_under_rho_auto_a_selection_whose_loss_stays_flat_widens_the_later_ones():
+    """rho auto, share 0.7, a flat loss: each re-selection keeps at least the failed one's
+    share plus half of what it left out of the estimated loss drop, so the selections grow
+    until every tensor trains, each step said in one line and the floor kept in the state; a
+    falling loss widens nothing, and neither does a numeric rho (the user's budget)."""
+    model = TimeModel(table())
+    importance = np.asarray(IMPORTANCE)
+    runs = {}
+    for rho, loss in (("auto", flat), ("auto", falling), (0.6, flat)):
+        device = Device(model)
+        said = []
+        rt = make(model, device, rho=rho, total=800, steps_per_epoch=100, interval=1,
+                  share=0.7, log=said.append)
+        drive(rt, device, 800, IMPORTANCE, loss=loss)
+        runs[rho, loss] = rt, said
+    rt, said = runs["auto", flat]
+    picks = [np.asarray(r.mask, bool) for r in rt.records if r.reason.startswith("interval")]
+    shares = [importance[m].sum() / importance.sum() for m in picks]
+    assert shares[0] < 0.85 and all(picks[-1])
+    for before, after in zip(shares, shares[1:]):
+        assert after > before and after >= 1 - (1 - before) / 2 - 1e-9
+    widened = [line for line in said if "rho auto widens towards full training" in line]
+    floor = 1 - (1 - shares[0]) / 2
+    assert len(widened) >= 2 and widened[0].startswith("elastic: step 101: training loss")
+    assert f"keeps at least {floor:.0%} of the estimated loss drop" in widened[0]
+    assert any(f"(share 70%, widened to at least {floor:.0%})" in line for line in said)
+    assert rt.state()["min_share"] > floor
+    for key in (("auto", falling), (0.6, flat)):
+        other, other_said = runs[key]
+        assert other.state()["min_share"] == 0
+        assert not any("widens" in line for line in other_said)
