@@ -26,11 +26,14 @@ says why it is what it is (Choice): the share of the loss drop it keeps, its pre
 and the best selection of another deepest tensor.
 
 An auto run whose selection did not lower the training loss over its interval (trend.py)
-widens: from then on each selection keeps at least the share that one kept plus WIDEN of what
-it left out (a floor, Budget.widened; the runtime keeps it in its checkpointed state).  The
-estimate chose that selection and it failed, so the estimate is trusted less for the rest of
-the run, and selections move towards full training rather than to another guess of the same
-size.  A numeric rho is the user's budget and does not widen.  Plain Python.
+widens: from then on a selection that the objective would make cheaper than that one's
+predicted step ratio plus WIDEN of what it saved is replaced by eq. 3's under that ratio (a
+floor, Budget.widened; the runtime keeps it in its checkpointed state).  The estimate chose the
+selection that failed, so the run moves towards full training rather than to another guess of
+the same size; a step budget, not a share of the estimate, since an estimate dominated by the
+failed tensors would widen a share by next to nothing.  When the widened ratio buys no tensor
+beyond the failed selection's, every tensor trains from then on (full training's step).  A
+numeric rho is the user's budget and does not widen.  Plain Python.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -46,9 +49,9 @@ AUTO = "auto"
 # faster at 64 px but ended 2.9 points under at 32 px (docs/performance.md)
 DEFAULT_SHARE = 0.7
 # Under auto, a selection whose training loss did not fall (elastic/trend.py) widens every later
-# one: each keeps at least this part of the estimated loss drop it left out, on top of what it
-# kept (Budget.widened).  Half: two failures leave a quarter out, and the run approaches full
-# training, which lowers the loss wherever any selection can, at most a few intervals later.
+# one: each may spend this part of the step time it saved, on top of its own (Budget.widened).
+# Half: after two failures a quarter is saved, and the run approaches full training, which
+# lowers the loss wherever any selection can, at most a few intervals later.
 WIDEN = 0.5
 SHARE, RATE, GAIN = "share", "rate", "gain"
 # --rho_objective's choices, in its help's words
@@ -121,8 +124,8 @@ class Budget:
 
     def solve(self, model, importance, resolution, floor=0.0):
         """(mask, the ratio it is solved for): eq. 3 under rho, or the auto objective's
-        selection, whose predicted ratio is then the target.  floor: under auto, the share of
-        the estimated loss drop a selection keeps at least (widened, below)."""
+        selection, whose predicted ratio is then the target.  floor: under auto, the step
+        ratio a cheaper selection is widened to (widened, below)."""
         if not self.auto:
             return model.select(importance, self.rho, resolution=resolution,
                                 tolerance=self.tolerance), self.rho
@@ -137,20 +140,22 @@ class Budget:
         else:
             mask = model.select_share(importance, self.share, resolution=resolution,
                                       not_deepest=not_deepest)
-        if floor > 0 and mask is not None and kept_share(importance, mask) < floor:
-            return model.select_share(importance, floor, resolution=resolution,
-                                      not_deepest=not_deepest)
+        if floor >= 1:
+            return np.ones(len(importance), bool)
+        if floor > 0 and mask is not None and model.predicted_ratio(mask) < floor:
+            # eq. 3 under the floor: the most estimated loss drop that step time buys
+            return model.select(importance, floor, resolution=resolution)
         return mask
 
-    def widened(self, importance, mask, floor):
-        """The floor on the share of the estimated loss drop (`importance`, re-probed) that
-        auto selections keep once selection `mask` did not lower the training loss: at least
-        WIDEN of what it left out is added, so that repeated failures approach full training;
-        `floor` (the floor so far) when that is no wider, or under a numeric rho."""
+    def widened(self, model, mask, floor):
+        """The step ratio auto selections are widened to once selection `mask` did not lower
+        the training loss: its predicted ratio plus WIDEN of what it saved of a full step, so
+        that repeated failures approach full training; `floor` (the floor so far) when that is
+        no wider, or under a numeric rho.  A floor of 1 trains every tensor."""
         if not self.auto:
             return floor
-        kept = kept_share(importance, mask)
-        return floor if kept is None else max(floor, 1.0 - (1.0 - kept) * (1.0 - WIDEN))
+        ratio = max(floor, float(model.predicted_ratio(np.asarray(mask, bool))))
+        return ratio + WIDEN * (1.0 - ratio)
 
     def explain(self, model, importance, mask, resolution, floor=0.0):
         """Why an auto selection `mask` is what it is (Choice): its share of the positive
@@ -163,7 +168,7 @@ class Budget:
         total = float(importance[importance > 0].sum())
         if not self.auto or total <= 0 or not mask.any():
             return None
-        other = self._select(model, importance, resolution, model.deepest(mask), floor=floor)
+        other = self._select(model, importance, resolution, model.deepest(mask))
 
         def described(m):
             return Selected(tensors=int(m.sum()), deepest=model.deepest(m),
@@ -189,15 +194,6 @@ class Budget:
             f"no tensor worth training fits rho {self.text} under this time model; training "
             f"the output-most (cheapest) tensor only")
         return mask
-
-
-def kept_share(importance, mask):
-    """The share of the positive importance (the estimated loss drop) that `mask` keeps; None
-    when no tensor has positive importance."""
-    importance = np.asarray(importance, float)
-    positive = np.clip(importance, 0.0, None)
-    total = float(positive.sum())
-    return None if total <= 0 else float(positive[np.asarray(mask, bool)].sum()) / total
 
 
 @dataclass(frozen=True)
@@ -230,7 +226,7 @@ class Choice:
     share: float
     chosen: Selected
     runner_up: Optional[Selected]
-    floor: float = 0.0  # the share kept at least since a selection's loss did not fall
+    floor: float = 0.0  # the step ratio cheaper selections are widened to (Budget.widened)
 
     def record_fields(self):
         """The selection record's fields on it (summary.json's selections)."""
@@ -252,7 +248,7 @@ class Choice:
         rate = "" if c.rate is None else f", {c.rate:.2f} of it per full step's time"
         head = (f"rho auto ({self.objective}"
                 + (f" {self.share:.0%}" if self.objective == SHARE else "")
-                + (f", widened to at least {self.floor:.0%}" if self.floor > 0 else "")
+                + (f", widened to {self.floor:.3f} of a full step" if self.floor > 0 else "")
                 + f"): {c.tensors} of {num_tensors} tensors, deepest {c.deepest}, keep "
                   f"{c.importance_share:.0%} of the estimated loss drop at "
                   f"{c.predicted_ratio:.3f} of a full step{rate}")

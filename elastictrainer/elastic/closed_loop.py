@@ -54,7 +54,7 @@ class ClosedLoop:
         this run or None)."""
         model = self.ctl.model
         importance = np.asarray(s.importance, float)
-        mask, target = self.budget.solve(model, importance, self.resolution, s.min_share)
+        mask, target = self.budget.solve(model, importance, self.resolution, s.min_ratio)
         if self.budget.auto:  # the closed loop holds the ratio this selection amounts to
             self.ctl.rho = target
         measured = {tuple(k): v for k, v in s.measured}
@@ -75,7 +75,7 @@ class ClosedLoop:
         importance = None if s.importance is None else np.asarray(s.importance, float)
         choice = (None if importance is None else  # rho auto: why this selection (budget.py)
                   self.budget.explain(model, importance, mask, self.resolution,
-                                      s.min_share))
+                                      s.min_ratio))
         record = SelectionRecord(
             step=int(global_step), epoch=global_step / self.steps_per_epoch, reason=reason,
             mask=[int(b) for b in mask], predicted_ratio=ratio,

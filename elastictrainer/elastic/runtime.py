@@ -315,8 +315,11 @@ class ElasticRuntime:
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
         stalled, words = self._trend()
-        if stalled:
-            self._widen(global_step, stalled)
+        if stalled and self.budget.auto:  # towards full training (budget.py)
+            s.min_ratio = self.budget.widened(self.ctl.model, s.mask, s.min_ratio)
+            self.log(f"elastic: step {global_step}: {stalled}: rho auto widens towards full "
+                     f"training: from here on a cheaper selection is replaced by eq. 3's "
+                     f"under {s.min_ratio:.3f} of a full step")
         mask, measured_before = self._loop.solve(s)
         reason = "interval"
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
@@ -324,6 +327,11 @@ class ElasticRuntime:
         if first or len(s.selection) == self.n:
             if not self._economy.pays_off(mask, global_step, self._progress()):
                 mask, reason = np.ones(self.n, bool), SHORT_RUN
+        elif selection == tuple(s.selection) and stalled and self.budget.auto:
+            s.min_ratio = 1.0  # the widened ratio buys nothing more: full training's step
+            mask, reason = np.ones(self.n, bool), "interval (widened: every tensor)"
+            self.log(f"elastic: step {global_step}: the widened step buys no other tensor: "
+                     f"every tensor trains from here on")
         elif selection == tuple(s.selection):
             if stalled:
                 self._economy.same_again(global_step, stalled)
@@ -344,16 +352,6 @@ class ElasticRuntime:
         self._loop.open(s, global_step, mask, measured_before, reason, importance_ms,
                         known_ratio=known)
         accounting.book_overhead(s, "solving", self.clock() - t0)
-
-    def _widen(self, global_step, stalled):
-        """Raise the floor of later auto selections' share (budget.py), said in one line."""
-        s = self._s
-        floor = self.budget.widened(s.importance, s.mask, s.min_share)
-        if floor > s.min_share:
-            s.min_share = floor
-            self.log(f"elastic: step {global_step}: {stalled}: rho auto widens towards full "
-                     f"training: from here on each selection keeps at least {floor:.0%} of "
-                     f"the estimated loss drop")
 
     def _progress(self):
         return accounting.progress(self._s)

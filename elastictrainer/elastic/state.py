@@ -78,9 +78,9 @@ class ElasticState:
     probe_terms: Optional[List[float]] = None
     probes_run: int = 0                 # probe steps so far
     importance: Optional[List[float]] = None
-    # rho auto: the share of the estimated loss drop selections keep at least, since one
-    # whose loss did not fall (budget.py, widened)
-    min_share: float = 0.0
+    # rho auto: the step ratio cheaper selections are widened to, since one whose loss did not
+    # fall (budget.py, widened)
+    min_ratio: float = 0.0
     selection: Optional[List[int]] = None
     mask: Optional[List[bool]] = None
     records: List[dict] = dataclasses.field(default_factory=list)

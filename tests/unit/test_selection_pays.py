@@ -182,12 +182,12 @@ def test_a_selection_whose_estimated_loss_drop_faded_is_replaced_past_the_budget
 
 
 def test_under_rho_auto_a_selection_whose_loss_stays_flat_widens_the_later_ones():
-    """rho auto, share 0.7, a flat loss: each re-selection keeps at least the failed one's
-    share plus half of what it left out of the estimated loss drop, so the selections grow
-    until every tensor trains, each step said in one line and the floor kept in the state; a
+    """rho auto, share 0.7, a flat loss: each re-selection may cost the failed selection's
+    predicted step ratio (or the floor so far) plus half of what it saved, and takes eq. 3's
+    selection under that ratio when the share's is cheaper; once that buys no other tensor,
+    every tensor trains.  Each step is said in one line and the floor kept in the state; a
     falling loss widens nothing, and neither does a numeric rho (the user's budget)."""
     model = TimeModel(table())
-    importance = np.asarray(IMPORTANCE)
     runs = {}
     for rho, loss in (("auto", flat), ("auto", falling), (0.6, flat)):
         device = Device(model)
@@ -198,17 +198,24 @@ def test_under_rho_auto_a_selection_whose_loss_stays_flat_widens_the_later_ones(
         runs[rho, loss] = rt, said
     rt, said = runs["auto", flat]
     picks = [np.asarray(r.mask, bool) for r in rt.records if r.reason.startswith("interval")]
-    shares = [importance[m].sum() / importance.sum() for m in picks]
-    assert shares[0] < 0.85 and all(picks[-1])
-    for before, after in zip(shares, shares[1:]):
-        assert after > before and after >= 1 - (1 - before) / 2 - 1e-9
+    ratios = [model.predicted_ratio(m) for m in picks]
+    assert not all(picks[0]) and all(picks[-1])
+    floor = 0.0
+    for before, after, last, pick in zip(ratios, ratios[1:], picks, picks[1:]):
+        floor = max(floor, before) + (1 - max(floor, before)) / 2  # the naive rule
+        solved = model.select(IMPORTANCE, floor)
+        if all(pick):  # eq. 3 under the floor buys nothing more: every tensor from here on
+            assert list(solved) == list(last)
+            break
+        assert before < after <= floor + 1e-9 and list(pick) == list(solved)
+    assert "interval (widened: every tensor)" in [r.reason for r in rt.records]
     widened = [line for line in said if "rho auto widens towards full training" in line]
-    floor = 1 - (1 - shares[0]) / 2
+    first = ratios[0] + (1 - ratios[0]) / 2
     assert len(widened) >= 2 and widened[0].startswith("elastic: step 101: training loss")
-    assert f"keeps at least {floor:.0%} of the estimated loss drop" in widened[0]
-    assert any(f"(share 70%, widened to at least {floor:.0%})" in line for line in said)
-    assert rt.state()["min_share"] > floor
+    assert widened[0].endswith(f"replaced by eq. 3's under {first:.3f} of a full step")
+    assert any(f"(share 70%, widened to {first:.3f} of a full step)" in line for line in said)
+    assert rt.state()["min_ratio"] > first
     for key in (("auto", falling), (0.6, flat)):
         other, other_said = runs[key]
-        assert other.state()["min_share"] == 0
+        assert other.state()["min_ratio"] == 0
         assert not any("widens" in line for line in other_said)
