@@ -25,8 +25,8 @@ weighs each tensor's importance against its cost and needs no share.  Each auto 
 says why it is what it is (Choice): the share of the loss drop it keeps, its predicted ratio,
 and the best selection of another deepest tensor.
 
-An auto run whose selection did not lower the training loss over its interval (trend.py)
-widens: from then on a selection that the objective would make cheaper than that one's
+An auto run whose selection did not lower the training loss over its interval while that loss
+is still high (trend.failing) widens: from then on a selection that the objective would make cheaper than that one's
 predicted step ratio plus WIDEN of what it saved is replaced by eq. 3's under that ratio (a
 floor, Budget.widened; the runtime keeps it in its checkpointed state).  The estimate chose the
 selection that failed, so the run moves towards full training rather than to another guess of

@@ -229,6 +229,8 @@ class ElasticRuntime:
         if s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP:
             return None, None
         stalled, words = trend.verdict(s.losses)
+        if s.start_loss is None and trend.judge(s.losses) is not None:
+            s.start_loss = trend.judge(s.losses)[0]
         return (words if stalled else None), words
 
     def begin_reselection(self, global_step, probes=None):
@@ -315,7 +317,8 @@ class ElasticRuntime:
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
         stalled, words = self._trend()
-        if stalled and self.budget.auto:  # towards full training (budget.py)
+        widen = stalled and self.budget.auto and trend.failing(s.losses, s.start_loss)
+        if widen:  # towards full training (budget.py)
             s.min_ratio = self.budget.widened(self.ctl.model, s.mask, s.min_ratio)
             self.log(f"elastic: step {global_step}: {stalled}: rho auto widens towards full "
                      f"training: from here on a cheaper selection is replaced by eq. 3's "
@@ -327,7 +330,7 @@ class ElasticRuntime:
         if first or len(s.selection) == self.n:
             if not self._economy.pays_off(mask, global_step, self._progress()):
                 mask, reason = np.ones(self.n, bool), SHORT_RUN
-        elif selection == tuple(s.selection) and stalled and self.budget.auto:
+        elif selection == tuple(s.selection) and widen:
             s.min_ratio = 1.0  # the widened ratio buys nothing more: full training's step
             mask, reason = np.ones(self.n, bool), "interval (widened: every tensor)"
             self.log(f"elastic: step {global_step}: the widened step buys no other tensor: "

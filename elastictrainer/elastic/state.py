@@ -81,6 +81,7 @@ class ElasticState:
     # rho auto: the step ratio cheaper selections are widened to, since one whose loss did not
     # fall (budget.py, widened)
     min_ratio: float = 0.0
+    start_loss: Optional[float] = None  # where the first judged selection's loss began (trend)
     selection: Optional[List[int]] = None
     mask: Optional[List[bool]] = None
     records: List[dict] = dataclasses.field(default_factory=list)

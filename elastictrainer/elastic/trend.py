@@ -6,7 +6,7 @@ selection to hold re-selection overhead within its budget.  Keeping one is right
 trains: a selection whose loss does not fall (importance measured on a randomly initialised
 head, say, picks tensors that do not lower it) costs the run every step it is kept, so the
 runtime (runtime.py) replaces it at the next interval whatever the budget says (under rho
-auto by a wider one: budget.py).
+auto by a wider one while its loss is still high, failing: budget.py).
 
 The rule, and why: the mean loss of the last third of the selection's steps must lie at least
 FALL_MARGIN (relative) below the mean of the first third.  Single batch losses vary by far
@@ -36,6 +36,12 @@ MIN_STEPS = 12
 # The kept selection's share of the estimated loss drop, against the probes' choice's, under
 # which it is replaced past the budget (faded)
 FADED = 0.5
+# A selection whose loss did not fall is failing (under rho auto the run widens, budget.py)
+# only while its loss is above this share of where the run's first judged selection began;
+# under it the run is converging: on the nested domain shift (docs/performance.md) auto's
+# selections stalled at training losses of 0.03-0.07, their test accuracy still climbing,
+# where widening would only slow the run's second half
+CONVERGED = 0.5
 # Buckets an interval's losses take at most (bounded checkpoints whatever the interval's length).
 BUCKETS = 48
 
@@ -81,6 +87,14 @@ def verdict(buckets):
     if first - last > FALL_MARGIN * abs(first):
         return False, words
     return True, f"{words}, not {FALL_MARGIN:.0%} lower"
+
+
+def failing(buckets, start):
+    """Whether a selection whose loss did not fall (verdict) is failing rather than done: its
+    last third's mean loss still above CONVERGED of `start`, the mean loss the run's first
+    judged selection began at (None: not known yet, so not failing)."""
+    judged = judge(buckets)
+    return judged is not None and start is not None and judged[1] > CONVERGED * start
 
 
 def faded(kept, chosen, importance):

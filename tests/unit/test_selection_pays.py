@@ -181,15 +181,20 @@ def test_a_selection_whose_estimated_loss_drop_faded_is_replaced_past_the_budget
     assert trend.faded((0,), (1,), [-1.0, -1.0, 0.0]) is None  # nothing estimated to gain
 
 
+def converged(g, selection):
+    return 2.0 * np.exp(-g / 30) + 0.05 + 0.005 * np.sin(g)  # down to 0.05 in the first interval
+
+
 def test_under_rho_auto_a_selection_whose_loss_stays_flat_widens_the_later_ones():
     """rho auto, share 0.7, a flat loss: each re-selection may cost the failed selection's
     predicted step ratio (or the floor so far) plus half of what it saved, and takes eq. 3's
     selection under that ratio when the share's is cheaper; once that buys no other tensor,
     every tensor trains.  Each step is said in one line and the floor kept in the state; a
-    falling loss widens nothing, and neither does a numeric rho (the user's budget)."""
+    falling loss widens nothing, nor one that stalls once it is under half of where the first
+    selection began (converging, not failing), nor a numeric rho (the user's budget)."""
     model = TimeModel(table())
     runs = {}
-    for rho, loss in (("auto", flat), ("auto", falling), (0.6, flat)):
+    for rho, loss in (("auto", flat), ("auto", falling), (0.6, flat), ("auto", converged)):
         device = Device(model)
         said = []
         rt = make(model, device, rho=rho, total=800, steps_per_epoch=100, interval=1,
@@ -215,7 +220,9 @@ def test_under_rho_auto_a_selection_whose_loss_stays_flat_widens_the_later_ones(
     assert widened[0].endswith(f"replaced by eq. 3's under {first:.3f} of a full step")
     assert any(f"(share 70%, widened to {first:.3f} of a full step)" in line for line in said)
     assert rt.state()["min_ratio"] > first
-    for key in (("auto", falling), (0.6, flat)):
+    converging, converging_said = runs["auto", converged]
+    assert any("not 2% lower" in line for line in converging_said)  # it stalled, but low
+    for key in (("auto", falling), (0.6, flat), ("auto", converged)):
         other, other_said = runs[key]
         assert other.state()["min_ratio"] == 0
         assert not any("widens" in line for line in other_said)
