@@ -25,15 +25,15 @@ weighs each tensor's importance against its cost and needs no share.  Each auto 
 says why it is what it is (Choice): the share of the loss drop it keeps, its predicted ratio,
 and the best selection of another deepest tensor.
 
-An auto run whose selection did not lower the training loss over its interval while that loss
-is still high (trend.failing) widens: from then on a selection that the objective would make cheaper than that one's
-predicted step ratio plus WIDEN of what it saved is replaced by eq. 3's under that ratio (a
-floor, Budget.widened; the runtime keeps it in its checkpointed state).  The estimate chose the
-selection that failed, so the run moves towards full training rather than to another guess of
-the same size; a step budget, not a share of the estimate, since an estimate dominated by the
-failed tensors would widen a share by next to nothing.  When the widened ratio buys no tensor
-beyond the failed selection's, every tensor trains from then on (full training's step).  A
-numeric rho is the user's budget and does not widen.  Plain Python.
+An auto run whose selection did not lower the training loss over its interval while that loss is
+still high (trend.failing) widens: from then on a selection that the objective would make
+cheaper than that one's predicted step ratio plus WIDEN of what it saved is replaced by eq. 3's
+under that ratio (a floor, Budget.widened; the runtime keeps it in its checkpointed state).  The
+estimate chose the selection that failed, so the run moves towards full training rather than to
+another guess of the same size; a step budget, not a share of the estimate, since an estimate
+dominated by the failed tensors would widen a share by next to nothing.  When the widened ratio
+buys no tensor beyond the failed selection's, every tensor trains from then on (full training's
+step).  A numeric rho is the user's budget and does not widen.  Plain Python.
 """
 from dataclasses import dataclass
 from typing import Optional
