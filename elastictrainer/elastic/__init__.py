@@ -30,5 +30,5 @@ from elastictrainer.elastic.rho_control import RhoController, prefer_measured  #
 from elastictrainer.elastic.accounting import wall_ratio  # noqa: F401
 from elastictrainer.elastic.runtime import ElasticRuntime  # noqa: F401
 from elastictrainer.elastic.state import (  # noqa: F401
-    HEAD_WARMUP, OVERHEAD_PARTS, SHORT_RUN, STATE_VERSION, Correction, ElasticState, EndResult, Plan,
-    SelectionRecord)
+    HEAD_WARMUP, OVERHEAD_PARTS, SHORT_RUN, STATE_VERSION, Correction, ElasticState, EndResult,
+    Plan, SelectionRecord)

@@ -132,7 +132,18 @@ class Budget:
         mask = self._select(model, np.asarray(importance, float), resolution, floor=floor)
         return mask, model.predicted_ratio(mask)
 
+    def auto_start(self, model, resolution):
+        """rho auto's ratio before its first selection, when no importance is known yet: the
+        cheapest selection keeping the share with every tensor alike in importance.  Not the
+        forward floor, the most a selection could save: the first selections of the
+        time-to-accuracy benchmark's auto runs (share 0.7) came out at 0.42-0.81 of a full
+        step, against floors of 0.00-0.06; priced at its floor, a short run would select, then
+        save too little to pay for its probes and compiles."""
+        return self.solve(model, np.ones(len(model.t_dw)), resolution)[1]
+
     def _select(self, model, importance, resolution, not_deepest=None, floor=0.0):
+        if floor >= 1:  # full training's step: no objective to solve
+            return np.ones(len(importance), bool)
         if self.objective == RATE:
             mask = model.select_rate(importance, not_deepest=not_deepest)
         elif self.objective == GAIN:
@@ -140,8 +151,6 @@ class Budget:
         else:
             mask = model.select_share(importance, self.share, resolution=resolution,
                                       not_deepest=not_deepest)
-        if floor >= 1:
-            return np.ones(len(importance), bool)
         if floor > 0 and mask is not None and model.predicted_ratio(mask) < floor:
             # eq. 3 under the floor: the most estimated loss drop that step time buys
             return model.select(importance, floor, resolution=resolution)
@@ -150,10 +159,9 @@ class Budget:
     def widened(self, model, mask, floor):
         """The step ratio auto selections are widened to once selection `mask` did not lower
         the training loss: its predicted ratio plus WIDEN of what it saved of a full step, so
-        that repeated failures approach full training; `floor` (the floor so far) when that is
-        no wider, or under a numeric rho.  A floor of 1 trains every tensor."""
-        if not self.auto:
-            return floor
+        that repeated failures approach full training, or from `floor` (the floor so far) when
+        that is wider.  A floor of 1 trains every tensor.  Auto only: a numeric rho is the
+        user's budget."""
         ratio = max(floor, float(model.predicted_ratio(np.asarray(mask, bool))))
         return ratio + WIDEN * (1.0 - ratio)
 

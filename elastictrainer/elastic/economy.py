@@ -92,7 +92,7 @@ class Economy:
     the RhoController with the time model, the table's base model, rho and feedback; the run's
     total and per-epoch steps, its probe batches and compile); every: steps between
     re-selections; is_compiled(selection): whether a selection's step exists already; auto:
-    --rho auto (the controller's rho is then the runtime's auto_start until the first
+    --rho auto (the controller's rho is then Budget.auto_start until the first
     selection, and each selection's own ratio after it); off_words: how the run's user turns
     the economy off, in its lines ("economy=False" in model.fit); log(message)."""
 

@@ -37,9 +37,11 @@ import numpy as np
 from elastictrainer.method.time_model import TOLERANCE, selection_sums
 
 MAX_CORRECTIONS = 3    # per re-selection
-MEASURE_STEPS = 10     # a selection's steps timed (after its first, which may compile) before it is judged
+# a selection's steps timed (after its first, which may compile) before it is judged
+MEASURE_STEPS = 10
 FULL_STEPS = 5         # full steps timed per round (medians of 5 and 3 swung by 0.3 here)
-CONFIRM_ROUNDS = 2     # a miss is corrected once the pooled measurement of this many rounds holds it
+# a miss is corrected once the pooled measurement of this many rounds holds it
+CONFIRM_ROUNDS = 2
 # Once a selection is judged, it is measured again (a new window: rounds as above) after this many
 # of its steps: 1% of its steps are then full steps.  Without it a drift after the first
 # measurement went unseen: in the smallcnn setting with seed 4 a selection judged at 0.48
@@ -79,9 +81,9 @@ class RhoController:
         budget unspent on purpose, time_model.limited_by; "forward floor": nothing is that
         fast; "share", "rate": rho auto's objectives, whose target is its own ratio), below its
         own `predicted` ratio: the model overestimates it, and a corrected one might afford
-        more.  Never when
-        every tensor left out scores <= 0 ("importance": done, however fast).  Once this re-selection has been over rho (`was_over`), under
-        needs BACK_UP times the tolerance:
+        more.  Never when every tensor left out scores <= 0 ("importance": done, however
+        fast).  Once this re-selection has been over rho (`was_over`), under needs BACK_UP
+        times the tolerance:
         going back up on marginal, noisy measurements swung between over and under, and under
         is the side that keeps the promise; but one overshooting correction had left the
         smallcnn setting training 1 tensor of 20 for 4 epochs (the corrected model put

@@ -82,10 +82,11 @@ class ElasticRuntime:
         self.budget = Budget(rho, share, objective, tolerance)
         self.resolution = int(dp_resolution)
         # rho auto: the target is each selection's own; until the first, what the share would
-        # amount to with every tensor alike in importance (auto_start), which the economy
+        # amount to with every tensor alike in importance (Budget.auto_start), which the economy
         # prices the start at
-        self.ctl = RhoController(
-            model, self.auto_start(model) if self.budget.auto else self.budget.rho, feedback)
+        start = (self.budget.auto_start(model, self.resolution) if self.budget.auto
+                 else self.budget.rho)
+        self.ctl = RhoController(model, start, feedback)
         self.steps_per_epoch = int(steps_per_epoch)
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
@@ -118,15 +119,6 @@ class ElasticRuntime:
         self._s.profiling_s = self._profiling_s
 
     # ------------------------------------------------------------------ the start
-    def auto_start(self, model):
-        """rho auto's ratio before its first selection, when no importance is known yet: the
-        cheapest selection keeping the share with every tensor alike in importance.  Not the
-        forward floor, the most a selection could save: the first selections of the
-        time-to-accuracy benchmark's auto runs (share 0.7) came out at 0.42-0.81 of a full
-        step, against floors of 0.00-0.06; priced at its floor, a short run would select, then
-        save too little to pay for its probes and compiles."""
-        return self.budget.solve(model, np.ones(len(model.t_dw)), self.resolution)[1]
-
     def plan(self):
         """The forward floor, how many tensors rho affords, and a warning near the floor; a
         fresh run too short to pay for a selection's compile trains every tensor (economy)."""
@@ -202,7 +194,7 @@ class ElasticRuntime:
             self._warm_up(global_step)
         if s.settled or s.probing or s.warmup_left or global_step < s.next_reselect:
             return False
-        stalled, _ = self._trend()
+        stalled, _, _ = self._trend()
         if not self._economy.probes_affordable(global_step, self._progress(), stalled):
             s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
             s.losses = []  # the next interval is judged on its own steps
@@ -222,16 +214,18 @@ class ElasticRuntime:
                  f"importance is not measured through an untrained head")
 
     def _trend(self):
-        """(stalled words or None, trend words or None) of the current selection's loss over
-        its interval: judged for a partial selection only (every tensor has nothing to gain
-        from another)."""
+        """(stalled words or None, trend words or None, failing) of the current selection's
+        loss over its interval: judged for a partial selection only (every tensor has nothing
+        to gain from another); failing: stalled with the loss still high (trend.failing)."""
         s = self._s
         if s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP:
-            return None, None
-        stalled, words = trend.verdict(s.losses)
-        if s.start_loss is None and trend.judge(s.losses) is not None:
-            s.start_loss = trend.judge(s.losses)[0]
-        return (words if stalled else None), words
+            return None, None, False
+        judged = trend.judge(s.losses)
+        stalled, words = trend.verdict(judged)
+        if s.start_loss is None and judged is not None:
+            s.start_loss = judged[0]
+        return ((words if stalled else None), words,
+                stalled and trend.failing(judged, s.start_loss))
 
     def begin_reselection(self, global_step, probes=None):
         """Open a re-selection at `global_step`: `probes` probe steps follow (in-step
@@ -316,8 +310,8 @@ class ElasticRuntime:
         s = self._s
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
-        stalled, words = self._trend()
-        widen = stalled and self.budget.auto and trend.failing(s.losses, s.start_loss)
+        stalled, words, failing = self._trend()
+        widen = failing and self.budget.auto
         if widen:  # towards full training (budget.py)
             s.min_ratio = self.budget.widened(self.ctl.model, s.mask, s.min_ratio)
             self.log(f"elastic: step {global_step}: {stalled}: rho auto widens towards full "

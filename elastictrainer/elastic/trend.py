@@ -76,10 +76,10 @@ def judge(buckets):
     return mean(buckets[:third]), mean(buckets[-third:]), steps
 
 
-def verdict(buckets):
+def verdict(judged):
     """(stalled, words): whether the loss did not fall (module doc's rule), and the trend in
-    words; (False, None) when the selection has too few steps to judge."""
-    judged = judge(buckets)
+    words, from `judged` (judge's answer); (False, None) when the selection has too few steps
+    to judge (None)."""
     if judged is None:
         return False, None
     first, last, steps = judged
@@ -89,11 +89,10 @@ def verdict(buckets):
     return True, f"{words}, not {FALL_MARGIN:.0%} lower"
 
 
-def failing(buckets, start):
-    """Whether a selection whose loss did not fall (verdict) is failing rather than done: its
-    last third's mean loss still above CONVERGED of `start`, the mean loss the run's first
-    judged selection began at (None: not known yet, so not failing)."""
-    judged = judge(buckets)
+def failing(judged, start):
+    """Whether a selection whose loss did not fall (verdict, on the same `judged`) is failing
+    rather than done: its last third's mean loss still above CONVERGED of `start`, the mean
+    loss the run's first judged selection began at (None: not known yet, so not failing)."""
     return judged is not None and start is not None and judged[1] > CONVERGED * start
 
 

@@ -150,11 +150,11 @@ def test_the_rule_compares_the_thirds_of_a_selections_steps():
             first, last = losses[:third].mean(), losses[-third:].mean()
             expected = not first - last > trend.FALL_MARGIN * first
             assert trend.judge(buckets)[:2] == pytest.approx((first, last), rel=1e-12)
-            assert trend.verdict(buckets)[0] == expected
+            assert trend.verdict(trend.judge(buckets))[0] == expected
             verdicts.add(expected)
     assert verdicts == {True, False}
-    assert trend.verdict([[2.3, 1]] * (trend.MIN_STEPS - 1)) == (False, None)
-    assert trend.verdict([[2.3, 1]] * trend.MIN_STEPS)[0]
+    assert trend.verdict(trend.judge([[2.3, 1]] * (trend.MIN_STEPS - 1))) == (False, None)
+    assert trend.verdict(trend.judge([[2.3, 1]] * trend.MIN_STEPS))[0]
 
 
 def _moving(k):
