@@ -39,29 +39,8 @@ import numpy as np
 from elastictrainer.elastic import realized
 from elastictrainer.flavors import batchnorm
 from elastictrainer.flavors.shared import inference_calls
-
-
-def spearman(a, b):
-    """Spearman rank correlation (average ranks for ties; 0 when either side is constant)."""
-    def ranks(x):
-        x = np.asarray(x, float)
-        order = np.argsort(x, kind="mergesort")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x))
-        for v in np.unique(x):  # average ties
-            idx = x == v
-            r[idx] = r[idx].mean()
-        return r
-    ra, rb = ranks(a), ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    den = np.sqrt(np.sum(ra * ra) * np.sum(rb * rb))
-    return float(np.sum(ra * rb) / den) if den > 0 else 0.0
-
-
-def depth_bins(n, bins):
-    """`bins` contiguous index ranges over n tensors, input side first."""
-    edges = np.linspace(0, n, bins + 1).round().astype(int)
-    return [range(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+from elastictrainer.experiments.importance_report import (  # noqa: F401  (its tables)
+    ceiling, depth_bins, markdown, spearman, split_half, summarize)
 
 
 class Truth:
@@ -152,14 +131,14 @@ class Truth:
             u.assign(np.zeros(u.shape, u.dtype.as_numpy_dtype))
 
     def held_loss(self, held):
-        """Mean loss over the held-out batches, in training mode but with the random layers
-        (dropout) in inference mode, so that two states are compared on one network;
+        """The loss of each held-out batch (an array), in training mode but with the random
+        layers (dropout) in inference mode, so that two states are compared on one network;
         statistics restored."""
         snap = self.snapshot()
-        total = float(np.mean([float(self._loss_at(x, y)) for x, y in held]))
+        losses = np.array([float(self._loss_at(x, y)) for x, y in held])
         for v, w in zip(self.model.weights, snap):
             v.assign(w)
-        return total
+        return losses
 
     def train(self, tensors, batches):
         """SGD steps on `batches` of the tensors `tensors` alone (momentum kept)."""
@@ -219,18 +198,19 @@ class Truth:
                 "cross": cross, "checked": checked}
 
     def drops(self, batches, held, tensors_list=None):
-        """dropN of each tensor (or each group in `tensors_list`): held-out loss drop after SGD
-        on `batches` of it alone, from the current state, which is restored after each."""
+        """(dropN, held-out loss, dropN by held-out batch): dropN of each tensor (or each
+        group in `tensors_list`), the held-out loss drop after SGD on `batches` of it alone,
+        from the current state, which is restored after each."""
         snap = self.snapshot()
         base = self.held_loss(held)
         groups = tensors_list or [(k,) for k in range(self.n)]
-        out = np.zeros(len(groups))
+        by_batch = np.zeros((len(groups), len(base)))
         for i, group in enumerate(groups):
             self.restore(snap)
             self.train(set(group), batches)
-            out[i] = base - self.held_loss(held)
+            by_batch[i] = base - self.held_loss(held)
         self.restore(snap)
-        return out, base
+        return by_batch.mean(axis=1), float(base.mean()), by_batch
 
 
 # ---------------------------------------------------------------------- configurations
@@ -304,10 +284,11 @@ def _measure(name, seed, steps, probes, bins, model, train, held, lr, per_epoch)
     truth.train(head, [next(train) for _ in range(max(1, round(0.1 * 2 * per_epoch)))])
     truth.restore(truth.snapshot())  # the warm-up's momentum is not the probes' state
     estimates = truth.estimates([next(train) for _ in range(probes)], seed=seed)
-    drop, base = truth.drops([next(train) for _ in range(steps)], held)
+    drop, base, by_batch = truth.drops([next(train) for _ in range(steps)], held)
     names = [getattr(v, "path", None) or v.name for v in truth.variables]
     result = {"config": name, "seed": seed, "steps": steps, "probes": probes, "lr": lr,
               "held_out_loss": base, "tensor_names": names, "dropN": drop.tolist(),
+              "split_half": split_half(by_batch),
               "estimates": {k: v.tolist() for k, v in estimates.items()},
               "seconds": time.perf_counter() - t0}
     result["summary"] = summarize(drop, estimates, steps, probes, bins)
@@ -317,78 +298,3 @@ def _measure(name, seed, steps, probes, bins, model, train, held, lr, per_epoch)
 def _is_head(model, variable):
     head = model.layers[-1]
     return any(variable is w for w in head.trainable_weights)
-
-
-def summarize(drop, estimates, steps, probes, bins=8, shares=(0.5, 0.7, 0.9)):
-    """Per estimator: Spearman's rank correlation with dropN; by depth bin, the realized drop
-    against the drop the estimate predicts for `steps` steps (its per-batch value times steps);
-    and the realized drop of the selection a share of its positive estimate picks (the highest
-    first, dropN summed over the picked tensors)."""
-    drop = np.asarray(drop, float)
-    out = {}
-    for name, v in estimates.items():
-        v = np.asarray(v, float)
-        pos = np.clip(v, 0, None)
-        order = np.argsort(-pos, kind="stable")
-        picks = {}
-        for share in shares:
-            if pos.sum() <= 0:
-                picks[f"{share:g}"] = None
-                continue
-            cum = np.cumsum(pos[order]) / pos.sum()
-            pick = order[:int(np.searchsorted(cum, share)) + 1]
-            picks[f"{share:g}"] = {"tensors": int(len(pick)), "deepest": int(pick.min()),
-                                   "realized_drop": float(drop[pick].sum())}
-        depth = []
-        for r in depth_bins(len(drop), bins):
-            idx = list(r)
-            predicted = float(v[idx].sum()) * steps / probes
-            realized = float(drop[idx].sum())
-            depth.append({"tensors": [idx[0], idx[-1]], "predicted": predicted,
-                          "realized": realized,
-                          "ratio": realized / predicted if predicted else None})
-        out[name] = {"spearman": spearman(v, drop), "positive": int((v > 0).sum()),
-                     "by_depth": depth, "selection": picks}
-    return out
-
-
-def markdown(data):
-    """The measurement's tables: per configuration (mean over its seeds), each estimator's
-    rank correlation with the truth, the realized drop of the selection keeping 70% of its
-    estimate, and the realized over predicted drop by depth."""
-    lines = [f"Machine: {data['machine']}; {data['date']}; `{data['command']}`.", ""]
-    by_config = {}
-    for run in data["runs"]:
-        by_config.setdefault(run["config"], []).append(run)
-    for name, runs in by_config.items():
-        names = list(runs[0]["summary"])
-        steps = runs[0]["steps"]
-        lines += [f"**{name}** ({len(runs)} seed(s); dropN: held-out loss drop of {steps} SGD "
-                  f"steps of each of {len(runs[0]['dropN'])} tensors alone; held-out loss "
-                  f"{np.mean([r['held_out_loss'] for r in runs]):.3f}):", "",
-                  "| estimator | rank correlation with dropN | positive | the 70% selection: "
-                  "tensors, deepest | its realized drop |", "|---|---|---|---|---|"]
-        for est in names:
-            s = [r["summary"][est] for r in runs]
-            sel = [x["selection"]["0.7"] for x in s if x["selection"]["0.7"]]
-            pick = (f"{np.mean([x['tensors'] for x in sel]):.0f}, "
-                    f"{np.mean([x['deepest'] for x in sel]):.0f}") if sel else "none"
-            real = f"{np.mean([x['realized_drop'] for x in sel]):+.3f}" if sel else "-"
-            lines.append(f"| {est} | {np.mean([x['spearman'] for x in s]):+.2f} | "
-                         f"{np.mean([x['positive'] for x in s]):.0f} | {pick} | {real} |")
-        bins = runs[0]["summary"][names[0]]["by_depth"]
-        lines += ["", "Realized over predicted drop by depth (tensors, input side first; sums "
-                  "over the bin's tensors, mean over seeds):", "",
-                  "| tensors | realized | " + " | ".join(names) + " |",
-                  "|---|---|" + "---|" * len(names)]
-        for i, b in enumerate(bins):
-            realized = np.mean([r["summary"][names[0]]["by_depth"][i]["realized"] for r in runs])
-            cells = []
-            for est in names:
-                predicted = np.mean([r["summary"][est]["by_depth"][i]["predicted"]
-                                     for r in runs])
-                cells.append(f"{realized / predicted:+.3f}" if predicted else "-")
-            lines.append(f"| {b['tensors'][0]}-{b['tensors'][1]} | {realized:+.3f} | "
-                         + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)

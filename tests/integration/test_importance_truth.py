@@ -57,8 +57,8 @@ def test_the_held_out_loss_sees_one_network_under_dropout():
     truth = it.Truth(model, LOSS, lr=0.1)
     held = _batches(2)
     plain = float(np.mean([float(LOSS(y, model(x, training=False))) for x, y in held]))
-    assert truth.held_loss(held) == pytest.approx(plain, rel=1e-6)
-    assert truth.held_loss(held) == truth.held_loss(held)
+    assert truth.held_loss(held).mean() == pytest.approx(plain, rel=1e-6)
+    np.testing.assert_array_equal(truth.held_loss(held), truth.held_loss(held))
 
 
 def test_estimators_match_a_naive_reference():
@@ -112,11 +112,15 @@ def test_drops_are_held_out_loss_drops_and_restore_the_state():
     truth = it.Truth(model, LOSS, lr=0.1)
     batches, held = _batches(4, seed=2), _batches(2, seed=5)
     before = [v.numpy() for v in model.weights]
-    drops, base = truth.drops(batches, held)
+    base_losses = truth.held_loss(held)
+    drops, base, by_batch = truth.drops(batches, held)
     for v, w in zip(model.weights, before):
         np.testing.assert_array_equal(v.numpy(), w)
     truth.train({1}, batches)
-    np.testing.assert_allclose(drops[1], base - truth.held_loss(held), rtol=1e-5, atol=1e-7)
+    after = truth.held_loss(held)
+    assert by_batch.shape == (len(model.trainable_weights), 2)
+    np.testing.assert_allclose(by_batch[1], base_losses - after, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(drops[1], base - after.mean(), rtol=1e-5, atol=1e-7)
 
 
 def test_summary_picks_by_share_and_bins_by_depth():
