@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from elastictrainer.config import ArgumentParser, comma_list
-from elastictrainer.experiments.importance_truth import spearman
+from elastictrainer.experiments.importance_report import markdown, spearman
 
 
 def summarize(runs):
@@ -129,7 +129,7 @@ def main_configs(args):
                            "runs": runs}, f, indent=1)
     with open(path) as f:
         data = json.load(f)
-    text = it.markdown(data)
+    text = markdown(data)
     from elastictrainer.experiments import perfdoc
 
     perfdoc.write_benchmark(out, data, text)  # the .md, and its block of docs/performance.md

@@ -6,6 +6,7 @@ that drop says.
 What it owns: the measurement (Truth), on any Keras model of either flavour, with plain
 TensorFlow steps: SGD with momentum, as the fine-tunes that use it (one compiled step for every
 tensor, the others' gradients masked to zero, so that measuring 158 tensors compiles once).
+Its arithmetic and tables are importance_report.py's.
 
 The estimators, each per tensor k, from `probe` training batches at the measured state
 (g = the gradient, dw = -lr g the step a fresh SGD optimizer takes, s = 1 / (1 - momentum) the
@@ -39,8 +40,7 @@ import numpy as np
 from elastictrainer.elastic import realized
 from elastictrainer.flavors import batchnorm
 from elastictrainer.flavors.shared import inference_calls
-from elastictrainer.experiments.importance_report import (  # noqa: F401  (its tables)
-    ceiling, depth_bins, markdown, spearman, split_half, summarize)
+from elastictrainer.experiments.importance_report import split_half, summarize
 
 
 class Truth:

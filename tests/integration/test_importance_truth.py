@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from elastictrainer.experiments import importance_report as report
 from elastictrainer.experiments import importance_truth as it
 
 
@@ -126,10 +127,10 @@ def test_drops_are_held_out_loss_drops_and_restore_the_state():
 def test_summary_picks_by_share_and_bins_by_depth():
     drop = np.array([-0.5, 0.1, 0.2, 0.3])
     estimate = np.array([6.0, 2.0, 1.0, 1.0])  # 60% in tensor 0
-    s = it.summarize(drop, {"taylor": estimate}, steps=10, probes=2, bins=2)["taylor"]
+    s = report.summarize(drop, {"taylor": estimate}, steps=10, probes=2, bins=2)["taylor"]
     assert s["selection"]["0.5"] == {"tensors": 1, "deepest": 0, "realized_drop": -0.5}
     assert s["selection"]["0.7"]["tensors"] == 2
     assert s["selection"]["0.7"]["realized_drop"] == pytest.approx(-0.4)
     assert s["by_depth"][0]["predicted"] == pytest.approx(8.0 * 10 / 2)
     assert s["by_depth"][1]["realized"] == pytest.approx(0.5)
-    assert s["spearman"] == pytest.approx(it.spearman(estimate, drop))
+    assert s["spearman"] == pytest.approx(report.spearman(estimate, drop))

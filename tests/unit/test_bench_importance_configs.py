@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import load_script
+from elastictrainer.experiments import importance_report as report
 from elastictrainer.experiments import importance_truth as it
 
 
@@ -21,7 +22,7 @@ def _record(name, seed, steps=10, probes=2):
     return {"config": name, "seed": seed, "steps": steps, "probes": probes,
             "held_out_loss": 1.0, "dropN": drop.tolist(),
             "estimates": {k: v.tolist() for k, v in est.items()},
-            "summary": it.summarize(drop, est, steps, probes, bins=2)}
+            "summary": report.summarize(drop, est, steps, probes, bins=2)}
 
 
 def test_finished_configurations_are_read_back_and_tabled(tmp_path, monkeypatch, capsys):
@@ -58,10 +59,10 @@ def test_an_unknown_configuration_is_one_line_and_exit_2(capsys):
 def test_the_truths_split_half_agreement_and_its_ceiling_are_tabled():
     # dropN on the first and second held-out half: ranks 0 1 2 3 against 0 2 1 3
     by_batch = np.array([[0.1, 0.1], [0.2, 0.3], [0.3, 0.2], [0.4, 0.4]])
-    assert it.split_half(by_batch) == pytest.approx(0.8)
-    assert it.split_half(by_batch[:, :1]) is None
-    assert it.ceiling(0.8) == pytest.approx(np.sqrt(1.6 / 1.8)) and it.ceiling(-0.2) == 0.0
-    record = dict(_record("efficientnet_textures", 0), split_half=it.split_half(by_batch))
-    table = it.markdown({"machine": "m", "date": "d", "command": "c", "runs": [record]})
+    assert report.split_half(by_batch) == pytest.approx(0.8)
+    assert report.split_half(by_batch[:, :1]) is None
+    assert report.ceiling(0.8) == pytest.approx(np.sqrt(1.6 / 1.8)) and report.ceiling(-0.2) == 0.0
+    record = dict(_record("efficientnet_textures", 0), split_half=report.split_half(by_batch))
+    table = report.markdown({"machine": "m", "date": "d", "command": "c", "runs": [record]})
     assert ("ranks the tensors alike at +0.80, so an exact estimate would be measured at "
             "about +0.94") in table
