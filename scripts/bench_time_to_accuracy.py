@@ -92,8 +92,8 @@ from elastictrainer.experiments import perfdoc, recorded, time_to_accuracy as tt
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
     FIT_CONFIGS, fit_runs, fit_settings, fit_variants, slug)
 from elastictrainer.experiments.protocols import (
-    IMAGENET_DATASET, IMAGENET_MODEL, IMAGENET_OBJECTS, IMAGENET_OFFLINE, OBJECTS_DATASET, OFFLINE,
-    OFFLINE_DATASET, OFFLINE_MODEL)
+    IMAGENET_DATASET, IMAGENET_LAST_STAGE, IMAGENET_OBJECTS, IMAGENET_OFFLINE, OBJECTS_DATASET,
+    OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, config_fields)
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import register_fixed_from
 
@@ -117,10 +117,7 @@ class Setup:
 
 def _imagenet_setup(protocol, dataset):
     """The ImageNet backbone under `protocol` on `dataset`, with BN+Bias and PruneTrain."""
-    return Setup(dict(model_name=IMAGENET_MODEL, weights=protocol.weights, dataset_name=dataset,
-                      input_size=protocol.input_size, batch_size=protocol.batch_size,
-                      optimizer=protocol.optimizer, learning_rate=protocol.learning_rate,
-                      **protocol.extra), 99,
+    return Setup(config_fields(protocol, dataset), IMAGENET_LAST_STAGE,
                  epochs=protocol.num_epochs, baselines=("bn_plus_bias_training", "prunetrain"))
 
 
@@ -142,8 +139,7 @@ CONFIGS = {
                                     learning_rate=OFFLINE.learning_rate), 134,
                                epochs=OFFLINE.num_epochs, baselines=("bn_plus_bias_training",)),
     # The paper's regime on a real ImageNet backbone (protocols.IMAGENET_OFFLINE) on its
-    # calibrated texture target; its last stage by hand is blocks 6-7 and the head (tensors
-    # 99-), a third of the backbone's blocks
+    # calibrated texture target
     "efficientnet_textures": _imagenet_setup(IMAGENET_OFFLINE, IMAGENET_DATASET),
     # The same backbone on the first target tried (protocols.IMAGENET_OBJECTS)
     "efficientnet_imagenet": _imagenet_setup(IMAGENET_OBJECTS, OBJECTS_DATASET),

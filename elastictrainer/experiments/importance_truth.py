@@ -40,6 +40,7 @@ import numpy as np
 from elastictrainer.elastic import realized
 from elastictrainer.flavors import batchnorm
 from elastictrainer.flavors.shared import inference_calls
+from elastictrainer.experiments import protocols
 from elastictrainer.experiments.importance_report import split_half, summarize
 
 
@@ -220,8 +221,7 @@ class Truth:
 CONFIGS = ("domain_shift_nested", "domain_shift_fit", "efficientnet_imagenet",
            "efficientnet_textures")
 # the command line's configurations: their protocol and dataset (experiments/protocols.py)
-_CLI = {"efficientnet_imagenet": ("IMAGENET_OBJECTS", "OBJECTS_DATASET"),
-        "efficientnet_textures": ("IMAGENET_OFFLINE", "IMAGENET_DATASET")}
+_CLI = protocols.IMAGENET_TARGETS
 
 
 def _fit_setup(name, seed, workdir, log):
@@ -244,14 +244,12 @@ def _cli_setup(name, seed, workdir, log):
     every BatchNorm layer runs on moving statistics (--bn_mode inference), as that mode runs each
     layer a selection leaves frozen: a tensor trained alone leaves all the others frozen."""
     from elastictrainer.data.loaders import load_dataset
-    from elastictrainer.experiments import protocols
     from elastictrainer.models.build import build_sized
 
-    protocol, dataset = _CLI[name]
-    p = getattr(protocols, protocol)
+    p, dataset = _CLI[name]
     extra = dict(p.extra)
     bn_mode = extra.pop("bn_mode", batchnorm.MODEL)
-    data = load_dataset(getattr(protocols, dataset), input_size=p.input_size,
+    data = load_dataset(dataset, input_size=p.input_size,
                         batch_size=p.batch_size, seed=seed, **extra)
     model, _, _ = build_sized(protocols.IMAGENET_MODEL, p.input_size, data.num_classes,
                               p.weights, log=log, progress=False)

@@ -73,6 +73,20 @@ IMAGENET_OBJECTS = Protocol(input_size=96, batch_size=8, num_epochs=8, learning_
                             optimizer="sgd", weights="imagenet",
                             extra={"num_train": 2000, "num_test": 4096})
 
+# The ImageNet backbone's configurations, by the names the benchmarks give them, and its last
+# stage by hand: blocks 6-7 and the head (tensors 99-), a third of the backbone's blocks
+IMAGENET_TARGETS = {"efficientnet_textures": (IMAGENET_OFFLINE, IMAGENET_DATASET),
+                    "efficientnet_imagenet": (IMAGENET_OBJECTS, OBJECTS_DATASET)}
+IMAGENET_LAST_STAGE = 99
+
+
+def config_fields(protocol, dataset, model=IMAGENET_MODEL):
+    """The Config fields of `model` under `protocol` on `dataset`, its epochs apart."""
+    return dict(model_name=model, weights=protocol.weights, dataset_name=dataset,
+                input_size=protocol.input_size, batch_size=protocol.batch_size,
+                optimizer=protocol.optimizer, learning_rate=protocol.learning_rate,
+                **protocol.extra)
+
 
 def offline_regime(model):
     """(Protocol, dataset) of a model's runs offline: the ImageNet backbone on its calibrated

@@ -161,7 +161,7 @@ def test_every_flag_has_help_and_no_default_is_printed_twice():
 
     parsers = [cli.train_parser(), cli.profile_parser(), cli.figure_parser(),
                _script_parser("bench_speedup"), _script_parser("bench_dp"),
-               _script_parser("bench_fixed_selection")]
+               _script_parser("bench_fixed_selection"), _script_parser("bench_cache_views")]
     for p in parsers:
         for action in p._actions:
             if action.option_strings and action.dest != "help":
