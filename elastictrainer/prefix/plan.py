@@ -89,8 +89,20 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
         f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk, {cfg.cache_dtype})"
         + (f"; random augmentation ({_named(graph, augmented)}) kept as {passes} view"
-           f"{'s' if passes > 1 else ''} of each image" if augmented else ""))
+           f"{'s' if passes > 1 else ''} of each image" if augmented else "")
+        + (_fewer_views(passes, cfg.num_epochs) if augmented else ""))
     return cache
+
+
+def _fewer_views(views, epochs):
+    """What the log line adds when the cache keeps fewer views than an uncached run would draw:
+    with few training images those views are part of what the run learns from (on
+    EfficientNet-Lite0's objects target two views cost the last stage 6 points against fresh
+    augmentation, four 1: scripts/bench_cache_views.py)."""
+    if views >= epochs:
+        return ""
+    return (f" where an uncached run draws {epochs} (a task that leans on its augmentation: "
+            f"raise --cache_views towards half the epochs, or train uncached)")
 
 
 def views_at(cut, cfg, capacity):

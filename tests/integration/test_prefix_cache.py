@@ -497,6 +497,7 @@ def test_auto_caches_what_pays_and_says_in_one_line_why_not_otherwise(tmp_path):
     summary, said = run("auto")  # the default: a frozen backbone, 3 epochs, 2 views
     assert summary["prefix_cache"]["served_steps"] == 5
     assert len(said) == 1 and "kept as 2 views of each image" in said[0]
+    assert "where an uncached run draws 3 " in said[0] and "--cache_views" in said[0]
     summary, said = run("short", num_epochs=2)
     assert summary["prefix_cache"] is None
     assert said == ["prefix cache off (--cache_frozen_prefix auto): the run's 2 epochs are used "
