@@ -1,7 +1,7 @@
 """The prefix cache's augmented views against fresh augmentation, on the ImageNet backbone.
 
 Usage (from the repo root; figures/bench_cache_views.{json,md} came from `--configs
-efficientnet_imagenet --seeds 0,1,2 --views 0,1,2,4`, about 3.5 minutes a run on 2 cores):
+efficientnet_imagenet,efficientnet_textures --seeds 0,1,2 --views 0,1,2,4`, about 3.5 minutes a run on 2 cores):
     python scripts/bench_cache_views.py [--configs efficientnet_imagenet] [--seeds 0]
         [--views 0,1,2,4] [--logdir logs/bench_cache_views]
         [--out figures/bench_cache_views.json]
