@@ -19,7 +19,6 @@ accuracy, the points it is under the uncached run of its seed, and its training 
 run's.  Finished runs in --logdir are read, not run again.
 """
 import datetime
-import json
 import os
 import statistics
 
@@ -126,18 +125,12 @@ def main(argv=None):
     for name, runs in results.items():
         text += (f"**{name}**, its last stage (tensors {IMAGENET_LAST_STAGE}-) fixed, "
                  f"`--bn_mode {BN_MODE}`, {IMAGENET_TARGETS[name][0].num_epochs} epochs: best "
-                 f"test accuracy "
-                 f"(points under the uncached run of the seed)\n\n"
+                 f"test accuracy (points under the uncached run of the seed)\n\n"
                  f"{table(runs, views, args.seeds)}\n\n")
     print(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"date": when, "machine": machine_info(), "flags": flags,
-                   "views": views, "seeds": args.seeds, "results": results}, f, indent=1)
-    md = os.path.splitext(args.out)[0] + ".md"
-    with open(md, "w") as f:
-        f.write(text)
-    perfdoc.update_for(md)
+    perfdoc.write_benchmark(os.path.splitext(args.out)[0],
+                            {"date": when, "machine": machine_info(), "flags": flags,
+                             "views": views, "seeds": args.seeds, "results": results}, text)
 
 
 if __name__ == "__main__":
