@@ -1,7 +1,8 @@
 """The prefix cache's augmented views against fresh augmentation, on the ImageNet backbone.
 
 Usage (from the repo root; figures/bench_cache_views.{json,md} came from `--configs
-efficientnet_imagenet,efficientnet_textures --seeds 0,1,2 --views 0,1,2,4`, about 3.5 minutes a run on 2 cores):
+efficientnet_imagenet,efficientnet_textures --seeds 0,1,2 --views 0,1,2,4`, about 3.5 minutes
+a run on 2 cores):
     python scripts/bench_cache_views.py [--configs efficientnet_imagenet] [--seeds 0]
         [--views 0,1,2,4] [--logdir logs/bench_cache_views]
         [--out figures/bench_cache_views.json]
@@ -13,8 +14,8 @@ later epoch on one of them drawn at random (docs/design.md).  With few training 
 views a run sees are part of what it learns from.  Each configuration (EfficientNet-Lite0 with
 its ImageNet weights, protocols.IMAGENET_TARGETS, under --bn_mode frozen, which leaves a cut
 above the frozen BatchNorm layers) is run with its last stage and head held fixed (the
-hand-frozen baseline), once per --views entry:
-0 is uncached (fresh augmentation), K caches K views.  The table gives each run's best test
+hand-frozen baseline), once per --views entry: 0 is uncached (fresh augmentation), K caches K
+views.  The table gives each run's best test
 accuracy, the points it is under the uncached run of its seed, and its training time over that
 run's.  Finished runs in --logdir are read, not run again.
 """
@@ -84,6 +85,10 @@ def label(views):
     return "uncached (fresh views)" if views == 0 else f"{views} view{'s' * (views > 1)} cached"
 
 
+def _mean(values, fmt):
+    return fmt.format(statistics.mean(values)) if values else "n/a"
+
+
 def table(runs, views, seeds):
     """Markdown: a row per views setting; a column per seed (best, points under the uncached
     run of that seed), the mean points under and the mean time over the uncached run's."""
@@ -100,9 +105,8 @@ def table(runs, views, seeds):
             under.append(ref["best"] - r["best"])
             ratio.append(r["train_s"] / ref["train_s"])
             cells.append(f"{r['best']:.1f}% ({under[-1]:+.1f})")
-        mean = (lambda xs, fmt: fmt.format(statistics.mean(xs)) if xs else "n/a")
-        lines.append("| " + " | ".join([label(v), *cells, mean(under, "{:+.1f}"),
-                                        mean(ratio, "{:.2f}")]) + " |")
+        lines.append("| " + " | ".join([label(v), *cells, _mean(under, "{:+.1f}"),
+                                        _mean(ratio, "{:.2f}")]) + " |")
     return "\n".join(lines)
 
 

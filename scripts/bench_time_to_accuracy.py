@@ -92,8 +92,7 @@ from elastictrainer.experiments import perfdoc, recorded, time_to_accuracy as tt
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
     FIT_CONFIGS, fit_runs, fit_settings, fit_variants, slug)
 from elastictrainer.experiments.protocols import (
-    IMAGENET_DATASET, IMAGENET_LAST_STAGE, IMAGENET_OBJECTS, IMAGENET_OFFLINE, OBJECTS_DATASET,
-    OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, config_fields)
+    IMAGENET_LAST_STAGE, IMAGENET_TARGETS, OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, config_fields)
 from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import register_fixed_from
 
@@ -138,11 +137,10 @@ CONFIGS = {
                                     batch_size=OFFLINE.batch_size, optimizer=OFFLINE.optimizer,
                                     learning_rate=OFFLINE.learning_rate), 134,
                                epochs=OFFLINE.num_epochs, baselines=("bn_plus_bias_training",)),
-    # The paper's regime on a real ImageNet backbone (protocols.IMAGENET_OFFLINE) on its
-    # calibrated texture target
-    "efficientnet_textures": _imagenet_setup(IMAGENET_OFFLINE, IMAGENET_DATASET),
-    # The same backbone on the first target tried (protocols.IMAGENET_OBJECTS)
-    "efficientnet_imagenet": _imagenet_setup(IMAGENET_OBJECTS, OBJECTS_DATASET),
+    # The paper's regime on a real ImageNet backbone: its calibrated texture target and the
+    # first target tried (protocols.IMAGENET_TARGETS)
+    **{name: _imagenet_setup(protocol, dataset)
+       for name, (protocol, dataset) in IMAGENET_TARGETS.items()},
     # From random weights every layer must learn: does the default cache freeze a prefix that
     # still needs to?  Its elastic runs run uncached too, the yardstick of that question.
     "smallcnn_scratch": Setup(dict(model_name="smallcnn", weights="none",

@@ -220,8 +220,6 @@ class Truth:
 # a real ImageNet backbone, on procedural objects and on the calibrated textures.
 CONFIGS = ("domain_shift_nested", "domain_shift_fit", "efficientnet_imagenet",
            "efficientnet_textures")
-# the command line's configurations: their protocol and dataset (experiments/protocols.py)
-_CLI = protocols.IMAGENET_TARGETS
 
 
 def _fit_setup(name, seed, workdir, log):
@@ -240,13 +238,14 @@ def _fit_setup(name, seed, workdir, log):
 
 
 def _cli_setup(name, seed, workdir, log):
-    """The same for a command-line configuration (_CLI).  Under its protocol's --bn_mode frozen
-    every BatchNorm layer runs on moving statistics (--bn_mode inference), as that mode runs each
-    layer a selection leaves frozen: a tensor trained alone leaves all the others frozen."""
+    """The same for a command-line configuration (protocols.IMAGENET_TARGETS).  Under its
+    protocol's --bn_mode frozen every BatchNorm layer runs on moving statistics (--bn_mode
+    inference), as that mode runs each layer a selection leaves frozen: a tensor trained alone
+    leaves all the others frozen."""
     from elastictrainer.data.loaders import load_dataset
     from elastictrainer.models.build import build_sized
 
-    p, dataset = _CLI[name]
+    p, dataset = protocols.IMAGENET_TARGETS[name]
     extra = dict(p.extra)
     bn_mode = extra.pop("bn_mode", batchnorm.MODEL)
     data = load_dataset(dataset, input_size=p.input_size,
@@ -265,7 +264,7 @@ def measure(name, seed=0, steps=30, probes=8, bins=8, workdir="logs/bench_time_t
     time-to-accuracy benchmark's, under `workdir`): the state an elastic run's first probes see (the
     classifier head trained alone for a tenth of two epochs, the runtime's head warm-up), every
     estimator on `probes` training batches, and dropN with N = `steps` for every tensor."""
-    setup = _cli_setup if name in _CLI else _fit_setup
+    setup = _cli_setup if name in protocols.IMAGENET_TARGETS else _fit_setup
     model, train, held, lr, per_epoch, bn_mode = setup(name, seed, workdir, log)
     with batchnorm.mode(model, bn_mode):  # every function below is traced within it
         return _measure(name, seed, steps, probes, bins, model, train, held, lr, per_epoch)

@@ -89,8 +89,8 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
     log(f"prefix cache: {len(fits)} cut points for {capacity} examples ({memory} in memory "
         f"within {cfg.cache_budget_mb:g} MB, {len(fits) - memory} on disk, {cfg.cache_dtype})"
         + (f"; random augmentation ({_named(graph, augmented)}) kept as {passes} view"
-           f"{'s' if passes > 1 else ''} of each image" if augmented else "")
-        + (_fewer_views(passes, cfg.num_epochs) if augmented else ""))
+           f"{'s' if passes > 1 else ''} of each image{_fewer_views(passes, cfg.num_epochs)}"
+           if augmented else ""))
     return cache
 
 
