@@ -196,6 +196,9 @@ class _Session:
             self.rec.resume(saved["summary"], saved["wall_time"])
             set_random_state(setup.model, saved["random"])
             self.meter.restore(*saved["energy"])
+            # the all-reduced bytes count the whole run's steps, those before the resume too
+            setup.compiled.allreduce_bytes, setup.compiled.steps_run = saved.get(
+                "allreduce", (0, 0))
             if rt is not None:
                 rt.load_state(saved["elastic"])
             if setup.prefix_cache is not None and saved.get("prefix_cache") is not None:
@@ -229,6 +232,8 @@ class _Session:
         state = {"loop": dataclasses.asdict(st), "summary": self.rec.summary.to_dict(),
                  "random": get_random_state(self.setup.model),
                  "energy": [self.meter.joules, self.meter.active_s],
+                 "allreduce": [self.setup.compiled.allreduce_bytes,
+                               self.setup.compiled.steps_run],
                  "elastic": rt.state() if rt is not None else None,
                  "wall_time": time.time(),
                  disk.CONFIG_KEY: dataclasses.asdict(self.cfg)}  # config.json's, if it is lost
