@@ -181,6 +181,10 @@ def build_parser():
     p.add_argument("--gain", action="store_true",
                    help="also run --rho auto with --rho_objective gain (the most estimated loss "
                         "drop beyond full training's rate) in every configuration")
+    p.add_argument("--uncached_too", action="store_true",
+                   help="also run every elastic scheme with --cache_frozen_prefix false, its "
+                        "frozen layers computed on a fresh augmentation of each image every "
+                        "epoch (smallcnn_scratch always does)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="also run each --rhos rho with this --rho_tolerance (the cheapest "
                         "selection within that share of eq. 3's best estimated loss drop)")
@@ -266,7 +270,7 @@ def cli_schemes(name, args):
     if getattr(args, "gain", False):
         runs.append(("ElasticTrainer rho auto, gain", "elastic_training",
                      {"rho": "auto", "rho_objective": "gain"}))
-    if setup.uncached_too:
+    if setup.uncached_too or getattr(args, "uncached_too", False):
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})
                  for label, kind, extra in runs if kind == "elastic_training"]
     return runs
@@ -418,6 +422,7 @@ def markdown(results, args, machine):
              f"{' --rate' if args.rate else ''}{' --gain' if getattr(args, 'gain', False) else ''}"
              f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
+             f"{' --uncached_too' if getattr(args, 'uncached_too', False) else ''}"
              f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]

@@ -317,6 +317,26 @@ def test_the_from_scratch_configuration_runs_each_elastic_run_uncached_too(tmp_p
     assert not any(s.uncached_too for n, s in bench.CONFIGS.items() if n != "smallcnn_scratch")
 
 
+def test_uncached_too_runs_each_elastic_scheme_again_without_the_cache(tmp_path,
+                                                                       monkeypatch):
+    """--uncached_too: on a configuration that caches, each elastic run again with the cache
+    off, labelled so, and the table's command line says it; full training is run once."""
+    bench, seen = _scripted_cli_runs(monkeypatch)
+    args = bench.build_parser().parse_args(["--configs", "smallcnn", "--rhos", "0.5",
+                                            "--shares", "0.7", "--elastic_only", "--uncached_too",
+                                            "--logdir", str(tmp_path)])
+    curves, _ = bench.cli_runs("smallcnn", 0, args, log=lambda m: None)
+    assert [(c.train_type, c.cache_frozen_prefix) for c in seen] == [
+        ("full_training", "auto")] + [("elastic_training", "auto")] * 2 + [
+        ("elastic_training", False)] * 2
+    assert [c.rho for c in seen[1:]] == [0.5, "auto", 0.5, "auto"]
+    assert list(curves)[3:] == ["ElasticTrainer rho 0.5, uncached",
+                                "ElasticTrainer rho auto, share 0.7, uncached"]
+    text = bench.markdown({"date": "2026-12-06", "configs": {}}, args,
+                          {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
+    assert " --elastic_only --uncached_too" in text
+
+
 def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(tmp_path,
                                                                                   monkeypatch):
     """--lr_sweep trains full training at each other rate on the first seed, reads the
