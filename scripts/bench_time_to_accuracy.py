@@ -185,6 +185,10 @@ def build_parser():
                    help="also run every elastic scheme with --cache_frozen_prefix false, its "
                         "frozen layers computed on a fresh augmentation of each image every "
                         "epoch (smallcnn_scratch always does)")
+    p.add_argument("--views_too", type=int, default=None,
+                   help="also run every elastic scheme with the cache keeping this many "
+                        "augmented views of each image (--cache_views N; the default keeps up "
+                        "to 2)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="also run each --rhos rho with this --rho_tolerance (the cheapest "
                         "selection within that share of eq. 3's best estimated loss drop)")
@@ -270,9 +274,15 @@ def cli_schemes(name, args):
     if getattr(args, "gain", False):
         runs.append(("ElasticTrainer rho auto, gain", "elastic_training",
                      {"rho": "auto", "rho_objective": "gain"}))
+    elastic = [run for run in runs if run[1] == "elastic_training"]
     if setup.uncached_too or getattr(args, "uncached_too", False):
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})
-                 for label, kind, extra in runs if kind == "elastic_training"]
+                 for label, kind, extra in elastic]
+    views = getattr(args, "views_too", None)
+    if views:
+        runs += [(f"{label}, {views} views cached", kind,
+                  {**extra, "cache_frozen_prefix": True, "cache_views": views})
+                 for label, kind, extra in elastic]
     return runs
 
 
@@ -423,6 +433,7 @@ def markdown(results, args, machine):
              f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
              f"{' --uncached_too' if getattr(args, 'uncached_too', False) else ''}"
+             f"{f' --views_too {args.views_too}' if getattr(args, 'views_too', None) else ''}"
              f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]

@@ -337,6 +337,25 @@ def test_uncached_too_runs_each_elastic_scheme_again_without_the_cache(tmp_path,
     assert " --elastic_only --uncached_too" in text
 
 
+def test_views_too_runs_each_elastic_scheme_again_cached_with_that_many_views(tmp_path,
+                                                                             monkeypatch):
+    """--views_too N: each elastic run again with the cache on and N views of each image,
+    labelled so, beside the uncached ones; the table's command line says it."""
+    bench, seen = _scripted_cli_runs(monkeypatch)
+    args = bench.build_parser().parse_args(["--configs", "smallcnn", "--rhos", "0.5",
+                                            "--shares", "0.7", "--elastic_only", "--uncached_too",
+                                            "--views_too", "4", "--logdir", str(tmp_path)])
+    curves, _ = bench.cli_runs("smallcnn", 0, args, log=lambda m: None)
+    assert [(c.rho, c.cache_frozen_prefix, c.cache_views) for c in seen[1:]] == [
+        (0.5, "auto", 0), ("auto", "auto", 0), (0.5, False, 0), ("auto", False, 0),
+        (0.5, True, 4), ("auto", True, 4)]
+    assert list(curves)[5:] == ["ElasticTrainer rho 0.5, 4 views cached",
+                                "ElasticTrainer rho auto, share 0.7, 4 views cached"]
+    text = bench.markdown({"date": "2026-12-06", "configs": {}}, args,
+                          {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
+    assert " --uncached_too --views_too 4" in text
+
+
 def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(tmp_path,
                                                                                   monkeypatch):
     """--lr_sweep trains full training at each other rate on the first seed, reads the
