@@ -182,9 +182,10 @@ def build_parser():
                    help="also run --rho auto with --rho_objective gain (the most estimated loss "
                         "drop beyond full training's rate) in every configuration")
     p.add_argument("--uncached_too", action="store_true",
-                   help="also run every elastic scheme with --cache_frozen_prefix false, its "
-                        "frozen layers computed on a fresh augmentation of each image every "
-                        "epoch (smallcnn_scratch always does)")
+                   help="also run every elastic scheme (ElasticCallback in the fit "
+                        "configurations) with --cache_frozen_prefix false, its frozen layers "
+                        "computed on a fresh augmentation of each image every epoch "
+                        "(smallcnn_scratch always does)")
     p.add_argument("--views_too", type=int, default=None,
                    help="also run every elastic scheme with the cache keeping this many "
                         "augmented views of each image (--cache_views N; the default keeps up "

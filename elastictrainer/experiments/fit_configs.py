@@ -55,19 +55,23 @@ def fit_variants(name, args):
              {"rho": "auto", "rho_objective": objective})
             for objective in ("rate", "gain") if getattr(args, objective, False)]
     if setup.elastic is not None:
-        return (variants + [(scheme, None, dict(settings)) for scheme, settings in setup.elastic]
-                + rate)
-    variants += [(f"ElasticCallback rho {rho:g}", None,
-                  {"rho": rho, "bn_mode": args.fit_bn_mode}) for rho in args.rhos]
-    tolerance = getattr(args, "tolerance", None)
-    if tolerance:
-        variants += [(f"ElasticCallback rho {rho:g}, tolerance {tolerance:g}", None,
-                      {"rho": rho, "rho_tolerance": tolerance, "bn_mode": args.fit_bn_mode})
-                     for rho in args.rhos]
-    variants += [(f"ElasticCallback rho auto, share {share:g}", None,
-                  {"rho": "auto", "rho_share": share, "bn_mode": args.fit_bn_mode})
-                 for share in args.shares]
-    return variants + [(s, f, dict(c, bn_mode=args.fit_bn_mode)) for s, f, c in rate]
+        variants += [(scheme, None, dict(settings)) for scheme, settings in setup.elastic] + rate
+    else:
+        variants += [(f"ElasticCallback rho {rho:g}", None,
+                      {"rho": rho, "bn_mode": args.fit_bn_mode}) for rho in args.rhos]
+        tolerance = getattr(args, "tolerance", None)
+        if tolerance:
+            variants += [(f"ElasticCallback rho {rho:g}, tolerance {tolerance:g}", None,
+                          {"rho": rho, "rho_tolerance": tolerance, "bn_mode": args.fit_bn_mode})
+                         for rho in args.rhos]
+        variants += [(f"ElasticCallback rho auto, share {share:g}", None,
+                      {"rho": "auto", "rho_share": share, "bn_mode": args.fit_bn_mode})
+                     for share in args.shares]
+        variants += [(s, f, dict(c, bn_mode=args.fit_bn_mode)) for s, f, c in rate]
+    if getattr(args, "uncached_too", False):  # each ElasticCallback again, the cache off
+        variants += [(f"{s}, uncached", f, dict(c, cache_frozen_prefix=False))
+                     for s, f, c in variants if c is not None]
+    return variants
 
 
 def fit_settings(name, args):

@@ -432,6 +432,14 @@ def test_the_domain_shift_configuration_runs_the_users_schemes_on_its_own_task()
         "ElasticCallback rho auto, share 0.9"]
     assert fit_configs.fit_variants("keras3_fit", args)[2][2] == {"rho": 0.5,
                                                                   "bn_mode": "model"}
+    args.uncached_too = True  # each ElasticCallback again with the cache off, in both kinds
+    assert [v[0] for v in fit_configs.fit_variants("keras3_fit", args)][4:] == [
+        "ElasticCallback rho 0.5, uncached", "ElasticCallback rho auto, share 0.9, uncached"]
+    assert fit_configs.fit_variants("keras3_fit", args)[4][2] == {
+        "rho": 0.5, "bn_mode": "model", "cache_frozen_prefix": False}
+    assert fit_configs.fit_variants("domain_shift_fit", args)[5][2] == {
+        "rho": "auto", "cache_frozen_prefix": False}
+    args.uncached_too = False
     settings = fit_configs.fit_settings("domain_shift_fit", args)
     assert settings["epochs"] == 8 and settings["batch_size"] == 16
     assert settings["domain_shift"]["colour"] and settings["domain_shift"]["noise"] > 0
