@@ -98,11 +98,14 @@ def _fewer_views(views, epochs):
     """What the log line adds when the cache keeps fewer views than an uncached run would draw:
     with few training images those views are part of what the run learns from (on
     EfficientNet-Lite0's objects target two views cost the last stage 6 points against fresh
-    augmentation, four 1: scripts/bench_cache_views.py)."""
+    augmentation, four 1: scripts/bench_cache_views.py; --rho auto ended 3 and 7 points
+    higher uncached on the textures target, and four views that spill to disk run no faster
+    than full training: docs/performance.md)."""
     if views >= epochs:
         return ""
     return (f" where an uncached run draws {epochs} (a task that leans on its augmentation: "
-            f"raise --cache_views towards half the epochs, or train uncached)")
+            f"train uncached, --cache_frozen_prefix false, or raise --cache_views where "
+            f"--cache_budget_mb holds them)")
 
 
 def views_at(cut, cfg, capacity):
