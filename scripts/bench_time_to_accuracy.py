@@ -87,6 +87,7 @@ import time
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
 from elastictrainer import runlog
+from elastictrainer.config.flags import check_positive
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import perfdoc, recorded, time_to_accuracy as tta
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
@@ -501,6 +502,7 @@ def main(argv=None):
     if unknown:  # before any run: a typo in the last name would cost the hours before it
         raise UserError(f"unknown configuration {unknown[0]!r}; valid: "
                         f"{', '.join(CONFIG_NAMES)}")
+    check_positive(args, ["views_too"])  # before any run, as above
     log = print
     machine = machine_info()
     results = {"date": datetime.date.today().isoformat(), "machine": machine,

@@ -113,6 +113,10 @@ def test_an_unknown_configuration_is_refused_before_any_run(tmp_path):
         bench.main(["--configs", "smallcnn,nope", "--logdir", str(tmp_path / "logs"),
                     "--out", str(tmp_path / "tta")])
     assert not (tmp_path / "logs").exists() and not list(tmp_path.iterdir())
+    with pytest.raises(UserError, match="--views_too must be a positive integer, got 0"):
+        bench.main(["--configs", "smallcnn", "--views_too", "0", "--logdir",
+                    str(tmp_path / "logs"), "--out", str(tmp_path / "tta")])
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_model_fit_seed_that_has_run_is_read_back_not_run_again(tmp_path, monkeypatch):
