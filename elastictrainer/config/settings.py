@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 from elastictrainer.config.flags import check_positive, flag, parse_auto_bool
 from elastictrainer.elastic.budget import (AUTO, DEFAULT_OBJECTIVE, DEFAULT_SHARE, OBJECTIVES,
-                                           parse_rho)
+                                           SHARE, parse_rho)
 from elastictrainer.errors import UserError
 from elastictrainer.runlog import rho_text
 from elastictrainer.data import GENERATED_NAMES, SYNTHETIC_EXAMPLES, choices_help as datasets_help
@@ -150,9 +150,11 @@ class Config:
         "whole model. The time model prices selections so, and the solver trades a deeper "
         "selection (which breaks the cache) against a cached one (docs/usage.md). auto: cache "
         "when the model has a usable cut point, its activations fit --cache_budget_mb or the "
-        "disk, and the run is longer than the passes that fill the cache; otherwise train "
-        "uncached and say why in one line. true: cache wherever a cut point is usable. false: "
-        "never (the paper's protocol)", parse=parse_auto_bool, metavar="{auto,true,false}"))
+        "disk, and the run is longer than the passes that fill the cache, but not where random "
+        "augmentation lies below the cut under --rho auto's share objective (which selects "
+        "the same tensors either way, so fresh views are worth more than shorter steps); "
+        "otherwise train uncached and say why in one line. true: cache wherever a cut point "
+        "is usable. false: never (the paper's protocol)", parse=parse_auto_bool, metavar="{auto,true,false}"))
     cache_budget_mb: float = field(default=1024.0, metadata=flag(
         "memory the prefix cache may hold; a cut point whose activations for the whole training "
         "set take more is cached in a file under the run directory when the disk has room, "
@@ -242,6 +244,16 @@ class Config:
         "both be damaged"))
     # Bars are on unless asked otherwise, so the command line's switch is the negative one.
     progress: bool = field(default=True, metadata=flag("no progress bars", off_switch="quiet"))
+
+    @property
+    def cache_replays_views(self):
+        """Whether --cache_frozen_prefix auto may cache at a cut with random augmentation
+        before it, replaying a few stored views of each image.  Not under --rho auto's share
+        objective: it picks the same selection cached or not, so the cache only shortens its
+        steps (by 0.01-0.05 of a full step on EfficientNet-Lite0), while the fresh view an
+        uncached run draws every epoch kept it as accurate or more (docs/performance.md)."""
+        return not (SCHEMES[self.train_type].elastic and self.rho == AUTO
+                    and self.rho_objective == SHARE)
 
     def validate(self):
         check_positive(self, ("input_size", "batch_size", "num_epochs", "probe_batches",

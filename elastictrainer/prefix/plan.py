@@ -5,7 +5,8 @@ views of each image: views_at), hold enough of the forward pass and at least one
 tensor (a frozen prefix to save: a cut below the first weights would only replay the input's
 preprocessing), and fit the memory budget or
 the disk; under --cache_frozen_prefix auto the run must also
-outlast the passes that fill the cache.  When none does, one line says why, and no_cut_note
+outlast the passes that fill the cache, and under --rho auto's share objective the cut must
+have no random augmentation before it (Config.cache_replays_views).  When none does, one line says why, and no_cut_note
 gives it again for a refusal that follows from it."""
 import os
 import time
@@ -54,6 +55,15 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
         return row_bytes(c, cfg.cache_dtype) * views[id(c)] * capacity
 
     fits = [c for c in usable if size(c) <= max(budget, disk)]
+    if fits and not explicit and not cfg.cache_replays_views:
+        fresh = [c for c in fits if not c.augmentation]
+        if not fresh:
+            return _uncached(model, (
+                "--rho auto keeps --rho_share of the estimated loss drop cached or not, so the "
+                "cache would only shorten its steps, and it would replay stored augmented views "
+                "of each image where an uncached run draws a fresh one every epoch"), log,
+                explicit)
+        fits = fresh
     if not fits:
         smallest = min((size(c) for c in usable), default=0) / 2**20
         why = (_why_no_cut(graph, blockers) if not usable else

@@ -510,6 +510,17 @@ def test_auto_caches_what_pays_and_says_in_one_line_why_not_otherwise(tmp_path):
                     "tensor, so no prefix is frozen"]
     summary, said = run("off", cache_frozen_prefix=False, num_epochs=1)
     assert summary["prefix_cache"] is None and said == []
+    # --rho auto's share objective selects the same tensors cached or not: auto keeps the
+    # fresh augmentation, true still caches
+    summary, said = run("rho_auto", train_type="elastic_training", rho="auto")
+    assert summary["prefix_cache"] is None
+    assert said == ["prefix cache off (--cache_frozen_prefix auto): --rho auto keeps --rho_share "
+                    "of the estimated loss drop cached or not, so the cache would only shorten "
+                    "its steps, and it would replay stored augmented views of each image where "
+                    "an uncached run draws a fresh one every epoch"]
+    summary, said = run("rho_auto_true", train_type="elastic_training", rho="auto",
+                        cache_frozen_prefix=True)
+    assert summary["prefix_cache"] is not None and "kept as 2 views" in said[0]
 
 
 def test_auto_leaves_a_distributed_run_uncached_and_says_why():
