@@ -154,7 +154,8 @@ class Config:
         "augmentation lies below the cut under --rho auto's share objective (which selects "
         "the same tensors either way, so fresh views are worth more than shorter steps); "
         "otherwise train uncached and say why in one line. true: cache wherever a cut point "
-        "is usable. false: never (the paper's protocol)", parse=parse_auto_bool, metavar="{auto,true,false}"))
+        "is usable. false: never (the paper's protocol)", parse=parse_auto_bool,
+        metavar="{auto,true,false}"))
     cache_budget_mb: float = field(default=1024.0, metadata=flag(
         "memory the prefix cache may hold; a cut point whose activations for the whole training "
         "set take more is cached in a file under the run directory when the disk has room, "

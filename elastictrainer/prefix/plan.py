@@ -6,8 +6,8 @@ tensor (a frozen prefix to save: a cut below the first weights would only replay
 preprocessing), and fit the memory budget or
 the disk; under --cache_frozen_prefix auto the run must also
 outlast the passes that fill the cache, and under --rho auto's share objective the cut must
-have no random augmentation before it (Config.cache_replays_views).  When none does, one line says why, and no_cut_note
-gives it again for a refusal that follows from it."""
+have no random augmentation before it (Config.cache_replays_views).  When none does, one line
+says why, and no_cut_note gives it again for a refusal that follows from it."""
 import os
 import time
 import weakref
