@@ -265,7 +265,9 @@ def compare_parser(prog="elastictrainer compare"):
                      f"{LAST_EPOCHS} epochs', training time and its ratio to full training's, "
                      "measured step-time ratio); also written as "
                      "LOGDIR/RUN_NAME_compare.md.  Runs are LOGDIR/RUN_NAME_<train_type>: a "
-                     "finished one is not run again.  --train_type is ignored.")
+                     "finished one is read, not run again, when it ran with the same settings "
+                     "(one of other settings is refused; --resume false trains every run "
+                     "over).  --train_type is ignored.")
     p.add_argument("--train_types", type=comma_list(str),
                    default="full_training,elastic_training,traditional_tl_training",
                    help="comma-separated schemes, in order")

@@ -18,16 +18,16 @@ training time, the measured step ratio and where the prefix cache cut.  A refuse
 why in its row.
 
 Writes <out>.json and <out>.md and, into this clone's figures/, its block of
-docs/performance.md.  Finished runs under --logdir are read, not run again.
+docs/performance.md.  Finished runs under --logdir of the same settings are read, not run
+again.
 """
 import dataclasses
 import datetime
 import os
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
-from elastictrainer import runlog
 from elastictrainer.errors import UserError
-from elastictrainer.experiments import perfdoc
+from elastictrainer.experiments import perfdoc, recorded
 from elastictrainer.machine import machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,7 +146,7 @@ def config_runs(name, seed, rhos, args, log, model_for=None):
                     base.logdir, f"table_{mode}_b{base.batch_size}.json"))
             cfg = dataclasses.replace(base, train_type=train_type, bn_mode=mode,
                                       run_name=f"{slug}_seed{seed}", **extra)
-            summary = runlog.finished_summary(os.path.join(cfg.logdir, cfg.run_name))
+            summary = recorded.finished_run(cfg)
             said = []
             if summary is None:
                 log(f"--- {name} seed {seed}: {label}, --bn_mode {mode}")

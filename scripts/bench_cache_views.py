@@ -17,16 +17,15 @@ above the frozen BatchNorm layers) is run with its last stage and head held fixe
 hand-frozen baseline), once per --views entry: 0 is uncached (fresh augmentation), K caches K
 views.  The table gives each run's best test
 accuracy, the points it is under the uncached run of its seed, and its training time over that
-run's.  Finished runs in --logdir are read, not run again.
+run's.  Finished runs in --logdir of the same settings are read, not run again.
 """
 import datetime
 import os
 import statistics
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
-from elastictrainer import runlog
 from elastictrainer.errors import UserError, run_cli
-from elastictrainer.experiments import perfdoc
+from elastictrainer.experiments import perfdoc, recorded
 from elastictrainer.experiments.protocols import (IMAGENET_LAST_STAGE, IMAGENET_TARGETS,
                                                   config_fields)
 from elastictrainer.machine import machine_info, machine_text
@@ -72,7 +71,7 @@ def one_run(name, views, seed, logdir):
     import elastictrainer
 
     cfg = config(name, views, seed, logdir)
-    summary = runlog.finished_summary(os.path.join(cfg.logdir, cfg.run_name))
+    summary = recorded.finished_run(cfg)
     if summary is None:
         print(f"--- {name} seed {seed}: {run_name(views, seed)}", flush=True)
         summary = elastictrainer.run(cfg, log=lambda m: None)

@@ -48,7 +48,7 @@ import os
 import statistics
 import time
 
-from elastictrainer.experiments import perfdoc
+from elastictrainer.experiments import perfdoc, recorded
 from elastictrainer.config import ArgumentParser, comma_list
 from elastictrainer.errors import UserError, run_cli
 from elastictrainer.machine import machine_info, machine_text
@@ -193,6 +193,8 @@ def smallcnn(args):
             before = load()
             try:
                 summary, = compare(cfg, [kind])
+            except recorded.OtherSettings:  # a run of other settings under this name: stop
+                raise
             except Exception as e:  # noqa: BLE001  (rho below the floor: a UserError)
                 print(f"{label} rho {rho}: {e}", flush=True)
                 rows.append({"seed": seed, "run": label, "rho": rho, "cache": cache,

@@ -74,7 +74,8 @@ the timing table is read, as a second run of the same model and batch shape read
 
 Writes <out>.json, <out>.md, an accuracy-against-time figure per configuration
 (<out>_<config>.png) and, into this clone's figures/, its block of docs/performance.md.
-Finished runs under --logdir are read, not run again (a model.fit seed from its curves file),
+Finished runs under --logdir of the same settings are read, not run again (a model.fit seed
+from its curves file; one of other settings stops the grid in one line),
 and so is a seed that <out>.json already holds from this machine with the same grid and
 settings (experiments/recorded.py): a grid continues from its committed figures.  Run nothing
 else on the machine meanwhile.
@@ -239,10 +240,11 @@ def _fields(name, args):
 
 def _read_or_run(cfg, log, what):
     """The finished run's summary under cfg's run directory, else the run's, trained now
-    (said as `what`)."""
+    (said as `what`); a run it refuses raises UserError.  A finished run of other settings
+    raises recorded.OtherSettings, which no caller takes for a refused run."""
     import elastictrainer
 
-    summary = runlog.finished_summary(os.path.join(cfg.logdir, cfg.run_name))
+    summary = recorded.finished_run(cfg)
     if summary is None:
         log(f"--- {what}")
         summary = elastictrainer.run(cfg, log=lambda m: None)
@@ -299,6 +301,8 @@ def cli_runs(name, seed, args, log):
                                   **extra)
         try:
             summary = _read_or_run(cfg, log, f"{name} seed {seed}: {label}")
+        except recorded.OtherSettings:
+            raise
         except UserError as e:  # a rho below the forward floor, say: the row says so
             log(f"    refused: {e}")
             curves[label] = tta.Refused(str(e))

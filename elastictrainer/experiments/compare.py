@@ -1,14 +1,19 @@
 """Several schemes on the same settings, one after the other, and one side-by-side table (such as
 full training, ElasticTrainer and traditional TL fine-tuning the same pretrained model).  Runs
-are named RUN_NAME_<train_type>; a finished one is read, not run again, and an interrupted one
-continues from its checkpoint."""
+are named RUN_NAME_<train_type>; a finished one is read, not run again, when it ran with the same
+settings (one of other settings, such as another --rho, is refused in one line rather than shown
+as this one), and an interrupted one continues from its checkpoint; --resume false trains them
+all over."""
 import dataclasses
 import os
 
 from elastictrainer import runlog
+from elastictrainer.experiments import recorded
 from elastictrainer.method.schemes import SCHEMES
 
 COMPARE_FILE = "compare.md"
+# what the user does about a finished run of other settings under the same name
+OTHER_RUN = "pass another --run_name, or --resume false to train it again"
 # The best epoch follows epoch-to-epoch swings (3-5 points in the smallcnn setting under Adam's
 # constant rate, more for the schemes that train fewer tensors), so the table also gives the
 # mean of the last few epochs: how well each scheme ends, not only its luckiest epoch.
@@ -26,11 +31,8 @@ def compare(cfg, train_types, log=print):
     for name in train_types:
         run_cfg = dataclasses.replace(cfg, train_type=name, run_name=f"{prefix}_{name}")
         out = runlog.run_dir(cfg.logdir, run_cfg.run_name)
-        try:
-            summary = runlog.read_summary(out)
-        except (OSError, ValueError):
-            summary = None
-        if summary is None or summary.get("status") != "finished":
+        summary = recorded.finished_run(run_cfg, remedy=OTHER_RUN) if cfg.resume else None
+        if summary is None:
             log(f"--- {name} ({out})")
             summary = run(run_cfg, log=log)
         else:

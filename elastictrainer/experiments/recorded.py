@@ -2,20 +2,38 @@
 <out>.json), read back so that a grid continues from its committed figures instead of starting
 over: a seed is taken from the file only when the file was measured on this machine (CPU, cores,
 TensorFlow), with the same grid flags, the same settings of its configuration, and every scheme
-this grid runs.  A run directory under --logdir is the other record a seed is read from; this
-one survives a fresh clone.
+this grid runs.  A run directory under --logdir is the other record a seed is read from
+(finished_run): only when it finished with the settings the grid gives it, so that a grid run
+again with other flags into the same --logdir never reads runs it did not ask for; the figures
+file survives a fresh clone.
 
 Each seed's costs (where its time went) are read too when the file holds them per seed; a file
 that holds only their medians gives its seeds' curves alone, and the costs table then says over
 which seeds its medians run.  No TensorFlow."""
+import dataclasses
 import json
 import os
 
+from elastictrainer import runlog
+from elastictrainer.errors import UserError
 from elastictrainer.experiments import time_to_accuracy as tta
 
 # the flags that decide what a grid runs; a seed is read back only under the same ones
 GRID_FLAGS = ("rhos", "shares", "rate", "gain", "tolerance", "elastic_only", "epochs",
               "fit_bn_mode", "bn_mode")
+class OtherSettings(UserError):
+    """A run directory holds a finished run of other settings than the grid gives it."""
+
+
+# Config fields that say where a run writes and how it shows itself, not what it trains: a
+# finished run that differs from the grid's only in these is read back
+NEUTRAL = ("logdir", "run_name", "save_model", "save_txt", "data_dir", "resume",
+           "checkpoint_minutes", "keep_checkpoints", "progress", "energy", "timing_table",
+           "profile_in")
+# Config fields only an elastic scheme reads (when and what it selects): a finished run of
+# another scheme is the same run whatever they say (full training beside --rho 0.4 or 0.5)
+SELECTING = ("interval", "rho", "rho_share", "rho_objective", "rho_tolerance", "rho_feedback",
+             "economy", "trial_check", "head_warmup", "probe_batches", "dp_resolution")
 # what must match of the machine that measured a record
 MACHINE_KEYS = ("cpu", "cores", "tensorflow")
 
@@ -71,6 +89,40 @@ class Record:
         per_seed = config.get("costs_per_seed")
         costs = per_seed[i] if per_seed and len(per_seed) == len(seeds) else None
         return mine, costs
+
+
+# what a grid's user does about a finished run of other settings
+NEW_LOGDIR = "pass another --logdir, or remove that run directory to train it again"
+
+
+def finished_run(cfg, remedy=NEW_LOGDIR):
+    """The summary of the run `cfg` names (cfg.logdir/cfg.run_name) when it finished with cfg's
+    settings; None when there is none to read (not run yet, stopped or failed: it trains).  A
+    finished run of other settings is refused (OtherSettings) with one line naming the first
+    that differs and `remedy`: a field its config.json predates counts as that field's
+    default; NEUTRAL fields, SELECTING ones for a scheme that does not select, and a class
+    count cfg leaves to the dataset, are not compared."""
+    from elastictrainer.method.schemes import SCHEMES
+
+    run_dir = os.path.join(cfg.logdir, cfg.run_name)
+    summary = runlog.finished_summary(run_dir)
+    if summary is None:
+        return None
+    try:
+        saved = runlog.read_config(run_dir)
+    except (OSError, ValueError):
+        saved = {}
+    scheme = SCHEMES.get(cfg.train_type)
+    skip = NEUTRAL + (SELECTING if scheme is not None and not scheme.elastic else ())
+    for field in dataclasses.fields(cfg):
+        new = getattr(cfg, field.name)
+        if field.name in skip or (field.name == "num_classes" and new is None):
+            continue
+        old = saved.get(field.name, field.default)
+        if _plain(old) != _plain(new):
+            raise OtherSettings(f"{run_dir} holds a finished run with --{field.name} {old}, "
+                                f"not {new}: {remedy}")
+    return summary
 
 
 def _curve(recorded):

@@ -652,3 +652,42 @@ def test_a_seed_the_figures_file_holds_is_read_back_under_the_same_grid_only(tmp
     assert ran[5:] == [(3, (0.4,))]
     assert "(median seconds of seed(s) 3, the ones whose costs are on record;" in (
         tmp_path / "tta.md").read_text()
+
+
+def test_a_finished_run_is_read_back_only_with_the_settings_the_grid_gives_it(tmp_path,
+                                                                              monkeypatch):
+    """A run directory that finished with the grid's settings is read, not trained again,
+    whatever it says of where it was written or of settings its config.json predates; one that
+    finished with other settings (another --epochs into the same --logdir) stops the grid with
+    one line naming the setting, rather than being read as the grid's, or taken for a refused
+    run."""
+    import dataclasses
+    import json
+
+    import pytest
+
+    from elastictrainer import runlog
+    from elastictrainer.experiments import recorded
+
+    bench, seen = _scripted_cli_runs(monkeypatch)
+    args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--rhos", "0.3",
+                                            "--shares", "0.7", "--elastic_only", "--logdir",
+                                            str(tmp_path)])
+    full = bench._base_config("mobilenetv2_paper", 0, args)
+    full = dataclasses.replace(full, train_type="full_training", run_name="full_training_seed0")
+    run_dir = tmp_path / "mobilenetv2_paper" / "full_training_seed0"
+    run_dir.mkdir(parents=True)
+    saved = {**dataclasses.asdict(full), "logdir": "elsewhere", "progress": True}
+    del saved["trial_check"]  # written before the flag: its default
+    (run_dir / runlog.CONFIG_FILE).write_text(json.dumps(saved))
+    (run_dir / runlog.SUMMARY_FILE).write_text(json.dumps({
+        "status": "finished", "train_time_s": 9.0,
+        "epochs": [{"train_time_s": 9.0, "test_accuracy": 61.0}]}))
+    curves, _ = bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
+    assert curves["full_training"] == [(9.0, 61.0)]
+    assert [c.train_type for c in seen] == ["elastic_training"] * 2
+    (run_dir / runlog.CONFIG_FILE).write_text(json.dumps({**saved, "num_epochs": 4}))
+    with pytest.raises(recorded.OtherSettings, match=r"full_training_seed0 holds a finished "
+                                                     r"run with --num_epochs 4, not 8: pass "
+                                                     r"another --logdir"):
+        bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
