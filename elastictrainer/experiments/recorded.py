@@ -17,6 +17,7 @@ import os
 from elastictrainer import runlog
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import time_to_accuracy as tta
+from elastictrainer.method.schemes import SCHEMES
 
 # the flags that decide what a grid runs; a seed is read back only under the same ones
 GRID_FLAGS = ("rhos", "shares", "rate", "gain", "tolerance", "elastic_only", "epochs",
@@ -102,8 +103,6 @@ def finished_run(cfg, remedy=NEW_LOGDIR):
     that differs and `remedy`: a field its config.json predates counts as that field's
     default; NEUTRAL fields, SELECTING ones for a scheme that does not select, and a class
     count cfg leaves to the dataset, are not compared."""
-    from elastictrainer.method.schemes import SCHEMES
-
     run_dir = os.path.join(cfg.logdir, cfg.run_name)
     summary = runlog.finished_summary(run_dir)
     if summary is None:
@@ -111,7 +110,8 @@ def finished_run(cfg, remedy=NEW_LOGDIR):
     try:
         saved = runlog.read_config(run_dir)
     except (OSError, ValueError):
-        saved = {}
+        raise OtherSettings(f"{run_dir} holds a finished run whose {runlog.CONFIG_FILE} is "
+                            f"missing or unreadable, so its settings are unknown: {remedy}") from None
     scheme = SCHEMES.get(cfg.train_type)
     skip = NEUTRAL + (SELECTING if scheme is not None and not scheme.elastic else ())
     for field in dataclasses.fields(cfg):
