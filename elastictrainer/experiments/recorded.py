@@ -110,8 +110,9 @@ def finished_run(cfg, remedy=NEW_LOGDIR):
     try:
         saved = runlog.read_config(run_dir)
     except (OSError, ValueError):
-        raise OtherSettings(f"{run_dir} holds a finished run whose {runlog.CONFIG_FILE} is "
-                            f"missing or unreadable, so its settings are unknown: {remedy}") from None
+        raise OtherSettings(
+            f"{run_dir} holds a finished run whose {runlog.CONFIG_FILE} is missing or "
+            f"unreadable, so its settings are unknown: {remedy}") from None
     scheme = SCHEMES.get(cfg.train_type)
     skip = NEUTRAL + (SELECTING if scheme is not None and not scheme.elastic else ())
     for field in dataclasses.fields(cfg):
