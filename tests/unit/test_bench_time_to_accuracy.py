@@ -364,6 +364,8 @@ def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(
                                                                                   monkeypatch):
     """--lr_sweep trains full training at each other rate on the first seed, reads the
     configuration's own rate from the grid's run, and its table marks the chosen rate."""
+    import dataclasses
+
     import elastictrainer
     from elastictrainer import runlog
 
@@ -383,6 +385,10 @@ def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(
     monkeypatch.setattr(elastictrainer, "run", scripted_run)
     args = bench.build_parser().parse_args(["--configs", "mobilenetv2_paper", "--lr_sweep",
                                             f"0.01,{own:g},0.0001", "--logdir", str(tmp_path)])
+    # the grid's full training run, with its settings as a run writes them
+    grid = dataclasses.replace(bench._base_config("mobilenetv2_paper", 0, args),
+                               train_type="full_training", run_name="full_training_seed0")
+    runlog.write_json(str(grid_run / runlog.CONFIG_FILE), dataclasses.asdict(grid))
     sweep = bench.lr_sweep("mobilenetv2_paper", 0, args, log=lambda m: None)
     assert sorted(trained) == [0.0001, 0.01]  # the configuration's own rate was read back
     assert list(sweep["curves"]) == ["0.01", f"{own:g}", "0.0001"]
