@@ -22,6 +22,8 @@ from elastictrainer.method.schemes import SCHEMES
 # the flags that decide what a grid runs; a seed is read back only under the same ones
 GRID_FLAGS = ("rhos", "shares", "rate", "gain", "tolerance", "elastic_only", "epochs",
               "fit_bn_mode", "bn_mode")
+
+
 class OtherSettings(UserError):
     """A run directory holds a finished run of other settings than the grid gives it."""
 
