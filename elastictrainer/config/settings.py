@@ -7,6 +7,7 @@ starting TensorFlow.
 """
 import argparse
 import datetime
+import json
 import os
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
@@ -255,6 +256,20 @@ class Config:
         uncached run draws every epoch kept it as accurate or more (docs/performance.md)."""
         return not (SCHEMES[self.train_type].elastic and self.rho == AUTO
                     and self.rho_objective == SHARE)
+
+    def first_difference(self, saved, names):
+        """(name, saved value, this value) of the first of `names` on which a run's saved
+        settings (its config.json, a dict) differ from these, else None.  A field `saved`
+        predates counts as that field's default (what the run ran with before it existed); a
+        class count these settings leave to the dataset (None) is not compared."""
+        for name in names:
+            new = getattr(self, name)
+            if name == "num_classes" and new is None:
+                continue
+            old = saved.get(name, CONFIG_FIELDS[name].default)
+            if json.loads(json.dumps(old)) != json.loads(json.dumps(new)):  # tuples as lists
+                return name, old, new
+        return None
 
     def validate(self):
         check_positive(self, ("input_size", "batch_size", "num_epochs", "probe_batches",

@@ -117,14 +117,12 @@ def finished_run(cfg, remedy=NEW_LOGDIR):
             f"unreadable, so its settings are unknown: {remedy}") from None
     scheme = SCHEMES.get(cfg.train_type)
     skip = NEUTRAL + (SELECTING if scheme is not None and not scheme.elastic else ())
-    for field in dataclasses.fields(cfg):
-        new = getattr(cfg, field.name)
-        if field.name in skip or (field.name == "num_classes" and new is None):
-            continue
-        old = saved.get(field.name, field.default)
-        if _plain(old) != _plain(new):
-            raise OtherSettings(f"{run_dir} holds a finished run with --{field.name} {old}, "
-                                f"not {new}: {remedy}")
+    differs = cfg.first_difference(saved, [f.name for f in dataclasses.fields(cfg)
+                                           if f.name not in skip])
+    if differs:
+        name, old, new = differs
+        raise OtherSettings(f"{run_dir} holds a finished run with --{name} {old}, not {new}: "
+                            f"{remedy}")
     return summary
 
 

@@ -228,13 +228,9 @@ def _number(path):
 
 def check_same_run(saved, cfg, run_dir):
     """Refuse to resume a run directory made with other settings, naming the first that
-    differs."""
-    for key in IDENTITY:
-        old, new = saved.get(key), getattr(cfg, key)
-        if key == "num_classes" and new is None:
-            continue
-        if key == "bn_mode" and old is None:  # saved before the flag: BatchNorm as called
-            old = "model"
-        if old != new:
-            raise UserError(f"{run_dir} holds a run with --{key} {old}, not {new}: pass another "
-                            f"--run_name, or --resume false to start that run over")
+    differs (a setting its config.json predates counts as that setting's default)."""
+    differs = cfg.first_difference(saved, IDENTITY)
+    if differs:
+        key, old, new = differs
+        raise UserError(f"{run_dir} holds a run with --{key} {old}, not {new}: pass another "
+                        f"--run_name, or --resume false to start that run over")
