@@ -16,8 +16,9 @@
 - accounting.py, where each second goes: the re-selection overhead and its parts, and the
   wall clock against full training's (wall_ratio).
 - trend.py, whether a selection pays in training loss: one whose loss did not fall over an
-  interval is replaced whatever the overhead budget says (runtime.py also warms a new
-  classifier head up alone before the first probes, --head_warmup).
+  interval is replaced whatever the overhead budget says.
+- warmup.py, the head warm-up: a new classifier head trains alone before the first probes
+  (--head_warmup), and for another round while those probes still choose it alone.
 - state.py, its records, end result and state as typed objects (summary.json, checkpoints).
 - driver.py, the TensorFlow side: runs the probe, full and selection steps the decisions ask
   for, times them, and reports back.  Every training loop (runs/loop.py, fit/callback.py, the

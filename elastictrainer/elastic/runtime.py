@@ -15,9 +15,9 @@ step it was.  The runtime answers with what to run next:
 - "selection": the current selection's step, the one that trains only the chosen tensors.
 
 Before the first probes, a newly initialised classifier head trains alone for its first
---head_warmup share of the first interval (the head warm-up, a selection of its own): eq. 4-6
-measured through a random head rank tensors by noise, as linear-probe-then-fine-tune practice
-knows.  After the probes it solves eq. 3 (the exact DP of time_model/selector, through
+--head_warmup share of the first interval (the head warm-up, warmup.py): eq. 4-6 measured
+through a random head rank tensors by noise, as linear-probe-then-fine-tune practice knows.
+After the probes it solves eq. 3 (the exact DP of time_model/selector, through
 rho_control.prefer_measured), and its ClosedLoop component (closed_loop.py) opens, measures
 and corrects each selection.  Every second is booked by accounting.py (the run's wall-clock
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
@@ -44,6 +44,7 @@ from elastictrainer.elastic.closed_loop import ClosedLoop
 from elastictrainer.elastic.economy import ECONOMY_OFF, FULL_TRAINING, Economy
 from elastictrainer.elastic.prices import Prices
 from elastictrainer.elastic.rho_control import RhoController
+from elastictrainer.elastic.warmup import HeadWarmup
 from elastictrainer.elastic.state import (HEAD_WARMUP, SHORT_RUN, Correction, ElasticState,
                                           EndResult, Plan, SelectionRecord)
 from elastictrainer.method.importance import normalize
@@ -91,11 +92,11 @@ class ElasticRuntime:
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
         self.probe_batches = int(probe_batches)
-        self.head = tuple(sorted(int(k) for k in head))
         # a head that is the whole model has nothing to warm up for
-        whole = not self.head or len(self.head) >= len(model.t_dw)
-        self.warmup_steps = 0 if whole else math.ceil(
-            head_warmup_share(head_warmup, rho) * min(self.every, self.total_steps))
+        whole = not head or len(set(head)) >= len(model.t_dw)
+        first_interval = min(self.every, self.total_steps)
+        warmup_steps = 0 if whole else math.ceil(
+            head_warmup_share(head_warmup, rho) * first_interval)
         self._bucket = trend.bucket_steps(self.every)
         self.clock = clock
         self.log = log
@@ -108,6 +109,7 @@ class ElasticRuntime:
         self._loop = ClosedLoop(self.ctl, self.budget, self._economy,
                                 resolution=self.resolution, steps_per_epoch=steps_per_epoch,
                                 clock=clock, log=log, emit=self._emit)
+        self._warmup = HeadWarmup(head, warmup_steps, self.n, first_interval, self._loop, log)
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []
@@ -190,8 +192,8 @@ class ElasticRuntime:
         loss did not fall (trend.py).  A fresh run's first call opens the head warm-up, if
         any, and none starts before it ends."""
         s = self._s
-        if s.selection is None and not s.settled and self.warmup_steps:
-            self._warm_up(global_step)
+        if s.selection is None and not s.settled and self._warmup.steps:
+            self._warmup.open(s, global_step)
         if s.settled or s.probing or s.warmup_left or global_step < s.next_reselect:
             return False
         stalled, _, _ = self._trend()
@@ -200,18 +202,6 @@ class ElasticRuntime:
             s.losses = []  # the next interval is judged on its own steps
             return False
         return True
-
-    def _warm_up(self, global_step):
-        """Open the head warm-up: the head alone for its steps, unmeasured (the closed loop
-        judges selections of eq. 3, and these steps are few), then the first probes."""
-        s = self._s
-        mask = np.zeros(self.n, bool)
-        mask[list(self.head)] = True
-        s.warmup_left = s.warmup_steps = self.warmup_steps
-        self._loop.open(s, global_step, mask, None, HEAD_WARMUP, measure=False)
-        self.log(f"elastic: head warm-up: the classifier head ({len(self.head)} tensors) trains "
-                 f"alone for {self.warmup_steps} steps before the first probes, so that "
-                 f"importance is not measured through an untrained head")
 
     def _trend(self):
         """(stalled words or None, trend words or None, failing) of the current selection's
@@ -296,10 +286,7 @@ class ElasticRuntime:
         s = self._s
         if s.warmup_left:
             accounting.book_selection_step(s, seconds, compiled, prices=False)
-            s.warmup_left -= 1
-            if not s.warmup_left:
-                self.log(f"elastic: head warm-up: {s.warmup_steps} steps done at step "
-                         f"{global_step}; the first probes follow")
+            self._warmup.step_done(s, global_step)
             return False
         if accounting.book_selection_step(s, seconds, compiled):
             return False  # its first: it may have compiled, and is not timed
@@ -321,6 +308,9 @@ class ElasticRuntime:
         reason = "interval"
         selection = tuple(int(k) for k in np.nonzero(mask)[0])
         first = s.selection is None or s.records[-1]["reason"] == HEAD_WARMUP
+        if first and self._warmup.goes_on(s, global_step, selection):
+            accounting.book_overhead(s, "solving", self.clock() - t0)
+            return
         if first or len(s.selection) == self.n:
             if not self._economy.pays_off(mask, global_step, self._progress()):
                 mask, reason = np.ones(self.n, bool), SHORT_RUN

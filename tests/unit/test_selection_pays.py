@@ -49,6 +49,41 @@ def test_a_head_warm_up_trains_the_head_alone_then_probes():
     assert result.closing.endswith("; head warm-up: 25 steps")
 
 
+def test_a_head_the_probes_still_choose_alone_warms_up_for_another_round():
+    """Under rho auto, first probes that find the share of the estimated loss drop in the
+    head alone (its kernel, say) extend the warm-up by another 25 steps and probe again; the
+    first selection follows the first probes that look past the head.  A head that holds the
+    share every time warms up for the first interval at most, then is the first selection."""
+    model = TimeModel(table())
+    head_first = np.array([0.01] * (N - 2) + [5.0, 0.0])  # the head's kernel alone
+    runs = {}
+    for rounds in (1, 9):
+        device = Device(model, compile_s=0.05, loop_s=2e-3)
+        said, ran = [], []
+        rt = make(model, device, rho="auto", total=400, steps_per_epoch=100, interval=1,
+                  head=HEAD, head_warmup=0.25, log=said.append)
+        rt.plan()
+        kinds = drive(rt, device, 400, lambda k: head_first if k < rounds else IMPORTANCE,
+                      ran=ran)
+        runs[rounds] = rt, said, ran, kinds
+    rt, said, ran, kinds = runs[1]
+    assert [k for k, kind in enumerate(kinds[:120]) if kind == "probe"] == [25, 51, 100]
+    assert ran[26:51] == [("selection", HEAD)] * 25
+    warmup, more, first, *_ = rt.records
+    assert [r.reason for r in (warmup, more)] == [HEAD_WARMUP] * 2
+    assert (more.step, more.steps, more.measured_ratio) == (26, 25, None)
+    assert first.reason == "interval" and first.step == 52
+    assert not set(np.nonzero(first.mask)[0]) <= set(HEAD)
+    assert any(line.startswith("elastic: step 26: the probes find 99% of the estimated loss "
+                               "drop in the classifier head alone: its warm-up goes on for 25 "
+                               "more steps") for line in said)
+    assert rt.finish(device.now).closing.endswith("; head warm-up: 50 steps")
+    rt, said, ran, kinds = runs[9]
+    # four rounds fill the first interval; the fifth probes' choice, the head's kernel, trains
+    assert [r.reason for r in rt.records[:5]] == [HEAD_WARMUP] * 4 + ["interval"]
+    assert rt.records[4].mask == [0] * (N - 2) + [1, 0]
+
+
 def test_without_a_warm_up_the_run_is_todays():
     """--head_warmup 0, or a head that is every tensor, probes at step 0 and runs exactly as a
     runtime told of no head; the default warms up, and the paper's figure protocols set 0."""
