@@ -44,8 +44,13 @@ def test_bench_speedup_smoke(tmp_path):
             # left out costs more than the budget left even with 5% more (6 coarse tensors)
             assert x["limited_by"] in ("budget", "depth")
             # the closed loop is the runtime's: it starts from the selection the open loop
-            # timed and keeps one record per selection it tried, each measured
-            assert history[0][:2] == [x["selected"], x["predicted_ratio"]]
+            # timed and keeps one record per selection it tried, each measured; when no tensor
+            # fits over the forward floor (rho just above it on a busy machine), the open loop
+            # times the empty step and the runtime trains the cheapest tensor instead
+            if x["selected"]:
+                assert history[0][:2] == [x["selected"], x["predicted_ratio"]]
+            else:
+                assert history[0][0] == 1
         assert history[-1][2] == x["closed_loop_ratio"] > 0
     assert res["time_model_mape_corrected"] is not None
     # the same random selections judged by the table's model, without its fixed cost, and
