@@ -109,7 +109,8 @@ class ElasticRuntime:
         self._loop = ClosedLoop(self.ctl, self.budget, self._economy,
                                 resolution=self.resolution, steps_per_epoch=steps_per_epoch,
                                 clock=clock, log=log, emit=self._emit)
-        self._warmup = HeadWarmup(head, warmup_steps, self.n, first_interval, self._loop, log)
+        self._warmup = HeadWarmup(head, warmup_steps, self.n, first_interval,
+                                  self.budget.share, self._loop, log)
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []

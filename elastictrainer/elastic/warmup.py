@@ -5,12 +5,15 @@ it while it is random, as linear-probe-then-fine-tune practice knows.
 It is a selection of its own (the head's compiled step), booked like any other by
 accounting.py and left unmeasured: the closed loop judges selections of eq. 3, and these
 steps are few.  It lasts a share of the first interval.  First probes that still choose the
-head alone (or part of it) show that the head holds the share of the estimated loss drop by
-itself, so it is still untrained and the backbone is still measured through it: the warm-up
-then goes on for another round of the same steps and the probes follow again, while the
-warm-up stays within the first interval.  Without that, an interval too short for the head
-made the head alone the first selection, a cheap one that the economy then priced every later
-re-selection against, and the run trained the head alone to its end.
+head alone (or part of it) because it holds the share of the estimated loss drop by itself
+(--rho_share: the share objective's reason to choose it) show that it is still untrained and
+that the backbone is still measured through it: the warm-up then goes on for another round
+of the same steps and the probes follow again, while the warm-up stays within the first
+interval.  Without it, an interval too short for the head makes the head alone the first
+selection, a cheap one that the economy then prices every later re-selection against, and the
+run trains the head alone to its end.  A head chosen for
+another reason (the rate objective's: its loss drop per second, with less than the share) is
+the objective's answer, not an untrained head's, and is the first selection.
 
 Plain Python (numpy); its state is the runtime's (state.ElasticState: warmup_left,
 warmup_steps, next_reselect).
@@ -22,12 +25,14 @@ from elastictrainer.elastic.state import HEAD_WARMUP
 
 class HeadWarmup:
     """head: the head's tensor indices; steps: one round's steps (0: no warm-up); n: the
-    model's tensors; first_interval: the steps the warm-up stays within; loop: the runtime's
+    model's tensors; first_interval: the steps the warm-up stays within; share: the share of
+    the estimated loss drop that, held by the head alone, extends it; loop: the runtime's
     ClosedLoop, which opens the warm-up's selection; log(message)."""
 
-    def __init__(self, head, steps, n, first_interval, loop, log):
+    def __init__(self, head, steps, n, first_interval, share, loop, log):
         self.head = tuple(sorted(int(k) for k in head))
         self.steps = int(steps)
+        self.share = float(share)
         self.first_interval = int(first_interval)
         self._mask = np.asarray([k in self.head for k in range(n)], bool)
         self._loop = loop
@@ -43,12 +48,15 @@ class HeadWarmup:
 
     def goes_on(self, s, global_step, selection):
         """Whether the first probes' choice `selection` (tensor indices), made on s.importance,
-        extends the warm-up by another round (module doc); if so it is opened and said."""
+        extends the warm-up by another round: it lies within the head, which holds at least
+        `share` of the estimated loss drop (module doc); if so it is opened and said."""
         if (not self.steps or not set(selection) <= set(self.head)
                 or s.warmup_steps + self.steps > self.first_interval):
             return False
         gain = np.clip(np.asarray(s.importance, float), 0.0, None)
         share = float(gain[self._mask].sum() / gain.sum()) if gain.sum() > 0 else 1.0
+        if share < self.share:
+            return False
         # the warm-up's probes choose no selection: the next probes are still the first
         # (economy.Progress.selected), and the schedule still counts from a fresh run's step 0
         s.importance, s.next_reselect = None, 0

@@ -53,7 +53,8 @@ def test_a_head_the_probes_still_choose_alone_warms_up_for_another_round():
     """Under rho auto, first probes that find the share of the estimated loss drop in the
     head alone (its kernel, say) extend the warm-up by another 25 steps and probe again; the
     first selection follows the first probes that look past the head.  A head that holds the
-    share every time warms up for the first interval at most, then is the first selection."""
+    share every time warms up for the first interval at most, then is the first selection; a
+    head the rate objective chooses with less than the share is the first selection at once."""
     model = TimeModel(table())
     head_first = np.array([0.01] * (N - 2) + [5.0, 0.0])  # the head's kernel alone
     runs = {}
@@ -82,6 +83,15 @@ def test_a_head_the_probes_still_choose_alone_warms_up_for_another_round():
     # four rounds fill the first interval; the fifth probes' choice, the head's kernel, trains
     assert [r.reason for r in rt.records[:5]] == [HEAD_WARMUP] * 4 + ["interval"]
     assert rt.records[4].mask == [0] * (N - 2) + [1, 0]
+    # the rate objective's choice of the head for its loss drop per second, with less than
+    # the share, is its answer: the first selection, no extension
+    device = Device(model, compile_s=0.05, loop_s=2e-3)
+    rt = make(model, device, rho="auto", objective="rate", total=400, steps_per_epoch=100,
+              interval=1, head=HEAD, head_warmup=0.25)
+    drive(rt, device, 400, np.array([0.1] * (N - 2) + [1.0, 0.0]))  # the head: 62%
+    warmup, first, *_ = rt.records
+    assert warmup.reason == HEAD_WARMUP and (first.reason, first.step) == ("interval", 26)
+    assert set(np.flatnonzero(first.mask)) <= set(HEAD)
 
 
 def test_without_a_warm_up_the_run_is_todays():
