@@ -13,6 +13,7 @@ from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow fir
 import pytest
 
 from elastictrainer.data import tfds_data
+from elastictrainer.prefix import plan as prefix_plan
 from elastictrainer.profiler import reuse, run as prun
 from helpers import (  # noqa: F401  (re-exported)
     ROOT, batch, load_script, snapshot, tiny_attention, tiny_cnn, tiny_mlp, tiny_model,
@@ -30,6 +31,15 @@ def cnn_table():
 def attn_table():
     model = tiny_attention()
     return model, prun.profile_model(model, "tiny_attn", 16, 4, 5, num_iterations=3, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def disk_with_room(monkeypatch):
+    """The prefix cache plans its disk store against the free space less a reserve of 5% of
+    the disk (prefix/store.py), read once by plan() and handed to the cache: scripted here as
+    1 GB, so that a machine with little free disk does not turn the tests' caches off.  A test
+    of another amount scripts its own."""
+    monkeypatch.setattr(prefix_plan, "free_disk_bytes", lambda path: 2**30)
 
 
 @pytest.fixture(autouse=True)

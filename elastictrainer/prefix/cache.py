@@ -50,7 +50,8 @@ import tensorflow as tf
 
 from elastictrainer.flavors import compat
 from elastictrainer.prefix import persist
-from elastictrainer.prefix.store import Store, StoreFull, example_keys, row_bytes
+from elastictrainer.prefix.store import (Store, StoreFull, example_keys, free_disk_bytes,
+                                          row_bytes)
 
 
 
@@ -74,8 +75,11 @@ class PrefixCache:
     its steps' statistics.  Build it with plan()."""
 
     def __init__(self, graph, cuts, tensor_cut, capacity, budget_bytes, run_dir, views=None,
-                 dtype="float32", seed=0, log=print, clock=time.perf_counter):
+                 dtype="float32", seed=0, log=print, clock=time.perf_counter,
+                 free_disk=free_disk_bytes):
         self.graph, self.cuts, self.tensor_cut = graph, cuts, tensor_cut
+        # bytes a store may take on the disk under a directory (persist.save asks it too)
+        self.free_disk = free_disk
         self.capacity, self.budget_bytes, self.run_dir = capacity, budget_bytes, run_dir
         self.log, self.clock = log, clock
         # augmented views kept per example at each cut (1: a deterministic prefix), and the

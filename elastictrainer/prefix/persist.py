@@ -23,7 +23,7 @@ import shutil
 import numpy as np
 
 from elastictrainer import runlog
-from elastictrainer.prefix.store import CACHE_DIR, Store, free_disk_bytes
+from elastictrainer.prefix.store import CACHE_DIR, Store
 
 INDEX = "index-{step}.npz"
 
@@ -44,7 +44,7 @@ def save(cache, step):
     if store.fd is None and not os.path.exists(path):
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        if free_disk_bytes(directory) < store.nbytes:
+        if cache.free_disk(directory) < store.nbytes:
             if build not in cache.unsaved:
                 cache.unsaved.add(build)
                 cache.log(f"warning: --cache_frozen_prefix: the {store.nbytes / 2**20:.0f} MB "

@@ -89,7 +89,7 @@ def plan(model, variables, cfg, capacity, run_dir, log=print, clock=time.perf_co
         tensor_cut.append(best)
     cache = PrefixCache(graph, fits, tensor_cut, capacity, budget, run_dir,
                         views=[views[id(c)] for c in fits], dtype=cfg.cache_dtype,
-                        seed=cfg.seed, log=log, clock=clock)
+                        seed=cfg.seed, log=log, clock=clock, free_disk=free_disk_bytes)
     if cfg.rho_feedback:
         # timed on this host, so with the closed loop off (selections a function of the
         # settings, seed and table alone, runs repeating bit for bit) they stay 0

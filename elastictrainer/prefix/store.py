@@ -25,9 +25,10 @@ CACHE_DTYPES = ("float32", "float16")
 MAX_AUTO_VIEWS = 2
 
 
-def free_disk_bytes(path):
-    """Bytes a disk cache under `path` may take (free space less the reserve)."""
-    usage = shutil.disk_usage(path)
+def free_disk_bytes(path, disk_usage=shutil.disk_usage):
+    """Bytes a disk cache under `path` may take (free space less the reserve; negative when
+    the disk is fuller than that)."""
+    usage = disk_usage(path)
     return usage.free - max(DISK_RESERVE_BYTES, DISK_RESERVE_SHARE * usage.total)
 
 

@@ -340,7 +340,6 @@ def test_a_resumed_run_holds_the_store_it_left_and_trains_on_bit_for_bit(
     written at the checkpoint; a file store is its own), fills the second views with the
     views the run left alone drew, and every later step trains on the same rows, drawn by the
     same generator: its losses are the uninterrupted run's, exactly."""
-    monkeypatch.setattr(prefix_plan, "free_disk_bytes", lambda path: 2**30)
     budget = {"cache_budget_mb": 0} if on_disk else {}
 
     def run(name, log=lambda m: None):
@@ -402,7 +401,6 @@ def test_beyond_the_memory_budget_the_cache_is_a_file_and_a_full_disk_turns_it_o
     lines = []
     # room on the disk whatever the machine's is (a disk under its reserve caches nothing: the
     # next test's case)
-    monkeypatch.setattr(prefix_plan, "free_disk_bytes", lambda path: 2**30)
     summary = loop.run(cfg(tmp_path, "disk", cache_frozen_prefix=True, cache_budget_mb=0),
                        log=lines.append, model=nested_model(), data=data())
     build, = summary["prefix_cache"]["builds"]

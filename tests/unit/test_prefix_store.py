@@ -5,13 +5,22 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from elastictrainer.prefix.store import Store, StoreFull
+from elastictrainer.prefix.store import Store, StoreFull, free_disk_bytes
 
 CUT = SimpleNamespace(shape=(2, 3))
 
 
 def values(n, start=0.0):
     return (start + np.arange(n * 6, dtype=np.float32)).reshape(n, 2, 3) / 7
+
+
+def test_a_disk_store_leaves_the_larger_of_1_gb_and_5_percent_of_the_disk_free():
+    def disk(total_gb, free_gb):
+        return lambda path: SimpleNamespace(total=total_gb * 2**30, free=free_gb * 2**30)
+
+    assert free_disk_bytes("/x", disk(10, 4)) == 3 * 2**30  # 1 GB kept on a small disk
+    assert free_disk_bytes("/x", disk(200, 30)) == 20 * 2**30  # 5% of a large one
+    assert free_disk_bytes("/x", disk(252, 12)) < 0  # fuller than the reserve: no room
 
 
 @pytest.mark.parametrize("on_disk", [False, True])
