@@ -190,6 +190,12 @@ def fsync_dir(directory):
         os.close(fd)
 
 
+def as_json(value):
+    """`value` as a JSON file gives it back (tuples as lists): what a saved config.json or
+    figures file is compared with."""
+    return json.loads(json.dumps(value))
+
+
 def write_json(path, obj):
     """Write whole-or-nothing and durably (replace_durably): what a resume reads is never half
     a file."""

@@ -7,7 +7,6 @@ starting TensorFlow.
 """
 import argparse
 import datetime
-import json
 import os
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
@@ -16,7 +15,7 @@ from elastictrainer.config.flags import check_positive, flag, parse_auto_bool
 from elastictrainer.elastic.budget import (AUTO, DEFAULT_OBJECTIVE, DEFAULT_SHARE, OBJECTIVES,
                                            SHARE, parse_rho)
 from elastictrainer.errors import UserError
-from elastictrainer.runlog import rho_text
+from elastictrainer.runlog import as_json, rho_text
 from elastictrainer.data import GENERATED_NAMES, SYNTHETIC_EXAMPLES, choices_help as datasets_help
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer.models import MODELS, choices_help as models_help, is_user_model
@@ -267,7 +266,7 @@ class Config:
             if name == "num_classes" and new is None:
                 continue
             old = saved.get(name, CONFIG_FIELDS[name].default)
-            if json.loads(json.dumps(old)) != json.loads(json.dumps(new)):  # tuples as lists
+            if as_json(old) != as_json(new):
                 return name, old, new
         return None
 

@@ -11,9 +11,9 @@ that the backbone is still measured through it: the warm-up then goes on for ano
 of the same steps and the probes follow again, while the warm-up stays within the first
 interval.  Without it, an interval too short for the head makes the head alone the first
 selection, a cheap one that the economy then prices every later re-selection against, and the
-run trains the head alone to its end.  A head chosen for
-another reason (the rate objective's: its loss drop per second, with less than the share) is
-the objective's answer, not an untrained head's, and is the first selection.
+run trains the head alone to its end.  A head chosen for another reason (the rate
+objective's: its loss drop per second, with less than the share) is the objective's answer,
+not an untrained head's, and is the first selection.
 
 Plain Python (numpy); its state is the runtime's (state.ElasticState: warmup_left,
 warmup_steps, next_reselect).

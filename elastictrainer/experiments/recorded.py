@@ -48,11 +48,6 @@ def same_machine(theirs, machine):
     return all(theirs.get(key) == machine.get(key) for key in MACHINE_KEYS)
 
 
-def _plain(value):
-    """value as JSON gives it back (tuples as lists), for comparing with a record."""
-    return json.loads(json.dumps(value))
-
-
 class Record:
     """The figures file at `path`, when it was made on `machine` with `flags`' grid
     ({flag: value}; a flag the file predates counts as `defaults`' value)."""
@@ -67,7 +62,8 @@ class Record:
         if not same_machine(data.get("machine"), machine):
             return
         args = data.get("args") or {}
-        if any(_plain(args.get(flag, defaults.get(flag))) != _plain(flags.get(flag))
+        as_json = runlog.as_json
+        if any(as_json(args.get(flag, defaults.get(flag))) != as_json(flags.get(flag))
                for flag in GRID_FLAGS):
             return
         for name, config in (data.get("configs") or {}).items():
@@ -82,7 +78,8 @@ class Record:
         if name not in self._configs:
             return None
         seeds, config = self._configs[name]
-        if seed not in seeds or _plain(config.get("settings")) != _plain(settings):
+        if seed not in seeds or (runlog.as_json(config.get("settings"))
+                                 != runlog.as_json(settings)):
             return None
         curves = config.get("curves") or {}
         if any(scheme not in curves for scheme in schemes):
