@@ -82,15 +82,14 @@ else on the machine meanwhile.
 """
 import dataclasses
 import datetime
-import json
 import os
-import time
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
 from elastictrainer import runlog
 from elastictrainer.config.flags import check_positive
 from elastictrainer.errors import UserError
-from elastictrainer.experiments import perfdoc, recorded, time_to_accuracy as tta
+from elastictrainer.experiments import (first_profiling, perfdoc, recorded,
+                                        time_to_accuracy as tta)
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
     FIT_CONFIGS, fit_runs, fit_settings, fit_variants, slug)
 from elastictrainer.experiments.protocols import (
@@ -99,9 +98,6 @@ from elastictrainer.machine import machine_info, machine_text
 from elastictrainer.method.schemes import register_fixed_from
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Full training steps before the first profiling is timed (_warm_up)
-WARM_UP_STEPS = 5
-
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
@@ -293,7 +289,7 @@ def cli_schemes(name, args):
 def cli_runs(name, seed, args, log):
     """({scheme: curve}, {scheme: tta.costs}) of one seed of a command-line configuration."""
     base = _base_config(name, seed, args)
-    profile_s = _profile_seconds(base, args, log)
+    profile_s = first_profiling.seconds(base, log)
     curves, costs = {}, {}
     for label, train_type, extra in cli_schemes(name, args):
         cfg = dataclasses.replace(base, train_type=train_type,
@@ -359,65 +355,6 @@ def lr_sweep_table(sweep):
         per_epoch = ", ".join(f"{a:.1f}" for _, a in points)
         lines.append(f"| {lr}{mark} | {tta.best(points):.1f}% | {per_epoch} |")
     return "\n".join(lines)
-
-
-def _profile_seconds(cfg, args, log):
-    """How long profiling this configuration's model takes, measured once (kept beside the
-    runs, so that a later invocation reads it).  Timed after a warm-up (_warm_up), as every
-    run it is added to is: the process's first traces are not the profiling's to pay.  A
-    record from before this rule (no "warm" in it) is measured again."""
-    from elastictrainer.models.build import build_sized
-    from elastictrainer.profiler import table as tables
-    from elastictrainer.profiler.run import load_or_profile
-
-    record = os.path.join(cfg.logdir, "profile_seconds.json")
-    if os.path.exists(record):
-        with open(record) as f:
-            kept = json.load(f)
-        if kept.get("warm"):
-            return kept["seconds"]
-    _warm_up(cfg)
-    model, size, classes = build_sized(cfg.model_name, cfg.input_size, 10, cfg.weights,
-                                       log=lambda m: None, progress=False)
-    path = tables.default_table_path(cfg.model_name, size, cfg.batch_size, classes,
-                                     cfg.optimizer)
-    if os.path.exists(path):
-        os.replace(path, path + ".before_bench")  # profiled again, and timed
-    t0 = time.perf_counter()
-    # where a run of these settings profiles first (--profile_in), on the model it has built
-    load_or_profile(path, model, cfg.model_name, size, cfg.batch_size, classes, seed=cfg.seed,
-                    progress=False, log=lambda m: None, optimizer=cfg.optimizer,
-                    in_child=cfg.profile_in == "child")
-    seconds = time.perf_counter() - t0
-    os.makedirs(cfg.logdir, exist_ok=True)
-    runlog.write_json(record, {"seconds": seconds, "table": path, "warm": True})
-    log(f"profiling {cfg.model_name}: {seconds:.1f} s")
-    return seconds
-
-
-def _warm_up(cfg, steps=WARM_UP_STEPS):
-    """A few full training steps of a model of `cfg`'s on random batches of its shapes:
-    TensorFlow's first traces in this process (the keras3_fit configuration's warm-up fit)."""
-    import numpy as np
-    import tensorflow as tf
-
-    from elastictrainer import flavors
-    from elastictrainer.flavors import optimizers
-    from elastictrainer.models.build import build_sized
-    from elastictrainer.train import steps as train_steps
-
-    model, size, classes = build_sized(cfg.model_name, cfg.input_size, 10, cfg.weights,
-                                       log=lambda m: None, progress=False)
-    opt = optimizers.make_optimizer(cfg.optimizer, cfg.learning_rate, 0.0, total_steps=steps,
-                                    flavor=flavors.for_model(model).NAME)
-    optimizers.prepare_optimizer(opt, model.trainable_weights)
-    step = train_steps.make_train_step(model, opt, train_steps.make_loss(),
-                                       model.trainable_weights)
-    rng = np.random.default_rng(cfg.seed)
-    x = tf.constant(rng.uniform(0, 255, (cfg.batch_size, size, size, 3)), tf.float32)
-    y = tf.constant(rng.integers(0, classes, cfg.batch_size), tf.int32)
-    for _ in range(steps):
-        step(x, y)[0].numpy()
 
 
 def _grid_flags(args):

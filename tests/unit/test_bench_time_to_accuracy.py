@@ -159,31 +159,29 @@ def test_the_first_profiling_is_timed_after_a_warm_up_and_read_back_after(tmp_pa
     import json
 
     import elastictrainer
+    from elastictrainer.experiments import first_profiling
     from elastictrainer.profiler import run as profiler_run
 
-    bench = load_script("bench_time_to_accuracy")
     monkeypatch.chdir(tmp_path)  # the table's default path is relative
     cfg = elastictrainer.Config(model_name="smallcnn", weights="none", input_size=16,
                                 batch_size=2, logdir=str(tmp_path / "logs"))
-    args = bench.build_parser().parse_args([])
     events = []
-    warm_up = bench._warm_up
 
     def recorded_warm_up(c):
-        warm_up(c, steps=1)  # the real one, on the configuration's model
+        first_profiling.warm_up(c, steps=1)  # the real one, on the configuration's model
         events.append("warm-up")
 
-    monkeypatch.setattr(bench, "_warm_up", recorded_warm_up)
     monkeypatch.setattr(profiler_run, "load_or_profile",
                         lambda *a, **k: events.append("profiling"))
     # a record from before the warm-up rule is measured again
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "profile_seconds.json").write_text('{"seconds": 99.0}')
-    seconds = bench._profile_seconds(cfg, args, log=print)
+    seconds = first_profiling.seconds(cfg, print, warm=recorded_warm_up)
     assert events == ["warm-up", "profiling"] and seconds < 99.0
     kept = json.loads((tmp_path / "logs" / "profile_seconds.json").read_text())
     assert kept["warm"] is True and kept["seconds"] == seconds
-    assert bench._profile_seconds(cfg, args, log=print) == seconds  # read, not measured
+    # read, not measured
+    assert first_profiling.seconds(cfg, print, warm=recorded_warm_up) == seconds
     assert events == ["warm-up", "profiling"]
 
 
@@ -243,7 +241,7 @@ def _scripted_cli_runs(monkeypatch):
         seen.append(cfg)
         return {"train_time_s": 4.0, "epochs": [{"train_time_s": 4.0, "test_accuracy": 50.0}]}
 
-    monkeypatch.setattr(bench, "_profile_seconds", lambda cfg, args, log: 3.0)
+    monkeypatch.setattr(bench.first_profiling, "seconds", lambda cfg, log: 3.0)
     monkeypatch.setattr(elastictrainer, "run", scripted_run)
     # the hand-frozen scheme's name, unregistered: a registered one would stay in --help's
     # list of schemes (and the documented flag table) for every later test of this process
