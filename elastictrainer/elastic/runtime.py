@@ -31,7 +31,6 @@ What it gives out is read-only and typed: the plan (Plan), the selections and co
 far (SelectionRecord, Correction), the current selection, the TensorBoard points it queued
 (take_events) and the run's end (EndResult); state() and load_state() for checkpoints.
 """
-import math
 import time
 from typing import Callable
 
@@ -92,11 +91,6 @@ class ElasticRuntime:
         self.total_steps = int(total_steps)
         self.every = interval * steps_per_epoch
         self.probe_batches = int(probe_batches)
-        # a head that is the whole model has nothing to warm up for
-        whole = not head or len(set(head)) >= len(model.t_dw)
-        first_interval = min(self.every, self.total_steps)
-        warmup_steps = 0 if whole else math.ceil(
-            head_warmup_share(head_warmup, rho) * first_interval)
         self._bucket = trend.bucket_steps(self.every)
         self.clock = clock
         self.log = log
@@ -109,8 +103,9 @@ class ElasticRuntime:
         self._loop = ClosedLoop(self.ctl, self.budget, self._economy,
                                 resolution=self.resolution, steps_per_epoch=steps_per_epoch,
                                 clock=clock, log=log, emit=self._emit)
-        self._warmup = HeadWarmup(head, warmup_steps, self.n, first_interval,
-                                  self.budget.share, self._loop, log)
+        self._warmup = HeadWarmup(head, head_warmup_share(head_warmup, rho), self.n,
+                                  min(self.every, self.total_steps), self.budget.share,
+                                  self._loop, log)
         # TensorBoard points, queued: the driver writes them (take_events) outside the timed
         # parts, since a summary op's first call is slow and is logging, not re-selecting
         self._events = []

@@ -18,20 +18,25 @@ not an untrained head's, and is the first selection.
 Plain Python (numpy); its state is the runtime's (state.ElasticState: warmup_left,
 warmup_steps, next_reselect).
 """
+import math
+
 import numpy as np
 
 from elastictrainer.elastic.state import HEAD_WARMUP
 
 
 class HeadWarmup:
-    """head: the head's tensor indices; steps: one round's steps (0: no warm-up); n: the
-    model's tensors; first_interval: the steps the warm-up stays within; share: the share of
-    the estimated loss drop that, held by the head alone, extends it; loop: the runtime's
-    ClosedLoop, which opens the warm-up's selection; log(message)."""
+    """head: the head's tensor indices; part: the share of the first interval one round lasts
+    (--head_warmup, resolved); n: the model's tensors; first_interval: the steps the warm-up
+    stays within; share: the share of the estimated loss drop that, held by the head alone,
+    extends it; loop: the runtime's ClosedLoop, which opens the warm-up's selection;
+    log(message).  A head that is the whole model (or none) has nothing to warm up for: 0
+    steps."""
 
-    def __init__(self, head, steps, n, first_interval, share, loop, log):
+    def __init__(self, head, part, n, first_interval, share, loop, log):
         self.head = tuple(sorted(int(k) for k in head))
-        self.steps = int(steps)
+        whole = not self.head or len(set(self.head)) >= n
+        self.steps = 0 if whole else math.ceil(part * first_interval)
         self.share = float(share)
         self.first_interval = int(first_interval)
         self._mask = np.asarray([k in self.head for k in range(n)], bool)
