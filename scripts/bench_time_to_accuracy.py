@@ -347,16 +347,6 @@ def lr_sweep(name, seed, args, log):
     return {"seed": seed, "chosen": f"{own:g}", "curves": curves}
 
 
-def lr_sweep_table(sweep):
-    """Markdown rows of lr_sweep()'s result: each rate's best and per-epoch test accuracy."""
-    lines = ["| learning rate | best test accuracy | test accuracy per epoch |", "|---|---|---|"]
-    for lr, points in sweep["curves"].items():
-        mark = " (chosen)" if lr == sweep["chosen"] else ""
-        per_epoch = ", ".join(f"{a:.1f}" for _, a in points)
-        lines.append(f"| {lr}{mark} | {tta.best(points):.1f}% | {per_epoch} |")
-    return "\n".join(lines)
-
-
 def _grid_flags(args):
     """--rhos and --shares, where a configuration runs that grid (a model.fit configuration
     with its own ElasticCallback calls does not)."""
@@ -381,22 +371,7 @@ def markdown(results, args, machine):
              f"{_sweep_flag(args)}{_out_flag(args)}` "
              f"(economy and every other setting at its default).", ""]
     for name, summary in results["configs"].items():
-        lines += [f"**{name}** ({summary['runs']} seed(s)):", ""]
-        if summary.get("levels"):
-            lines += [tta.noise_words(summary["levels"]), ""]
-        lines += [tta.table(summary["schemes"], LABELS), ""]
-        if summary.get("lr_sweep"):
-            sweep = summary["lr_sweep"]
-            lines += [f"Full training's learning rate, {name} (seed {sweep['seed']}; the same "
-                      f"settings otherwise):", "", lr_sweep_table(sweep), ""]
-        if summary.get("costs"):
-            over = ("" if len(summary.get("costs_seeds") or ()) in (0, summary["runs"]) else
-                    f" of seed(s) {', '.join(map(str, summary['costs_seeds']))}, the ones whose "
-                    f"costs are on record")
-            lines += [f"Where the time went, {name} (median seconds{over}; filling the cache, "
-                      f"timed full steps, compiling and probes are within training; an elastic run "
-                      f"paid the first profiling before it):", "",
-                      tta.costs_table(summary["costs"], LABELS), ""]
+        lines += [tta.config_text(name, summary, LABELS), ""]
     return "\n".join(lines)
 
 

@@ -200,3 +200,37 @@ def table(summary, labels=None):
         cells.append(f"{row['wall_clock_s']:.1f} s")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def lr_sweep_table(sweep):
+    """Markdown rows of a learning-rate sweep ({"chosen", "curves": {rate: curve}}): each
+    rate's best and per-epoch test accuracy."""
+    lines = ["| learning rate | best test accuracy | test accuracy per epoch |", "|---|---|---|"]
+    for lr, points in sweep["curves"].items():
+        mark = " (chosen)" if lr == sweep["chosen"] else ""
+        per_epoch = ", ".join(f"{a:.1f}" for _, a in points)
+        lines.append(f"| {lr}{mark} | {best(points):.1f}% | {per_epoch} |")
+    return "\n".join(lines)
+
+
+def config_text(name, summary, labels=None):
+    """One configuration's block of the benchmark's figures text: its levels with their noise,
+    the time-to-accuracy table, its learning-rate sweep and where the time went, each where
+    `summary` holds it."""
+    lines = [f"**{name}** ({summary['runs']} seed(s)):", ""]
+    if summary.get("levels"):
+        lines += [noise_words(summary["levels"]), ""]
+    lines += [table(summary["schemes"], labels), ""]
+    if summary.get("lr_sweep"):
+        sweep = summary["lr_sweep"]
+        lines += [f"Full training's learning rate, {name} (seed {sweep['seed']}; the same "
+                  f"settings otherwise):", "", lr_sweep_table(sweep), ""]
+    if summary.get("costs"):
+        over = ("" if len(summary.get("costs_seeds") or ()) in (0, summary["runs"]) else
+                f" of seed(s) {', '.join(map(str, summary['costs_seeds']))}, the ones whose "
+                f"costs are on record")
+        lines += [f"Where the time went, {name} (median seconds{over}; filling the cache, "
+                  f"timed full steps, compiling and probes are within training; an elastic run "
+                  f"paid the first profiling before it):", "",
+                  costs_table(summary["costs"], labels), ""]
+    return "\n".join(lines[:-1])

@@ -390,7 +390,7 @@ def test_the_learning_rate_sweep_reads_the_grids_run_and_trains_the_other_rates(
     sweep = bench.lr_sweep("mobilenetv2_paper", 0, args, log=lambda m: None)
     assert sorted(trained) == [0.0001, 0.01]  # the configuration's own rate was read back
     assert list(sweep["curves"]) == ["0.01", f"{own:g}", "0.0001"]
-    table = bench.lr_sweep_table(sweep)
+    table = bench.tta.lr_sweep_table(sweep)
     assert f"| {own:g} (chosen) | 80.0% | 80.0 |" in table and "| 0.01 | 10.0% | 10.0 |" in table
     text = bench.markdown({"date": "2026-11-27", "configs": {"mobilenetv2_paper": {
         "runs": 1, "schemes": {}, "lr_sweep": sweep}}}, args,
