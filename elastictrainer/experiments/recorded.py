@@ -15,6 +15,7 @@ import json
 import os
 
 from elastictrainer import runlog
+from elastictrainer.runlog import as_json
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import time_to_accuracy as tta
 from elastictrainer.method.schemes import SCHEMES
@@ -62,7 +63,6 @@ class Record:
         if not same_machine(data.get("machine"), machine):
             return
         args = data.get("args") or {}
-        as_json = runlog.as_json
         if any(as_json(args.get(flag, defaults.get(flag))) != as_json(flags.get(flag))
                for flag in GRID_FLAGS):
             return
@@ -78,8 +78,7 @@ class Record:
         if name not in self._configs:
             return None
         seeds, config = self._configs[name]
-        if seed not in seeds or (runlog.as_json(config.get("settings"))
-                                 != runlog.as_json(settings)):
+        if seed not in seeds or as_json(config.get("settings")) != as_json(settings):
             return None
         curves = config.get("curves") or {}
         if any(scheme not in curves for scheme in schemes):

@@ -399,8 +399,8 @@ def test_random_augmentation_is_cached_as_the_views_asked_for(tmp_path):
 def test_beyond_the_memory_budget_the_cache_is_a_file_and_a_full_disk_turns_it_off(
         tmp_path, monkeypatch):
     lines = []
-    # room on the disk whatever the machine's is (a disk under its reserve caches nothing: the
-    # next test's case)
+    # the disk's room is conftest's scripted 1 GB (a disk under its reserve caches nothing:
+    # the next test's case)
     summary = loop.run(cfg(tmp_path, "disk", cache_frozen_prefix=True, cache_budget_mb=0),
                        log=lines.append, model=nested_model(), data=data())
     build, = summary["prefix_cache"]["builds"]
