@@ -13,6 +13,7 @@ from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow fir
 import pytest
 
 from elastictrainer.data import tfds_data
+from elastictrainer.method import schemes
 from elastictrainer.prefix import plan as prefix_plan
 from elastictrainer.profiler import reuse, run as prun
 from helpers import (  # noqa: F401  (re-exported)
@@ -40,6 +41,17 @@ def disk_with_room(monkeypatch):
     1 GB, so that a machine with little free disk does not turn the tests' caches off.  A test
     of another amount scripts its own."""
     monkeypatch.setattr(prefix_plan, "free_disk_bytes", lambda path: 2**30)
+
+
+@pytest.fixture(autouse=True)
+def built_in_schemes_only():
+    """The scheme registry as the package builds it, restored after each test: a scheme a test
+    registers (a benchmark's hand-frozen fixed_from_<k>) would otherwise stay in --train_type's
+    help, and so in the documented flag table, for every later test of the process."""
+    saved = dict(schemes.SCHEMES)
+    yield
+    schemes.SCHEMES.clear()
+    schemes.SCHEMES.update(saved)
 
 
 @pytest.fixture(autouse=True)

@@ -1,27 +1,14 @@
 """scripts/bench_fixed_selection.py: its fixed scheme trains exactly tensor k to the output."""
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from helpers import bench_fixed_selection_script as _script, snapshot, tiny_model
 
 
-@pytest.fixture
-def own_schemes():
-    """The scheme registry restored after the test: later tests see the built-in schemes only
-    (the README's flag table lists them)."""
+def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path):
+    import elastictrainer
     from elastictrainer.method.schemes import SCHEMES
 
-    saved = dict(SCHEMES)
-    yield SCHEMES
-    SCHEMES.clear()
-    SCHEMES.update(saved)
-
-
-def test_fixed_scheme_trains_tensor_k_to_the_output(tmp_path, own_schemes):
-    import elastictrainer
-
-    SCHEMES = own_schemes
     name = _script().register_fixed(2)
     assert name in SCHEMES and not SCHEMES[name].elastic
     model = tiny_model(num_classes=3)

@@ -243,9 +243,6 @@ def _scripted_cli_runs(monkeypatch):
 
     monkeypatch.setattr(bench.first_profiling, "seconds", lambda cfg, log: 3.0)
     monkeypatch.setattr(elastictrainer, "run", scripted_run)
-    # the hand-frozen scheme's name, unregistered: a registered one would stay in --help's
-    # list of schemes (and the documented flag table) for every later test of this process
-    monkeypatch.setattr(bench, "register_fixed_from", lambda first: f"fixed_from_{first}")
     return bench, seen
 
 
