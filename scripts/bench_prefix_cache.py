@@ -11,9 +11,10 @@ resnet50`; a part not run again keeps its last results):
 
 smallcnn: the smallcnn setting (the built-in smallcnn fine-tuned from --weights synthetic on the
 synthetic data at 64 px, Adam 1e-3, 12 epochs, 4800 images): full training, then ElasticTrainer
-at each rho with each --caches setting (CACHES: off, the paper's protocol; auto, the default;
-viewsK, K augmented views of each image, since the built-in models augment their input at
-random; views2_fp16, stored in float16), and the selection "tensor k to the output" held fixed
+at each rho with each --caches setting (experiments/prefix_cache_report.CACHES: off, the
+paper's protocol; auto, the default; viewsK, K augmented views of each image, since the
+built-in models augment their input at random; views2_fp16, stored in float16), and the
+selection "tensor k to the output" held fixed
 for the whole run (--fixed; 12: the last stage and the head) uncached and with the default
 cache.  Without the cache a rho below the forward floor is refused; those cells stay empty.  Each
 row gives the best test accuracy and the mean of the last 3 epochs, the training time against full
@@ -48,7 +49,8 @@ import os
 import statistics
 import time
 
-from elastictrainer.experiments import perfdoc, recorded
+from elastictrainer.experiments import perfdoc, prefix_cache_report as report, recorded
+from elastictrainer.experiments.prefix_cache_report import CACHES, FIT_REFERENCE, cache_label
 from elastictrainer.config import ArgumentParser, comma_list
 from elastictrainer.errors import UserError, run_cli
 from elastictrainer.machine import machine_info, machine_text
@@ -85,7 +87,6 @@ def load():
 
 # ------------------------------------------------------------------ a Keras 3 model in model.fit
 FIT_EPOCHS = 12  # the smallcnn setting's
-FIT_REFERENCE, FIT_AGAINST = "model.fit, all weights", "plain fit's"
 
 
 def fit_task_text():
@@ -133,17 +134,12 @@ def fit(args):
             spent = clock.points[-1][0]
             plain_s = spent if rho is None else plain_s
             summary = read_summary(out) if out else {}
-            pc = summary.get("prefix_cache") or {}
             rows.append({
                 "seed": seed, "run": label, "rho": rho, "cache": cache,
                 "best": max(accuracy), "last3": sum(accuracy[-3:]) / len(accuracy[-3:]),
                 "train_time_s": spent, "time_ratio": spent / plain_s if plain_s else None,
                 "wall_ratio": summary.get("wall_ratio"),
-                "step_ratio": summary.get("measured_ratio"),
-                "cuts": sorted({b["cut"] for b in pc.get("builds", [])}),
-                "served_share": pc.get("served_share"), "fill_s": pc.get("fill_s"),
-                "cache_mb": max((b["bytes"] / 2**20 for b in pc.get("builds", [])),
-                                default=None),
+                "step_ratio": summary.get("measured_ratio"), **report.cache_fields(summary),
                 "tensors": (sum(summary["selections"][-1]["mask"])
                             if summary.get("selections") else len(model.trainable_weights)),
                 "load": [before, load()]})
@@ -152,20 +148,6 @@ def fit(args):
 
 
 # ------------------------------------------------------------------ the smallcnn setting
-# The cache settings the smallcnn rows compare (--caches): off is the paper's protocol, auto the
-# default; viewsK keeps K augmented views of each image, fp16 stores them in float16.
-CACHES = {"off": dict(cache_frozen_prefix=False),
-          "auto": dict(cache_frozen_prefix="auto"),
-          "views1": dict(cache_frozen_prefix=True, cache_views=1),
-          "views2": dict(cache_frozen_prefix=True, cache_views=2),
-          "views3": dict(cache_frozen_prefix=True, cache_views=3),
-          "views2_fp16": dict(cache_frozen_prefix=True, cache_views=2, cache_dtype="float16")}
-
-
-def cache_label(cache):
-    return "" if cache == "off" else f" + cache ({cache})"
-
-
 def smallcnn(args):
     from elastictrainer import cli
     from elastictrainer.experiments.compare import compare, last_epochs_accuracy
@@ -211,78 +193,18 @@ def smallcnn(args):
                     json.dump(around, f)
             if kind == "full_training":
                 full_time = summary["train_time_s"]
-            pc = summary.get("prefix_cache") or {}
-            cuts = sorted({s["cut"] for s in summary.get("selections", []) if s.get("cut")}
-                          | {b["cut"] for b in pc.get("builds", [])})
             rows.append({
                 "seed": seed, "run": label, "rho": rho, "cache": cache,
                 "best": summary["best_test_accuracy"], "last3": last_epochs_accuracy(summary),
                 "train_time_s": summary["train_time_s"],
                 "time_ratio": summary["train_time_s"] / full_time if full_time else None,
                 "wall_ratio": summary.get("wall_ratio"),
-                "step_ratio": summary.get("measured_ratio"), "cuts": cuts,
-                "served_share": pc.get("served_share"), "fill_s": pc.get("fill_s"),
-                "cache_mb": max((b["bytes"] / 2**20 for b in pc.get("builds", [])), default=None),
+                "step_ratio": summary.get("measured_ratio"),
+                **report.cache_fields(summary, selection_cuts=True),
                 "tensors": summary["epochs"][-1]["selected"] if summary["epochs"] else None,
                 "load": around})
             print(json.dumps(rows[-1]), flush=True)
     return rows
-
-
-def runs_table(rows, against="full training's"):
-    def f(v, fmt):
-        return "" if v is None else fmt.format(v)
-
-    lines = [f"| seed | run | rho | best accuracy | last 3 epochs | training time | / {against} "
-             "| run's estimate | cached step ratio | tensors (last epoch) | cut | "
-             "steps served from the cache | filling it | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['seed']} | {r['run']} | {r['rho']:g} | refused: below the "
-                         f"forward floor |  |  |  |  |  |  |  |  |  |  |")
-            continue
-        cache = (f"{100 * r['served_share']:.0f}%" if r["served_share"] is not None else "")
-        lines.append(
-            f"| {r['seed']} | {r['run']} | {f(r['rho'], '{:g}')} | {r['best']:.1f}% | "
-            f"{r['last3']:.1f}% | {r['train_time_s']:.1f} s | {f(r['time_ratio'], '{:.2f}')} | "
-            f"{f(r['wall_ratio'], '{:.2f}')} | {f(r['step_ratio'], '{:.2f}')} | "
-            f"{r['tensors']}/20 | {', '.join(r['cuts'])} | {cache} | "
-            f"{f(r['fill_s'], '{:.1f} s')} | {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
-    return "\n".join(lines)
-
-
-def means_table(rows, reference="full training", against="full training's"):
-    """One row per run over the seeds: mean best accuracy and its points under the same seed's
-    `reference` run, mean of the last 3 epochs, mean time ratio and cached step ratio."""
-    def mean(values):
-        values = [v for v in values if v is not None]
-        return sum(values) / len(values) if values else None
-
-    full = {r["seed"]: r for r in rows if r["run"] == reference}
-    lines = [f"| run | rho | seeds | best accuracy | under {against} | last 3 epochs | "
-             f"time / {against} | cached step ratio |", "|---|---|---|---|---|---|---|---|"]
-    for key in dict.fromkeys((r["run"], r["rho"]) for r in rows):
-        group = [r for r in rows if (r["run"], r["rho"]) == key and "error" not in r]
-        if not group:
-            lines.append(f"| {key[0]} | {key[1]:g} | | refused: below the forward floor | | | "
-                         f"| |")
-            continue
-        under = mean([full[r["seed"]]["best"] - r["best"] for r in group if r["seed"] in full])
-        under = round(under, 1) + 0.0  # a mean that rounds to 0 is 0.0, not -0.0
-        ratio = mean([r["step_ratio"] for r in group])
-        lines.append(
-            f"| {key[0]} | {'' if key[1] is None else f'{key[1]:g}'} | {len(group)} | "
-            f"{mean([r['best'] for r in group]):.1f}% | {under:.1f} | "
-            f"{mean([r['last3'] for r in group]):.1f}% | "
-            f"{mean([r['time_ratio'] for r in group]):.2f} | "
-            f"{'' if ratio is None else f'{ratio:.2f}'} |")
-    return "\n".join(lines)
-
-
-def cache_flags(caches):
-    return "; ".join(f"{c}: `" + " ".join(f"--{k} {str(v).lower()}" for k, v in CACHES[c].items())
-                     + "`" for c in caches)
 
 
 # ------------------------------------------------------------------ flip at the cut
@@ -319,13 +241,6 @@ def flip():
                      "without_border_columns": float(inner)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
-
-
-def flip_table(rows):
-    lines = ["| cut | shape | relative error | without the border columns |", "|---|---|---|---|"]
-    lines += [f"| {r['cut']} | {'x'.join(map(str, r['shape']))} | {r['relative_error']:.3f} | "
-              f"{r['without_border_columns']:.3f} |" for r in rows]
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ the ResNet50 step bench
@@ -425,19 +340,6 @@ def resnet50(args, workdir):
             "cached_floor": cached_tm.rho_floor, "table": path, "load": load()}
 
 
-def resnet50_table(result):
-    lines = [f"Forward floor without the cache {result['forward_floor']:.2f} of a full step "
-             f"({result['rows'][0]['full_step_ms']:.0f} ms); load {result['load']:.1f} at the "
-             f"end.\n",
-             "| selection | tensors | cut | step ratio uncached (predicted) | step ratio cached "
-             "(predicted) |", "|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['selection']} | {r['tensors']} | {r['cut'] or ''} | "
-                     f"{r['uncached_ratio']:.2f} ({r['predicted_uncached']:.2f}) | "
-                     f"{r['cached_ratio']:.2f} ({r['predicted_cached']:.2f}) |")
-    return "\n".join(lines)
-
-
 def main(argv=None):
     args = build_parser().parse_args(argv)
     for part in args.parts:
@@ -460,29 +362,8 @@ def main(argv=None):
         results["flip"] = flip()
     if "resnet50" in args.parts:
         results["resnet50"] = resnet50(args, os.path.join(args.logdir, "resnet50_steps"))
-    text = (f"Machine: {machine_text(machine_info())}; run "
-            + ", ".join(f"{part} {dates[part]}" for part in PARTS if part in results) + ".\n\n")
-    if "smallcnn" in results:
-        caches = dict.fromkeys(r["cache"] for r in results["smallcnn"])  # the runs' own
-        text += (f"The smallcnn setting (`{SMALLCNN} --rho R --seed S`; each run's cache setting "
-                 f"in its name: {cache_flags(caches)})\n\n"
-                 f"Mean over the seeds\n\n{means_table(results['smallcnn'])}\n\n"
-                 f"Each run\n\n{runs_table(results['smallcnn'])}\n\n")
-    if "fit" in results:
-        text += (f"A pretrained Keras 3 CNN in model.fit ({fit_task_text()}), {FIT_EPOCHS} "
-                 f"epochs; ElasticCallback(rho=R, bn_mode=\"inference\"), with the default "
-                 f"cache (auto) and with cache_frozen_prefix=False (off)\n\n"
-                 f"Mean over the seeds\n\n"
-                 f"{means_table(results['fit'], FIT_REFERENCE, FIT_AGAINST)}"
-                 f"\n\nEach run\n\n{runs_table(results['fit'], FIT_AGAINST)}\n\n")
-    if "flip" in results:
-        text += (f"A horizontal flip applied at the cut instead of the input: how far "
-                 f"flip(prefix(x)) is from prefix(flip(x)) at each cut of the smallcnn "
-                 f"setting's model (pretrained weights, {FLIP_IMAGES} training images)\n\n"
-                 f"{flip_table(results['flip'])}\n\n")
-    if "resnet50" in results:
-        text += (f"ResNet50, 224 px, batch 4, SGD, random weights: step ratios against full "
-                 f"steps timed in the same rounds\n\n{resnet50_table(results['resnet50'])}\n")
+    text = report.document(results, dates, machine_text(machine_info()), PARTS, SMALLCNN,
+                           fit_task_text(), FIT_EPOCHS, FLIP_IMAGES)
     print(text)
     with open(args.out, "w") as f:
         json.dump({"args": vars(args), "command": SMALLCNN, "machine": machine_info(),
