@@ -85,74 +85,18 @@ import datetime
 import os
 
 from elastictrainer.config import ArgumentParser, comma_list  # no TensorFlow: --help stays quick
-from elastictrainer import runlog
 from elastictrainer.config.flags import check_positive
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import (first_profiling, perfdoc, recorded,
                                         time_to_accuracy as tta)
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
     FIT_CONFIGS, fit_runs, fit_settings, fit_variants, slug)
-from elastictrainer.experiments.protocols import (
-    IMAGENET_LAST_STAGE, IMAGENET_TARGETS, OFFLINE, OFFLINE_DATASET, OFFLINE_MODEL, config_fields)
+from elastictrainer.experiments.cli_configs import (  # noqa: F401  (the benchmark's to run)
+    CONFIGS, cli_schemes)
 from elastictrainer.machine import machine_info, machine_text
-from elastictrainer.method.schemes import register_fixed_from
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """A command-line configuration: its Config fields, the first tensor of its last stage (the
-    hand-frozen baseline trains it to the output), its epochs, and the baselines it runs beyond
-    full training, traditional TL and the last stage."""
-    fields: dict
-    last_stage: int
-    epochs: int = 12
-    baselines: tuple = ()
-    # every elastic run again with --cache_frozen_prefix false, beside the default cache
-    uncached_too: bool = False
-
-
-def _imagenet_setup(protocol, dataset):
-    """The ImageNet backbone under `protocol` on `dataset`, with BN+Bias and PruneTrain."""
-    return Setup(config_fields(protocol, dataset), IMAGENET_LAST_STAGE,
-                 epochs=protocol.num_epochs, baselines=("bn_plus_bias_training", "prunetrain"))
-
-
-CONFIGS = {
-    "smallcnn": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
-                           num_train=4800, num_test=1024, input_size=64, batch_size=32,
-                           optimizer="adam", learning_rate=0.001), 12),
-    "smallcnn32": Setup(dict(model_name="smallcnn", weights="synthetic", dataset_name="synthetic",
-                             num_train=4000, num_test=1024, input_size=32, batch_size=8,
-                             optimizer="adam", learning_rate=0.001), 12),
-    # The paper's regime (docs/performance.md): the figures' OFFLINE protocol, whose settings
-    # (and why they are what they are) are experiments/protocols.py's
-    "mobilenetv2_paper": Setup(dict(model_name=OFFLINE_MODEL, weights=OFFLINE.weights,
-                                    dataset_name=OFFLINE_DATASET,
-                                    num_train=OFFLINE.extra["num_train"],
-                                    num_test=OFFLINE.extra["num_test"],
-                                    input_size=OFFLINE.input_size,
-                                    batch_size=OFFLINE.batch_size, optimizer=OFFLINE.optimizer,
-                                    learning_rate=OFFLINE.learning_rate), 134,
-                               epochs=OFFLINE.num_epochs, baselines=("bn_plus_bias_training",)),
-    # The paper's regime on a real ImageNet backbone: its calibrated texture target and the
-    # first target tried (protocols.IMAGENET_TARGETS)
-    **{name: _imagenet_setup(protocol, dataset)
-       for name, (protocol, dataset) in IMAGENET_TARGETS.items()},
-    # From random weights every layer must learn: does the default cache freeze a prefix that
-    # still needs to?  Its elastic runs run uncached too, the yardstick of that question.
-    "smallcnn_scratch": Setup(dict(model_name="smallcnn", weights="none",
-                                   dataset_name="synthetic", num_train=4800, num_test=1024,
-                                   input_size=96, batch_size=32, optimizer="adam",
-                                   learning_rate=0.001), 12, epochs=4, uncached_too=True),
-}
-
-# The paper regime's fine-tune across a domain shift, on the command line: the target's gratings
-# rotated, their colours permuted and inverted, noise added (data/domain_shift.py), so that the
-# layers that see pixels must move (model.fit's domain_shift_fit on the CLI)
-CONFIGS["domain_shift_cli"] = dataclasses.replace(
-    CONFIGS["mobilenetv2_paper"], baselines=(),
-    fields={**CONFIGS["mobilenetv2_paper"].fields, "dataset_name": "synthetic_shifted"})
 CONFIG_NAMES = list(CONFIGS) + list(FIT_CONFIGS)
 LABELS = {"full_training": "Full training", "traditional_tl_training": "Traditional TL",
           "bn_plus_bias_training": "BN+Bias", "prunetrain": "PruneTrain",
@@ -245,45 +189,6 @@ def _read_or_run(cfg, log, what):
         log(f"--- {what}")
         summary = elastictrainer.run(cfg, log=lambda m: None)
     return summary
-
-
-def cli_schemes(name, args):
-    """[(scheme, train_type, Config fields)] of command-line configuration `name`'s grid, its
-    reference (full training) first."""
-    setup = CONFIGS[name]
-    first = setup.last_stage
-    fixed = register_fixed_from(first)
-    runs = [("full_training", "full_training", {})]
-    if not args.elastic_only:
-        runs += [("traditional_tl_training", "traditional_tl_training", {})]
-        runs += [(scheme, scheme, {}) for scheme in setup.baselines]
-        runs += [(f"last stage (tensors {first}-)", fixed, {"cache_frozen_prefix": False}),
-                 (f"last stage (tensors {first}-), cached", fixed,
-                  {"cache_frozen_prefix": "auto"})]
-    runs += [(f"ElasticTrainer rho {rho:g}", "elastic_training", {"rho": rho})
-             for rho in args.rhos]
-    if getattr(args, "tolerance", None):
-        runs += [(f"ElasticTrainer rho {rho:g}, tolerance {args.tolerance:g}",
-                  "elastic_training", {"rho": rho, "rho_tolerance": args.tolerance})
-                 for rho in args.rhos]
-    runs += [(f"ElasticTrainer rho auto, share {share:g}", "elastic_training",
-              {"rho": "auto", "rho_share": share}) for share in args.shares]
-    if args.rate:
-        runs.append(("ElasticTrainer rho auto, rate", "elastic_training",
-                     {"rho": "auto", "rho_objective": "rate"}))
-    if getattr(args, "gain", False):
-        runs.append(("ElasticTrainer rho auto, gain", "elastic_training",
-                     {"rho": "auto", "rho_objective": "gain"}))
-    elastic = [run for run in runs if run[1] == "elastic_training"]
-    if setup.uncached_too or getattr(args, "uncached_too", False):
-        runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})
-                 for label, kind, extra in elastic]
-    views = getattr(args, "views_too", None)
-    if views:
-        runs += [(f"{label}, {views} views cached", kind,
-                  {**extra, "cache_frozen_prefix": True, "cache_views": views})
-                 for label, kind, extra in elastic]
-    return runs
 
 
 def cli_runs(name, seed, args, log):
