@@ -235,18 +235,21 @@ def eq3_cost(t_dw, t_dy, mask, t_fw=None):
 
 
 def _ceil_units(times, budget_ms, resolution):
-    """ceil(t / (budget_ms / resolution)) computed exactly.
+    """ceil(t / (budget_ms / resolution)) computed exactly, at most resolution + 1.
 
     Floating-point division can land a hair below an integer and make ceil
     round down, which would let the real cost creep past the budget; exact
-    rational arithmetic on the float values rules that out.
+    rational arithmetic on the float values rules that out.  A time past the
+    whole budget is held at resolution + 1 units: it fits no selection either
+    way, and a budget tiny against the times (a corrected time model's, just
+    above its forward floor) would otherwise give units past int64.
     """
     bp, bq = float(budget_ms).as_integer_ratio()
     out = np.empty(len(times), dtype=np.int64)
     for i, t in enumerate(times.tolist()):
         tp, tq = float(t).as_integer_ratio()
         # t / (bp / (bq * R)) = tp * bq * R / (tq * bp)
-        out[i] = -((-tp * bq * resolution) // (tq * bp))
+        out[i] = min(-((-tp * bq * resolution) // (tq * bp)), resolution + 1)
     return out
 
 

@@ -220,3 +220,15 @@ def test_select_tensors_edge_cases():
         select_tensors([1.0], [1.0], [1.0], 1.0, resolution=0)
     with pytest.raises(ValueError):
         select_tensors([1.0, 2.0], [1.0], [1.0], 1.0)
+
+
+def test_a_budget_tiny_against_the_times_selects_what_fits_without_overflowing():
+    """A corrected time model just above its forward floor leaves a backward budget of a few
+    ulps: each millisecond is then past 2**63 units of it.  What fits (tensors of no time)
+    is still selected, exactly; nothing else is."""
+    t_dw, t_dy, imp = [15.0, 0.0, 9.8], [13.9, 0.0, 9.4], [1.0, 0.5, 2.0]
+    for budget in (1e-300, 5e-324, 1e-12):
+        res = select_tensors(t_dw, t_dy, imp, budget, resolution=10000)
+        assert res.mask.tolist() == [False, False, False] and res.cost_ms == 0.0
+    res = select_tensors([0.0, 0.0, 9.8], [0.0, 0.0, 9.4], imp, 1e-300, resolution=10000)
+    assert res.mask.tolist() == [True, True, False] and res.cost_ms == 0.0
