@@ -132,6 +132,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
 
     # ------------------------------------------------------------------ the run
     def on_train_begin(self, logs=None):
+        persist.refuse_finished(self.out)  # before the model's train function is replaced
         model = self.model
         self.flavor = flavors.for_model(model)
         if getattr(model, "optimizer", None) is None:
@@ -281,6 +282,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
                 self._load(self._restore_state)
             if self._restore_state is None:
                 self._global_step = epoch * self.steps_per_epoch
+            if epoch == 0:  # a new run, not on top of an unfinished one's files
+                persist.start_over(self.out, self.log)
         self._epoch_start = self.clock()
 
     def on_train_batch_end(self, batch, logs=None):

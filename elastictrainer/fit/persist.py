@@ -7,11 +7,18 @@ the elastic runtime (its selection, importance, closed loop and accounting), the
 summary or the prefix cache's store.  So each epoch's end saves them beside the run's other
 files, and a fit that begins at epoch e > 0 (a restart) resumes from the state saved at the
 end of epoch e (a state saved at another epoch's end is not used).
+
+A fit that begins at epoch 0 starts its run directory afresh: one that holds a finished run
+is refused (its curves and events would mix with the new run's, as a second run of a script
+with the same logdir would make them), and one an earlier fit left unfinished before its
+first epoch ended (nothing to resume) loses that fit's events and state first.
 """
+import glob
 import json
 import os
 
 from elastictrainer import runlog
+from elastictrainer.errors import UserError
 
 STATE_FILE = "elastic_state.json"
 
@@ -26,6 +33,34 @@ def save_state(out, epoch, global_step, train_time, rt, summary, cache):
         "prefix_cache": None if cache is None else cache.state(global_step)})
     if cache is not None:  # one state is kept: the files of earlier ones go
         cache.kept([global_step])
+
+
+def _status(out):
+    try:
+        return runlog.read_summary(out).get("status")
+    except (OSError, ValueError):
+        return None  # no run there yet (or none that wrote its summary)
+
+
+def refuse_finished(out):
+    """UserError when the run directory `out` holds a finished run (module doc)."""
+    if _status(out) == "finished":
+        raise UserError(f"ElasticCallback: {out} already holds a finished run; pass another "
+                        f"logdir, or remove it to run again")
+
+
+def start_over(out, log):
+    """Before a fit's epoch 0: the events and state an unfinished earlier fit left in `out`
+    removed, said in one line (module doc)."""
+    status = _status(out)
+    if status is None:
+        return
+    stale = glob.glob(os.path.join(out, "events.out.tfevents*"))
+    stale += [p for p in [os.path.join(out, STATE_FILE)] if os.path.exists(p)]
+    for path in stale:
+        os.remove(path)
+    log(f"ElasticCallback: starting {out} over: the fit that left it ({status}) ended before "
+        f"its first epoch did, so there is nothing to resume")
 
 
 def saved_state(out, epoch):

@@ -215,6 +215,15 @@ def test_the_profile_is_made_once_per_model_and_batch_shape(tmp_path):
     first = json.loads((tmp_path / "logs" / "run" / "summary.json").read_text())
     assert first["profiling_s"] > 0
     assert f"its {first['profiling_s']:.1f} s of profiling the timing table included" in said[-1]
+    # the same logdir again (a script run twice): refused before the fit trains a step, which
+    # leaves the finished run's files and the model's own train function as they were
+    files = sorted(os.listdir(tmp_path / "logs" / "run"))
+    keras_own = model.train_function
+    with pytest.raises(UserError, match=r"logs/run already holds a finished run; pass another "
+                                        r"logdir, or remove it to run again$"):
+        model.fit(train, epochs=1, verbose=0, callbacks=[_callback(tmp_path, rho=1.0)])
+    assert sorted(os.listdir(tmp_path / "logs" / "run")) == files
+    assert model.train_function is keras_own
     said.clear()
     again = _compile(_model("keras3"), "keras3")
     callback = _callback(tmp_path, name="again", rho=1.0)
