@@ -61,6 +61,7 @@ def book_full(s, seconds, compiled, probe, table):
     s.full_s += seconds * over
     if probe:
         book_overhead(s, "importance", seconds)
+        s.probe_s += seconds
     else:
         book_overhead(s, "timing full steps", seconds)
         s.full_times.append(seconds * over)

@@ -196,5 +196,7 @@ class ClosedLoop:
                     f" (measured {measured_before:.3f} earlier in this run)"))
         if tuple(s.selection) == old_sel:  # the same tensors again: nothing left to correct
             s.corrections_here = self.ctl.max_corrections
-        accounting.book_overhead(s, "solving", self.clock() - t0)
+        spent = self.clock() - t0
+        s.records[-1]["solve_ms"] = spent * 1e3
+        accounting.book_overhead(s, "solving", spent)
         return True

@@ -221,7 +221,7 @@ class ElasticRuntime:
         s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
         s.corrections_here, s.was_over = 0, False
         if probes:
-            s.probing, s.probe_terms = int(probes), [0.0] * self.n
+            s.probing, s.probe_terms, s.probe_s = int(probes), [0.0] * self.n, 0.0
 
     def step_kind(self):
         """Which step the next batch trains: "probe", "full" or "selection"."""
@@ -266,7 +266,8 @@ class ElasticRuntime:
                 t0 = self.clock()
                 importance = realized.check(self._trial, importance, self.log)
                 accounting.book_overhead(s, "importance", self.clock() - t0)
-            self._select(global_step + 1, importance)
+                s.probe_s += self.clock() - t0
+            self._select(global_step + 1, importance, importance_ms=s.probe_s * 1e3)
             return True
         if kind == "full":
             if s.record_open:
@@ -334,7 +335,9 @@ class ElasticRuntime:
         known = dict((tuple(k), v) for k, v in s.measured)[tuple(s.selection)] if again else None
         self._loop.open(s, global_step, mask, measured_before, reason, importance_ms,
                         known_ratio=known)
-        accounting.book_overhead(s, "solving", self.clock() - t0)
+        spent = self.clock() - t0
+        s.records[-1]["solve_ms"] = spent * 1e3
+        accounting.book_overhead(s, "solving", spent)
 
     def _progress(self):
         return accounting.progress(self._s)

@@ -76,6 +76,7 @@ class ElasticState:
     settled: bool = False               # every tensor trains to the end, no re-selection
     probing: int = 0                    # probe steps still to run in this re-selection
     probe_terms: Optional[List[float]] = None
+    probe_s: float = 0.0                # ... and the seconds its probes and checks took
     probes_run: int = 0                 # probe steps so far
     importance: Optional[List[float]] = None
     # rho auto: the step ratio cheaper selections are widened to, since one whose loss did not

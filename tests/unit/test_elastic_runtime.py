@@ -133,6 +133,42 @@ def test_a_reselection_probes_then_measures_the_selection_among_full_steps():
     assert mask[-1] and not mask.all()
 
 
+def test_each_selection_records_what_its_importance_and_its_solving_took():
+    """summary.json's solve_ms and importance_ms: the solving each selection's record books
+    (every record's together: the overhead's "solving" part) and its re-selection's probe
+    steps.  The clock ticks a millisecond whenever it is read, so solving takes time here."""
+    model = TimeModel(table())
+    device = Device(model.corrected(0.8, 0.8))  # over rho at first: a correction's record too
+    ticking = device.clock
+
+    def clock():
+        device.now += 1e-3
+        return ticking()
+
+    rt = ElasticRuntime(model, 0.6, steps_per_epoch=50, total_steps=400, interval=1,
+                        clock=clock, log=lambda m: None,
+                        is_compiled=lambda sel: tuple(sel) in device.compiled)
+    probe_s = []
+    original = device.step_seconds
+
+    def step_seconds(selection, step, train=True):
+        seconds, first = original(selection, step, train)
+        if rt.step_kind() == "probe":
+            probe_s.append(seconds)
+        return seconds, first
+
+    device.step_seconds = step_seconds
+    drive(rt, device, 200, IMPORTANCE)
+    records, parts = rt.records, rt.finish(1.0).reselection_overhead_parts_s
+    assert any(r.reason.startswith("correction") for r in records)
+    assert all(r.solve_ms > 0 for r in records)
+    assert sum(r.solve_ms for r in records) == pytest.approx(parts["solving"] * 1e3, rel=1e-9)
+    # one probe per re-selection: each interval's record holds its own probe's seconds
+    intervals = [r for r in records if r.reason == "interval"]
+    assert [r.importance_ms for r in intervals] == pytest.approx([t * 1e3 for t in probe_s])
+    assert all(r.importance_ms is None for r in records if r.reason.startswith("correction"))
+
+
 @pytest.mark.parametrize("in_clock", [False, True])
 def test_the_runs_own_profiling_counts_against_it_in_wall_ratio(in_clock):
     """A run that profiled its timing table first waited for it, and full training would not
