@@ -149,6 +149,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
             raise UserError(f"ElasticCallback under a tf.distribute strategy needs Keras 3.15 "
                             f"or later for a Keras 3 model (this is {_keras3.__version__}); "
                             "train on one device, or use main.py --strategy")
+        if model.built and model.trainable_weights:  # refused before profiling, not after
+            fit_steps.covered_terms(SCHEMES[self.cfg.train_type].importance, model.optimizer,
+                                    list(model.trainable_weights))
         if self.flavor.steps_per_execution(model) != 1:
             raise UserError("ElasticCallback times and selects every step: compile with "
                             "steps_per_execution=1")

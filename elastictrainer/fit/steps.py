@@ -15,6 +15,19 @@ from elastictrainer.method.importance import in_step_terms, one_device_only
 from elastictrainer.train.compiled import StepCache
 
 
+def covered_terms(importance, optimizer, variables):
+    """The in-step importance terms of `importance` under `optimizer` for `variables`; a
+    UserError when the optimizer's update is not one they cover (ElasticCallback checks this
+    before profiling the model, and again when it builds the steps)."""
+    terms = in_step_terms(importance, optimizer, variables)
+    if terms is None:
+        raise UserError(f"ElasticCallback computes importance inside the step, which covers "
+                        f"SGD, Adam and AdamW without gradient clipping or variable "
+                        f"constraints; {type(optimizer).__name__} with these settings is not "
+                        f"covered")
+    return terms
+
+
 class FitSteps:
     """What elastic.driver.ElasticDriver drives (compiled.CompiledSteps's interface), over model.fit's
     batches: one compiled step per selection (cached), each the model's own train step with
@@ -35,12 +48,7 @@ class FitSteps:
         self.variables = list(model.trainable_weights)
         self.flavor = flavors.for_model(model)
         self.strategy = strategy
-        self._terms = in_step_terms(importance, optimizer, self.variables)
-        if self._terms is None:
-            raise UserError(f"ElasticCallback computes importance inside the step, which covers "
-                            f"SGD, Adam and AdamW without gradient clipping or variable "
-                            f"constraints; {type(optimizer).__name__} with these settings is not "
-                            f"covered")
+        self._terms = covered_terms(importance, optimizer, self.variables)
         self.in_step = True
         one_device = one_device_only(self._terms, f"importance {importance}",
                                      trial and "trial_check")

@@ -270,6 +270,13 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(UserError, match="steps_per_epoch"):
         model.fit(batches(), epochs=1, verbose=0, callbacks=[_callback(tmp_path)])
+    # an update the in-step importance does not cover: refused before profiling the model
+    model = _model("keras3")
+    model.compile(optimizer=keras.optimizers.SGD(0.01, clipnorm=1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(True))
+    with pytest.raises(UserError, match="SGD with these settings is not covered$"):
+        model.fit(train, epochs=1, verbose=0, callbacks=[_callback(tmp_path, name="clipped")])
+    assert not (tmp_path / "profiles").exists() and not (tmp_path / "logs" / "clipped").exists()
 
 
 @pytest.mark.parametrize("flavor", ["keras3", "tf_keras"])
