@@ -1,7 +1,7 @@
 """Accuracy against wall clock, with the levels peers report time to (PieBridge, Cache &
 Reuse): 95% and 99% of full training's best accuracy, and within 1 point of it.  One line per
 scheme; drawn from curves (scripts/bench_time_to_accuracy.py) or from run directories
-(`plot.py time`, whose full_training run sets the levels)."""
+(`plot.py time`, whose full_training run sets the levels; without one, none are drawn)."""
 import os
 
 from elastictrainer.errors import UserError
@@ -32,16 +32,19 @@ def curve(summary, offset_s=0.0):
             if e.get("test_accuracy") is not None]
 
 
-def draw(curves, out, reference_best=None, title=""):
-    """{label: curve} as one figure at `out` (.png and .pdf); the levels as dashed lines when
-    `reference_best` (full training's best accuracy) is given, else from the first curve's."""
+def draw(curves, out, reference_best=None, title="", levels=True):
+    """{label: curve} as one figure at `out` (.png and .pdf); the levels as dashed lines, of
+    `reference_best` (full training's best accuracy) when given, else of the first curve's best
+    (the benchmark's curves start with full training's); none with `levels` false (no full
+    training run to set them).  The axis holds every curve, one above the levels included."""
     plt = pyplot()
     # a run that was refused has a reason (a string) in place of its curve: nothing to draw
     curves = {k: v for k, v in curves.items() if not isinstance(v, str) and v}
     if not curves:
         raise UserError("nothing to draw: no curves")
-    if reference_best is None:
+    if reference_best is None and levels:
         reference_best = max(a for _, a in next(iter(curves.values())))
+    accuracies = [a for c in curves.values() for _, a in c]
     longest = max(c[-1][0] for c in curves.values())
     scale, unit = time_unit(longest)
     fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
@@ -50,7 +53,7 @@ def draw(curves, out, reference_best=None, title=""):
     for k, (label, points) in enumerate(curves.items()):
         ax.plot([t / scale for t, _ in points], [a for _, a in points], marker="o", ms=3,
                 lw=1.4, label=label, color=palette(k % palette.N))
-    for k, (_, name, level_of) in enumerate(LEVELS):
+    for k, (_, name, level_of) in enumerate(LEVELS if levels else ()):
         level = level_of(reference_best)
         ax.axhline(level, color="0.5", lw=0.8, ls="--")
         # 99% and within 1 point are often a fraction of a point apart: labels on both sides
@@ -58,8 +61,9 @@ def draw(curves, out, reference_best=None, title=""):
         ax.annotate(name, (side, level), xycoords=("axes fraction", "data"),
                     xytext=(-2 if side else 2, 2), textcoords="offset points", fontsize=7,
                     color="0.35", ha="right" if side else "left")
-    lowest = min([a for c in curves.values() for _, a in c] + [LEVELS[0][2](reference_best)])
-    ax.set_ylim(max(lowest - 2, 0.0), min(reference_best + 3, 101.0))
+    lowest = min(accuracies + ([LEVELS[0][2](reference_best)] if levels else []))
+    highest = max(accuracies + ([reference_best] if levels else []))
+    ax.set_ylim(max(lowest - 2, 0.0), min(highest + 3, 101.0))
     ax.set_xlim(left=0)
     ax.set_xlabel(f"wall clock ({unit}, profiling included)")
     ax.set_ylabel("test accuracy (%)")
@@ -87,7 +91,9 @@ def plot_time_to_accuracy(run_dirs, out):
         curves[label] = curve(r.summary, offset_s=profiling_offset(r.summary))
     full = [r for r in runs if r.train_type == "full_training"]
     best = max((a for r in full for _, a in curve(r.summary)), default=None)
-    return draw(curves, out, reference_best=best)
+    return draw(curves, out, reference_best=best, levels=best is not None,
+                title="" if best is not None else
+                "test accuracy against wall clock (no full_training run: no levels)")
 
 
 def profiling_offset(summary):

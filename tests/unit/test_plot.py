@@ -377,6 +377,30 @@ def test_time_to_accuracy_draws_each_run_apart_and_after_its_profiling(tmp_path,
     ptta.pyplot().close(drawn[0])
 
 
+def test_time_to_accuracy_holds_every_curve_and_draws_levels_of_full_training_only(
+        tmp_path, monkeypatch):
+    """Runs above full training's best stay on the axis; without a full_training run
+    `plot.py time` draws no levels (they are full training's) and still holds every curve."""
+    from elastictrainer.plotting import time_to_accuracy as ptta
+
+    drawn = []
+    monkeypatch.setattr(ptta, "save_figure", lambda fig, out: drawn.append(fig))
+    ptta.draw({"full": [(1.0, 50.0), (2.0, 60.0)], "better": [(1.0, 70.0), (2.0, 75.0)]},
+              str(tmp_path / "above"))
+    ax = drawn[-1].axes[0]
+    assert ax.get_ylim()[1] >= 75.0
+    assert len([line for line in ax.get_lines() if line.get_linestyle() == "--"]) == 3
+    elastic = [make_run(tmp_path, f"e{k}", train_type="elastic_training", rho=0.5 + k / 10)
+               for k in range(2)]
+    ptta.plot_time_to_accuracy(elastic, str(tmp_path / "no_full"))
+    ax = drawn[-1].axes[0]
+    assert not [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    top = max(a for line in ax.get_lines() for a in line.get_ydata())
+    assert ax.get_ylim()[1] >= top and "no full_training run" in ax.get_title()
+    for fig in drawn:
+        ptta.pyplot().close(fig)
+
+
 def ptta_refused():
     from elastictrainer.experiments.time_to_accuracy import Refused
 
