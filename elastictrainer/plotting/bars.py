@@ -62,9 +62,15 @@ def bars_table(groups):
         setting = (" " + ", ".join(f"{k}={v}" for k, v in g.key.variant) + " |") if variants else ""
         speed = "" if s is None else f"{s:.2f}x"
         rows.append(f"| {g.model} | {g.dataset} | {label} | {rho} |{setting} "
-                    f"{len({r.seed for r in g.runs})} | {g.accuracy.mean():.2f} | "
+                    f"{_seeds_cell(g.runs)} | {g.accuracy.mean():.2f} | "
                     f"{g.time_s.mean() / scale:.3g} | {speed} |")
     return "\n".join(rows) + "\n"
+
+
+def _seeds_cell(runs):
+    """The seeds a row averages, and its runs where a seed repeats (seeds_label)."""
+    seeds = len({r.seed for r in runs})
+    return str(seeds) if len(runs) <= seeds else f"{seeds} ({len(runs)} runs)"
 
 
 Panel = namedtuple("Panel", "title ylabel values decimals")  # values: BarGroup -> array

@@ -187,9 +187,11 @@ def load_runs(paths, warn=None):
 
 
 def seeds_label(runs):
-    """'1 seed', '3 seeds': how many seeds a line or bar averages."""
+    """'1 seed', '3 seeds', '3 runs, 1 seed': what a line or bar averages (runs of one seed
+    repeated count as runs: their spread is the run-to-run noise, not the seeds')."""
     n = len({r.seed for r in runs}) or 1
-    return f"{n} seed" + ("s" if n > 1 else "")
+    seeds = f"{n} seed" + ("s" if n > 1 else "")
+    return seeds if len(runs) <= n else f"{len(runs)} runs, {seeds}"
 
 
 # --------------------------------------------------------------------------- time axis

@@ -419,3 +419,20 @@ def test_a_dozen_schemes_get_a_dozen_colours(tmp_path, monkeypatch):
     lines = [line for line in drawn[0].axes[0].get_lines() if line.get_marker() == "o"]
     assert len(lines) == 12 and len({line.get_color() for line in lines}) == 12
     ptta.pyplot().close(drawn[0])
+
+
+def test_a_line_of_runs_repeated_on_one_seed_says_it_averages_runs():
+    """Three runs of one seed averaged are three runs, not one seed: their spread is the
+    run-to-run noise."""
+    from types import SimpleNamespace
+
+    from elastictrainer.plotting import seeds_label
+
+    runs = [SimpleNamespace(seed=s) for s in (0, 0, 0)]
+    assert seeds_label(runs) == "3 runs, 1 seed"
+    assert seeds_label(runs[:1]) == "1 seed"
+    assert seeds_label([SimpleNamespace(seed=s) for s in (0, 1, 2)]) == "3 seeds"
+    assert seeds_label([SimpleNamespace(seed=s) for s in (0, 0, 1)]) == "3 runs, 2 seeds"
+    from elastictrainer.plotting.bars import _seeds_cell
+
+    assert _seeds_cell(runs) == "1 (3 runs)" and _seeds_cell(runs[:1]) == "1"
