@@ -173,8 +173,9 @@ class Economy:
         if compile_s / OVERHEAD_SHARE > saving:
             short = (f"short run: {self.total_steps} steps save about {saving:.1f} s at "
                      f"{self.rho_words(False)}, and compiling a selection's step costs about "
-                     f"{compile_s:.1f} s; re-selections, measurements and corrections are held "
-                     f"to {OVERHEAD_SHARE:.0%} of training")
+                     f"{compile_s:.1f} s; re-selections, measurements and corrections are "
+                     f"budgeted at {OVERHEAD_SHARE:.0%} of training on that estimate (the "
+                     f"closing line gives what they took)")
         return SELECTIONS, why, short
 
     # ------------------------------------------------------------------ switches
