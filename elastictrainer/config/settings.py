@@ -16,7 +16,8 @@ from elastictrainer.elastic.budget import (AUTO, DEFAULT_OBJECTIVE, DEFAULT_SHAR
                                            SHARE, parse_rho)
 from elastictrainer.errors import UserError
 from elastictrainer.runlog import as_json, rho_text
-from elastictrainer.data import GENERATED_NAMES, SYNTHETIC_EXAMPLES, choices_help as datasets_help
+from elastictrainer.data import (DATASET_NAMES, GENERATED_NAMES, SYNTHETIC_EXAMPLES,
+                                 choices_help as datasets_help, looks_like_path, unknown_dataset)
 from elastictrainer.runs.energy import ENV_ROOT, MODES as ENERGY_MODES
 from elastictrainer.models import MODELS, choices_help as models_help, is_user_model
 from elastictrainer.flavors.optimizers import (DEFAULT_LR_SCHEDULE, LR_SCHEDULES, OPTIMIZERS,
@@ -280,7 +281,9 @@ class Config:
         for name in ("num_train", "num_test"):
             value = getattr(self, name)
             if value is not None and self.dataset_name not in GENERATED_NAMES:
-                # said without judging the name: an unknown one is refused when loaded
+                dataset = os.fspath(self.dataset_name)
+                if dataset not in DATASET_NAMES and not looks_like_path(dataset):
+                    raise UserError(unknown_dataset(dataset))  # the name is what is wrong
                 raise UserError(f"--{name} sizes the built-in generated datasets only "
                                 f"({', '.join(GENERATED_NAMES)}), not --dataset_name "
                                 f"{self.dataset_name}")

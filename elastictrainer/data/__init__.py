@@ -38,6 +38,19 @@ SYNTHETIC_EXAMPLES = 512
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 
+def looks_like_path(key):
+    """Whether a --dataset_name that is no built-in name is an image folder's path."""
+    import os
+
+    return os.sep in key or key.startswith((".", "~")) or os.path.exists(key)
+
+
+def unknown_dataset(key):
+    """The one line that refuses --dataset_name `key`, neither a built-in name nor a path."""
+    return (f"unknown dataset {key!r}; valid: {', '.join(DATASET_NAMES)} (or the path of an "
+            f"image folder with one sub-folder per class)")
+
+
 def choices_help():
     return (", ".join(f"{n} (TFDS)" for n in TFDS_NAMES) + ", synthetic (built in, offline: "
             "gratings), synthetic_shifted (built in, offline: the gratings seen through a fixed "

@@ -7,7 +7,9 @@ from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow fir
 import os
 
 from elastictrainer.errors import UserError
-from elastictrainer.data import DATASET_NAMES, GENERATED_NAMES, objects, textures
+from elastictrainer.data import (  # noqa: F401  (DATASET_NAMES: what loads, by name)
+    DATASET_NAMES, GENERATED_NAMES, looks_like_path, objects, textures,
+    unknown_dataset)
 from elastictrainer.data import tfds_data  # noqa: F401  (registers the TFDS names)
 from elastictrainer.data.folder import image_folder_dataset
 from elastictrainer.data.pipeline import LOADERS, DatasetBundle, positive_int  # noqa: F401
@@ -50,8 +52,6 @@ def load_dataset(name_or_path, input_size=224, batch_size=4, seed=0, data_dir=No
                         f" (only {', '.join(GENERATED_NAMES)} take extra arguments)")
     if key in LOADERS:
         return LOADERS[key](key, data_dir=data_dir, download=download, **opts)
-    looks_like_path = os.sep in key or key.startswith((".", "~")) or os.path.exists(key)
-    if looks_like_path:
+    if looks_like_path(key):
         return image_folder_dataset(key, **opts)
-    raise UserError(f"unknown dataset {key!r}; valid: {', '.join(DATASET_NAMES)}"
-                    " (or the path of an image folder with one sub-folder per class)")
+    raise UserError(unknown_dataset(key))

@@ -275,6 +275,18 @@ def test_synthetic_sizes_default_to_the_data_packages_count():
         assert isinstance(defaults[name], ast.Name) and defaults[name].id == "SYNTHETIC_EXAMPLES"
 
 
+def test_sizing_a_dataset_that_does_not_exist_names_the_dataset_as_what_is_wrong(tmp_path):
+    """--num_train with an unknown --dataset_name: the name is refused (with the valid ones),
+    not the flag; with a TFDS name or a folder's path the flag is what is wrong."""
+    from elastictrainer.errors import UserError
+
+    with pytest.raises(UserError, match=r"^unknown dataset 'nosuch'; valid: caltech_birds2011"):
+        Config(dataset_name="nosuch", num_train=64).validate()
+    for name in ("oxford_iiit_pet", str(tmp_path)):
+        with pytest.raises(UserError, match=r"^--num_train sizes the built-in generated"):
+            Config(dataset_name=name, num_train=64).validate()
+
+
 def test_the_callbacks_own_defaults_are_declared_in_config():
     assert config.FIT_LOGDIR.startswith(Config().logdir)
     assert set(config.FIT_CONFIG_FIELDS) <= set(config.CONFIG_FIELDS)
