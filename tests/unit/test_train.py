@@ -80,9 +80,9 @@ def test_rho_validation():
 # A bad rho, num_epochs or scheme is refused above, an unknown dataset in test_data.py, bad cache
 # settings in test_prefix_time_model.py: the same Config.validate and load_dataset calls.
 @pytest.mark.parametrize("args,needle", [
-    (["--dataset_name", "oxford_flowers102", "--num_train", "100"], "generated datasets only"),
-    # an unknown name is not said to have splits of its own
-    (["--dataset_name", "nosuchdata", "--num_train", "100"], "synthetic_textures), not --dataset_name nosuchdata"),
+    (["--dataset_name", "oxford_iiit_pet", "--num_train", "100"], "generated datasets only"),
+    # an unknown name is what is wrong, not the flag that sizes it
+    (["--dataset_name", "nosuchdata", "--num_train", "100"], "unknown dataset 'nosuchdata'"),
     (["--dataset_name", "synthetic", "--num_test", "0"], "num_test"),
     (["--rho", "auto", "--rho_share", "0"], "--rho_share"),
     (["--rho", "auto", "--rho_share", "1.5"], "--rho_share"),
