@@ -143,6 +143,8 @@ def close_record(s):
     full_seconds), and the compile its first step paid."""
     if not s.record_open:
         return
+    if s.measuring and not s.readout and s.rounds > 1:  # a miss it had no steps left to confirm
+        s.unconfirmed += 1
     rec = s.records[-1]
     everything = all(s.mask)
     if s.times:

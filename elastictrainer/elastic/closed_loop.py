@@ -177,6 +177,7 @@ class ClosedLoop:
             s.win_t, s.measuring = len(s.times), False
             accounting.book_overhead(s, "solving", self.clock() - t0)
             return False
+        s.measuring = False  # its miss confirmed and corrected: closed as judged
         accounting.close_record(s)
         same = new_sel == old_sel  # measured just now: no second measurement of it
         self.open(s, global_step + 1, mask, measured_before, f"correction ({miss} rho)",

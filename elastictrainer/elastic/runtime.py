@@ -42,7 +42,8 @@ from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Bud
 from elastictrainer.elastic.closed_loop import ClosedLoop
 from elastictrainer.elastic.economy import ECONOMY_OFF, FULL_TRAINING, Economy
 from elastictrainer.elastic.prices import Prices
-from elastictrainer.elastic.rho_control import RhoController
+from elastictrainer.elastic.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS,
+                                                RhoController)
 from elastictrainer.elastic.warmup import HeadWarmup
 from elastictrainer.elastic.state import (HEAD_WARMUP, SHORT_RUN, Correction, ElasticState,
                                           EndResult, Plan, SelectionRecord)
@@ -359,6 +360,11 @@ class ElasticRuntime:
             unmeasured_why=self._economy.unmeasured_why(), profiling_s=s.profiling_s)
         if s.warmup_steps:
             closing += f"; head warm-up: {s.warmup_steps - s.warmup_left} steps"
+        if s.unconfirmed and not s.corrections and self.ctl.feedback:
+            closing += (f"; {s.unconfirmed} miss(es) of rho left unconfirmed: a selection "
+                        f"stopped before the {CONFIRM_ROUNDS} rounds of {MEASURE_STEPS} of its "
+                        f"steps and {FULL_STEPS} full steps that confirm one (a longer interval "
+                        f"than {int(self.every)} steps lets the run correct)")
         return EndResult(measured_ratio=measured, estimated_ratio=estimated,
                          reselection_overhead_s=spent, reselection_overhead_parts_s=parts,
                          wall_ratio=wall, economy=economy, closing=closing,

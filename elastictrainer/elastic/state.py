@@ -118,6 +118,9 @@ class ElasticState:
     economy: dict = dataclasses.field(default_factory=dict)  # economy.Economy.state()
     warmup_left: int = 0                # head warm-up steps still to train (runtime.py)
     warmup_steps: int = 0               # ... and the warm-up's length, once it started
+    # measurements whose miss was still to be confirmed when their selection stopped training
+    # (a re-selection, or the run's end, came first: closed_loop.py)
+    unconfirmed: int = 0
     # the current selection's step losses since its interval began, as trend.py buckets
     losses: List[list] = dataclasses.field(default_factory=list)
     version: int = STATE_VERSION

@@ -260,6 +260,27 @@ def test_a_wrong_table_is_corrected_after_a_confirmed_miss():
     assert second.measured_ratio <= 0.6 * 1.05
 
 
+def test_a_miss_the_interval_is_too_short_to_confirm_is_said_at_the_end():
+    """An interval of 24 steps: the first selection runs over rho, but its second round of
+    measurement would end past the next re-selection, so no correction comes; the closing line
+    says why, and that a longer interval lets the run correct.  With 100-step intervals the
+    miss is corrected and nothing of the kind is said."""
+    model = TimeModel(table())
+    device = Device(model.corrected(0.6, 0.6))
+    rt = make(model, device, rho=0.6, total=96, steps_per_epoch=24, interval=1, economy=False)
+    drive(rt, device, 96, IMPORTANCE)
+    result = rt.finish(10.0)
+    assert not rt.corrections and result.measured_ratio > 0.6 * 1.05
+    assert result.closing.endswith(
+        "1 miss(es) of rho left unconfirmed: a selection stopped before the 2 rounds of 10 of "
+        "its steps and 5 full steps that confirm one (a longer interval than 24 steps lets the "
+        "run correct)")
+    device = Device(model.corrected(0.6, 0.6))
+    rt = make(model, device, rho=0.6, total=400, steps_per_epoch=100, interval=1, economy=False)
+    drive(rt, device, 400, IMPORTANCE)
+    assert rt.corrections and "unconfirmed" not in rt.finish(10.0).closing
+
+
 def test_feedback_off_measures_but_never_corrects():
     model = TimeModel(table())
     device = Device(model.corrected(0.6, 0.6))
