@@ -304,9 +304,15 @@ class Config:
         if not (isinstance(self.keep_checkpoints, int) and self.keep_checkpoints >= 1):
             raise UserError(f"--keep_checkpoints must be a whole number >= 1, got "
                             f"{self.keep_checkpoints!r}")
-        if self.rho != AUTO and not (isinstance(self.rho, (int, float)) and 0 < self.rho <= 1):
-            raise UserError(f"--rho is the elastic step time / full step time and must be in "
-                            f"(0, 1], or auto; got {self.rho}")
+        for f in fields(self):  # the API's settings: a string is not a bool
+            value = getattr(self, f.name)
+            if f.type is bool and not isinstance(value, bool):
+                raise UserError(f"--{f.name} is true or false, got {value!r} "
+                                f"({type(value).__name__})")
+        if self.rho != AUTO and not (isinstance(self.rho, (int, float))
+                                     and not isinstance(self.rho, bool) and 0 < self.rho <= 1):
+            raise UserError(f"--rho is the elastic step time / full step time and must be a "
+                            f"number in (0, 1], or auto; got {self.rho!r}")
         if self.rho_objective not in OBJECTIVES:
             raise UserError(f"unknown --rho_objective {self.rho_objective!r}; valid: "
                             f"{', '.join(OBJECTIVES)}")

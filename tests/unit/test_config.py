@@ -287,6 +287,19 @@ def test_sizing_a_dataset_that_does_not_exist_names_the_dataset_as_what_is_wrong
             Config(dataset_name=name, num_train=64).validate()
 
 
+def test_the_apis_settings_are_checked_for_their_type_in_one_line():
+    """Config from Python: "false" is no bool (it would read as true), "0.5" no rho."""
+    from elastictrainer.errors import UserError
+
+    with pytest.raises(UserError, match=r"^--rho_feedback is true or false, got 'false' \(str\)$"):
+        Config(rho_feedback="false").validate()
+    with pytest.raises(UserError, match=r"^--economy is true or false, got 1 \(int\)$"):
+        Config(economy=1).validate()
+    with pytest.raises(UserError, match=r"must be a number in \(0, 1\], or auto; got '0.5'$"):
+        Config(rho="0.5").validate()
+    Config(rho_feedback=False, economy=True, rho=0.5).validate()
+
+
 def test_the_callbacks_own_defaults_are_declared_in_config():
     assert config.FIT_LOGDIR.startswith(Config().logdir)
     assert set(config.FIT_CONFIG_FIELDS) <= set(config.CONFIG_FIELDS)
