@@ -22,6 +22,7 @@ Runs go one after the other in this process's terminal, or with --ray as Ray tas
 into --logdir here, and the figures are drawn here from it.
 """
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -219,7 +220,7 @@ class Driver:
 
     def call(self, argv, what):
         """Run argv here, its output in this terminal; its exit code (Ctrl-C: KeyboardInterrupt)."""
-        self.log("$ " + " ".join(argv))
+        self.log("$ " + shlex.join(argv))  # quoted: a dry run's lines paste as they are
         if self.dry_run:
             return 0
         t0 = time.perf_counter()
@@ -396,10 +397,16 @@ class Driver:
             from elastictrainer.experiments import offline
 
             written += offline.write_table(self, done, skipped)
-        self.log(f"{self.key}{self.suffix}: {len(done)} runs finished in "
-                 f"{(time.perf_counter() - t0) / 60:.1f} min")
+        if self.dry_run:
+            self.log(f"{self.key}{self.suffix}: {len(self.runs) * len(self.seeds)} runs to run "
+                     f"(dry run: nothing ran)")
+        else:
+            self.log(f"{self.key}{self.suffix}: {len(done)} runs finished in "
+                     f"{(time.perf_counter() - t0) / 60:.1f} min")
+        verb = "would write " if self.dry_run else ""
         for out in written:
-            self.log(f"  table {out}" if out.endswith(".md") else f"  figure {out}.png / .pdf")
+            self.log(f"  {verb}table {out}" if out.endswith(".md") else
+                     f"  {verb}figure {out}.png / .pdf")
         for line in skipped:
             self.log(f"  skipped {line}")
         for line in failed:
