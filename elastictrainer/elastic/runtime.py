@@ -27,15 +27,15 @@ replaced whatever the budget says (under rho auto, by a wider one: budget.py).  
 one typed object (ElasticState) that a checkpoint keeps, and its clock is injected, so tests
 script step times.
 
-What it gives out is read-only and typed: the plan (Plan), the selections and corrections so
-far (SelectionRecord, Correction), the current selection, the TensorBoard points it queued
-(take_events) and the run's end (EndResult); state() and load_state() for checkpoints.
+What it gives out is read-only and typed (Plan, SelectionRecord, Correction, EndResult, the
+TensorBoard points it queued: take_events); state() and load_state() for checkpoints.
 """
 import time
 from typing import Callable
 
 import numpy as np
 
+from elastictrainer import runlog
 from elastictrainer.elastic import accounting, realized, trend
 from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Budget,
                                            head_warmup_share)
@@ -173,12 +173,10 @@ class ElasticRuntime:
         """The current selection as one bool per tensor, None before the first."""
         return None if self._s.mask is None else tuple(self._s.mask)
 
-    def measured_so_far(self):
-        """The selections' step-weighted measured ratio so far (None before any measurement)."""
+    def measured_so_far(self):  # the selections' step-weighted measured ratio (None: not yet)
         return accounting.measured_so_far(self._s)
 
-    def take_events(self):
-        """The queued TensorBoard points [(tag, value, step)] (runlog's tags), emptied."""
+    def take_events(self):  # the queued TensorBoard points [(tag, value, step)], emptied
         events, self._events = self._events, []
         return events
 
@@ -218,7 +216,7 @@ class ElasticRuntime:
         """Open a re-selection at `global_step`: `probes` probe steps follow (in-step
         importance), or None when the caller evaluates importance itself (importance_ready)."""
         s = self._s
-        accounting.close_record(s)
+        self._close_record(global_step)
         s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
         s.corrections_here, s.was_over = 0, False
         if probes:
@@ -342,6 +340,15 @@ class ElasticRuntime:
 
     def _progress(self):
         return accounting.progress(self._s)
+
+    def _close_record(self, global_step):
+        """Close the current record; a ratio only its closing measured (its one window cut
+        short by the re-selection) goes to TensorBoard too, as a judged window's does."""
+        s = self._s
+        unmeasured = s.record_open and s.records[-1].get("measured_ratio") is None
+        accounting.close_record(s)
+        if unmeasured and s.records[-1].get("measured_ratio") is not None:
+            self._emit(runlog.MEASURED_RATIO, s.records[-1]["measured_ratio"], global_step)
 
     def _emit(self, tag, value, step):
         self._events.append((tag, value, int(step)))

@@ -281,6 +281,22 @@ def test_a_miss_the_interval_is_too_short_to_confirm_is_said_at_the_end():
     assert rt.corrections and "unconfirmed" not in rt.finish(10.0).closing
 
 
+def test_a_ratio_measured_only_when_a_reselection_cut_its_window_short_reaches_tensorboard():
+    """12-step intervals: the selection's first window (10 of its steps and 5 full ones) never
+    completes; the re-selection closes its record with what it measured, and that ratio is a
+    TensorBoard point as a judged window's is."""
+    from elastictrainer import runlog
+
+    model = TimeModel(table())
+    device = Device(model)
+    rt = make(model, device, rho=0.6, total=48, steps_per_epoch=12, interval=1, economy=False)
+    drive(rt, device, 13, IMPORTANCE)
+    first = rt.records[0]
+    assert first.measured_ratio == pytest.approx(model.predicted_ratio(np.array(first.mask)))
+    points = [(v, step) for tag, v, step in rt.take_events() if tag == runlog.MEASURED_RATIO]
+    assert points == [(first.measured_ratio, 12)]
+
+
 def test_feedback_off_measures_but_never_corrects():
     model = TimeModel(table())
     device = Device(model.corrected(0.6, 0.6))

@@ -249,16 +249,7 @@ def test_offline_runs_the_paper_regime_with_the_papers_rhos(tmp_path, capsys):
     assert all(f" --logdir {tmp_path}/logs/offline/fig17 " in line for line in mains)
     assert any(f"--out {tmp_path}/figures/offline/fig17 " in line + " " for line in lines)
     assert any("figures/offline/fig17.md and .json" in line for line in lines)
-    assert not os.path.exists(tmp_path / "logs")  # nothing ran, and it says so
-    assert "fig17: 9 runs to run (dry run: nothing ran)" in lines
-    assert all(line.startswith("  would write ") for line in lines[lines.index(
-        "fig17: 9 runs to run (dry run: nothing ran)") + 1:])
-    # each command pastes as it is: an empty argument stays one ('')
-    import shlex
-
-    profile = next(line for line in lines if " -m elastictrainer profile " in line)
-    argv = shlex.split(profile[2:])
-    assert argv[argv.index("--figure") + 1] == ""
+    assert not os.path.exists(tmp_path / "logs")  # nothing ran
     # Fig. 19 offline: the ImageNet backbone on its target, the backbones --weights synthetic
     # pretrains on the synthetic data, at the paper's rho
     fig19 = figures.plan(figures.FIGURES["fig19"], offline=True)
