@@ -30,7 +30,8 @@ class ProfileConfig:
     model_name: str = same_as("model_name")
     input_size: int = same_as("input_size")
     num_classes: Optional[int] = same_as(
-        "num_classes", help="classifier outputs (a saved model file keeps its own)",
+        "num_classes", help="classifier outputs (a saved model file keeps its own unless "
+                            "this is given: another count gets a new head, as in train)",
         shown_default=f"{DEFAULT_NUM_CLASSES}, as the paper's CUB-200")
     optimizer: str = same_as("optimizer")
     batch_size: int = same_as("batch_size", help="training batch size to profile")

@@ -321,11 +321,18 @@ def _profile_request(req, phases):
 def profile_configuration(model_name, input_size=224, batch_size=4, num_classes=None,
                           weights="none", num_iterations=5, warmup=2, output=None,
                           trace_dir=None, seed=0, progress=True, calibrate=True,
-                          optimizer="sgd"):
-    """Build the model, profile it, write the table; return (table, path)."""
+                          optimizer="sgd", log=print):
+    """Build the model, profile it, write the table; return (table, path).  A saved model
+    brings its own input size, which the table is profiled at (said when it is not
+    `input_size`)."""
     from elastictrainer.models.build import build_sized
 
+    asked = int(input_size)
     model, input_size, num_classes = build_sized(model_name, input_size, num_classes, weights)
+    if input_size != asked:
+        log(f"note: {model_name} takes {input_size}x{input_size} images: profiled at "
+            f"{input_size}, not --input_size {asked} (its table is the one train reads with "
+            f"--input_size {input_size})")
     output = output or tables.default_table_path(model_name, input_size, batch_size, num_classes,
                                                  optimizer)
     stem = os.path.splitext(os.path.basename(output))[0]

@@ -15,7 +15,9 @@ def test_cli_profiles_a_user_model_file(tmp_path):
               "--figure", str(tmp_path / "fig.png"), "--quiet"], cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     table = json.load(open(out))
+    # the file's own input size (the flag's 224 is said not to apply) and classes
     assert table["input_size"] == 24 and table["num_classes"] == 3
+    assert "mine.keras takes 24x24 images: profiled at 24, not --input_size 224" in r.stdout
     for key in pformat.REQUIRED_KEYS:
         assert key in table
     # the file the profiler wrote is exactly what the declared format reads and writes back
