@@ -199,8 +199,8 @@ def plot_main(argv=None, prog="elastictrainer plot"):
     from elastictrainer import plotting
 
     def default_out(kind):
-        found = list(dict.fromkeys(plotting.Run(d).model for r in args.runs
-                                   for d in plotting.find_run_dirs(r)))
+        found = list(dict.fromkeys(  # quiet: the plot itself says what it skips
+            r.model for r in plotting.load_runs(args.runs, warn=lambda msg: None)))
         return os.path.join("figures", f"{kind}_{found[0]}" if len(found) == 1 else kind)
 
     if args.command == "curves":

@@ -157,6 +157,19 @@ def find_run_dirs(path):
     return found
 
 
+NOT_A_RUN = "not a run directory (a table compare wrote, or a profile's trace)"
+
+
+def _written_beside_runs(path):
+    """Whether `path` is what the commands write beside run directories in --logdir: a
+    file (compare's <name>_compare.md) or a profile's trace (<table>_profile/plugins/profile)."""
+    path = str(path)
+    if os.path.isfile(path):
+        return True
+    return (os.path.isdir(os.path.join(path, "plugins", "profile"))
+            and not os.path.isfile(os.path.join(path, runlog.SUMMARY_FILE)))
+
+
 def load_runs(paths, warn=None):
     """Run objects for the given run directories, or directories holding them (duplicates
     dropped); UserError on bad input.
@@ -168,13 +181,19 @@ def load_runs(paths, warn=None):
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     if not paths:
         raise UserError("give at least one run directory (a folder with summary.json)")
-    runs, seen = [], set()
+    runs, seen, skipped = [], set(), []
     for p in paths:
+        if _written_beside_runs(p):  # `logs/*` holds them: skipped, not refused
+            warn(f"note: skipped {p}: {NOT_A_RUN}")
+            skipped.append(str(p))
+            continue
         for d in find_run_dirs(p):
             real = os.path.realpath(d)
             if real not in seen:
                 seen.add(real)
                 runs.append(Run(d))
+    if not runs:
+        raise UserError(f"no run directory among {', '.join(skipped)}: {NOT_A_RUN}")
     settings = [r.settings() for r in runs]
     names = sorted(set().union(*settings))
     differ = [n for n in names if len({repr(s.get(n)) for s in settings}) > 1]

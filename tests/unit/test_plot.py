@@ -218,6 +218,20 @@ def test_a_directory_of_run_directories_is_searched(runs, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, out, err = cli(["bars", str(tmp_path / "empty")], capsys)
     assert code == 2 and "no summary.json in it or below it" in err[0]
+    # what the commands write beside the runs in --logdir, as `logs/*` expands it: skipped
+    table = tmp_path / "cmp_compare.md"
+    table.write_text("| scheme |\n")
+    trace = tmp_path / "t_i32_b8_c3_profile" / "plugins" / "profile" / "2026_12_07"
+    trace.mkdir(parents=True)
+    given = [runs["elastic0.6"], str(table), str(trace.parents[2])]
+    code, out, err = cli(["bars", *given, "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert [line for line in err if line.startswith("note: skipped")] == [
+        f"note: skipped {p}: not a run directory (a table compare wrote, or a profile's trace)"
+        for p in given[1:]]
+    code, out, err = cli(["bars", str(table)], capsys)
+    assert code == 2 and err[-1] == (f"error: no run directory among {table}: not a run "
+                                     f"directory (a table compare wrote, or a profile's trace)")
 
 
 def test_bars_without_full_run_leaves_speedup_blank(runs, tmp_path, capsys):
