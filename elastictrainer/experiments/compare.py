@@ -49,7 +49,8 @@ def last_epochs_accuracy(summary, n=LAST_EPOCHS):
 
 def table(rows):
     """Markdown: best accuracy and the last epochs' mean, training time, its ratio to full
-    training's, measured ratio."""
+    training's, measured ratio; below it, the first profiling a run paid before training,
+    which its training time leaves out."""
     full = next((r for r in rows if r["train_type"] == "full_training"), None)
     lines = ["| scheme | rho | best test accuracy | mean of the last "
              f"{LAST_EPOCHS} epochs | training time | time / full training's | "
@@ -67,6 +68,14 @@ def table(rows):
             f"{'' if ending is None else f'{ending:.1f}%'} | {r['train_time_s']:.1f} s | "
             f"{ratio} | {'' if measured is None else f'{measured:.2f}'} | "
             f"{last}/{r['num_tensors']} |")
+    # a run that profiled its timing table before training: not in its training time
+    profiled = [(SCHEMES[r["train_type"]].label, r["profiling_s"]) for r in rows
+                if r.get("profiling_s") and r.get("profiling_in_train_time") is False]
+    if profiled:
+        lines += ["", "Training time leaves out the timing table's first profiling ("
+                  + ", ".join(f"{label}: {s:.1f} s" for label, s in profiled)
+                  + "); each run's closing line gives its wall clock against full training's "
+                    "with it."]
     return "\n".join(lines)
 
 

@@ -36,3 +36,20 @@ def test_a_finished_run_is_read_only_when_it_ran_with_the_same_settings(tmp_path
                                                      r"another --run_name, or --resume false"):
         compare.compare(dataclasses.replace(cfg, rho=0.4), ["full_training", "elastic_training"],
                         log=lambda m: None)
+
+
+def test_the_table_says_what_a_runs_first_profiling_took_beside_its_training_time():
+    def row(kind, rho, seconds, **kw):
+        return {"train_type": kind, "rho": rho, "best_test_accuracy": 80.0, "epochs": [],
+                "train_time_s": seconds, "measured_ratio": None, "num_tensors": 10, **kw}
+
+    rows = [row("full_training", None, 100.0),
+            row("elastic_training", 0.5, 60.0, profiling_s=12.34, profiling_in_train_time=False)]
+    text = compare.table(rows)
+    assert text.splitlines()[3].split("|")[6].strip() == "0.60"  # training time alone
+    assert text.endswith("Training time leaves out the timing table's first profiling "
+                         "(ElasticTrainer: 12.3 s); each run's closing line gives its wall "
+                         "clock against full training's with it.")
+    rows[1]["profiling_s"] = 0.0  # the table read: nothing to say
+    assert compare.table(rows).splitlines()[-1].startswith("| ElasticTrainer |")
+
