@@ -269,8 +269,19 @@ def user_data(data, model, cfg):
                             f"batches, got {type(ds).__name__}")
     if model is None:
         raise UserError("data=(train, test) needs model= as well (its head gives the classes)")
-    x, _ = next(iter(train))
+    x, y = next(iter(train))
     batch_size = int(x.shape[0])
+    # said here in one line, before a step's trace would say it in a traceback
+    wants = tuple(model.input_shape[1:])
+    if len(x.shape) != len(wants) + 1 or any(
+            w is not None and int(w) != int(got) for w, got in zip(wants, x.shape[1:])):
+        raise UserError(f"the train set's images are {tuple(int(d) for d in x.shape[1:])}, "
+                        f"but {model.name} takes {wants}: resize them, or pass a model of "
+                        f"that input")
+    if len(y.shape) != 1:
+        raise UserError(f"the train set's labels are {tuple(int(d) for d in y.shape)} a "
+                        f"batch; they must be class indices, one per image (one-hot labels: "
+                        f"take their argmax)")
     batches = int(train.cardinality())
     if batches < 0 and not cfg.steps_per_epoch:  # infinite or unknown length
         raise UserError("the train set's length is unknown: set steps_per_epoch in the Config")
