@@ -107,6 +107,11 @@ def replace_head(model, num_classes, what=None, log=print):
     return new
 
 
+# what Keras' load errors say of a layer it cannot rebuild from the file alone
+CUSTOM_OBJECT_WORDS = ("safe_mode", "custom_objects", "Could not locate", "Unknown layer",
+                       "register_keras_serializable", "Lambda")
+
+
 def _load_user_model(path, num_classes, weights, log):
     path = os.path.expanduser(path)
     if not os.path.exists(path):
@@ -115,7 +120,13 @@ def _load_user_model(path, num_classes, weights, log):
     try:
         model = flavor.load_model(path)
     except Exception as e:
-        raise UserError(f"cannot load Keras model {path}: {one_line(e)}") from e
+        said = one_line(e, limit=300)
+        # Keras' own advice (safe_mode, custom_objects) is for its Python API: say the route
+        hint = ("; a model with custom layers or Lambda layers trains from Python instead: "
+                "build it in your code and pass it as model= to elastictrainer.run, or use "
+                "ElasticCallback in model.fit"
+                if any(k in said for k in CUSTOM_OBJECT_WORDS) else "")
+        raise UserError(f"cannot load Keras model {path}: {said}{hint}") from e
     if not flavor.is_model(model) or len(model.outputs or []) != 1:
         raise UserError(f"{path}: expected a Keras model with one output")
     units = model.output_shape[-1]

@@ -310,6 +310,24 @@ def test_vit_npz_errors(tmp_path):
         build_model("mobilenetv2", input_size=32, num_classes=3, weights=path)
 
 
+def test_a_model_file_keras_cannot_rebuild_alone_says_the_route_that_trains_it(tmp_path):
+    """A Lambda layer (or a custom one) loads only with code Keras' safe mode will not run from
+    a file: the one line says the Python API and model.fit take the model itself."""
+    import keras as keras3
+
+    inputs = keras3.Input((8, 8, 3))
+    x = keras3.layers.Lambda(lambda t: t * 2.0)(inputs)
+    outputs = keras3.layers.Dense(3)(keras3.layers.GlobalAveragePooling2D()(x))
+    path = str(tmp_path / "lambda.keras")
+    keras3.Model(inputs, outputs).save(path)
+    with pytest.raises(UserError, match=r"^cannot load Keras model .*lambda.keras: .*Lambda.*; "
+                                        r"a model with custom layers or Lambda layers trains "
+                                        r"from Python instead: .* model= to "
+                                        r"elastictrainer.run, or use ElasticCallback") as err:
+        build_model(path, num_classes=3)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("classes", [3, 12])
 def test_user_model_with_another_class_count_gets_a_new_head(tmp_path, classes):
     """A saved 10-class model asked for K classes: a new K-way Dense replaces its output layer
