@@ -362,7 +362,8 @@ class Config:
         data = os.path.basename(os.path.normpath(self.dataset_name))
         rho = f"_rho{rho_text(self.rho)}" if SCHEMES[self.train_type].elastic else ""
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        return f"{model}_{data}_{self.train_type}{rho}_seed{self.seed}_{stamp}"
+        # one word for the shell: a model or data name may hold spaces (the API's "user data")
+        return "_".join(f"{model}_{data}_{self.train_type}{rho}_seed{self.seed}_{stamp}".split())
 
 
 CONFIG_FIELDS = {f.name: f for f in fields(Config)}

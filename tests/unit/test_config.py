@@ -300,6 +300,13 @@ def test_the_apis_settings_are_checked_for_their_type_in_one_line():
     Config(rho_feedback=False, economy=True, rho=0.5).validate()
 
 
+def test_a_generated_run_name_is_one_word_for_the_shell():
+    name = Config(model_name="my model.keras", dataset_name="user data",
+                  rho=0.6).resolved_run_name()
+    assert name.startswith("my_model_user_data_elastic_training_rho0.6_seed0_")
+    assert " " not in name
+
+
 def test_the_callbacks_own_defaults_are_declared_in_config():
     assert config.FIT_LOGDIR.startswith(Config().logdir)
     assert set(config.FIT_CONFIG_FIELDS) <= set(config.CONFIG_FIELDS)
