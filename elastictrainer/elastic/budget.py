@@ -257,7 +257,8 @@ class Choice:
         head = (f"rho auto ({self.objective}"
                 + (f" {self.share:.0%}" if self.objective == SHARE else "")
                 + (f", widened to {self.floor:.3f} of a full step" if self.floor > 0 else "")
-                + f"): {c.tensors} of {num_tensors} tensors, deepest {c.deepest}, keep "
+                + f"): {c.tensors} of {num_tensors} tensors, deepest #{c.deepest} (of "
+                  f"the trainable tensors, 0 at the input), keep "
                   f"{c.importance_share:.0%} of the estimated loss drop at "
                   f"{c.predicted_ratio:.3f} of a full step{rate}")
         best = {SHARE: "the cheapest keeping the share", RATE: "the best rate",
@@ -267,5 +268,5 @@ class Choice:
                            if self.objective == SHARE else
                            "; no other tensor of positive importance can be the deepest")
         other = "" if r.rate is None else f", {r.rate:.2f}"
-        return (f"{head}; {best} with another deepest tensor ({r.deepest}, {r.tensors} "
+        return (f"{head}; {best} with another deepest tensor (#{r.deepest}, {r.tensors} "
                 f"tensors): {r.importance_share:.0%} at {r.predicted_ratio:.3f}{other}")

@@ -264,8 +264,9 @@ class ElasticRuntime:
             if self._trial is not None:  # held to what a step realizes by depth (realized.py)
                 t0 = self.clock()
                 importance = realized.check(self._trial, importance, self.log)
-                accounting.book_overhead(s, "importance", self.clock() - t0)
-                s.probe_s += self.clock() - t0
+                checked = self.clock() - t0
+                accounting.book_overhead(s, "importance", checked)
+                s.probe_s += checked
             self._select(global_step + 1, importance, importance_ms=s.probe_s * 1e3)
             return True
         if kind == "full":

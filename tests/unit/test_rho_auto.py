@@ -172,9 +172,10 @@ def test_each_auto_selection_says_why_and_summary_json_keeps_it(tmp_path, object
         assert up["importance_share"] >= 0.7 * (1 - 1e-12)
         assert up["predicted_ratio"] >= record.predicted_ratio
     line = next(m for m in logs if m.startswith(f"rho auto ({objective}"))
-    assert (f"{int(mask.sum())} of {N} tensors, deepest {d}, keep {share:.0%} of the "
+    assert (f"{int(mask.sum())} of {N} tensors, deepest #{d} (of the trainable tensors, 0 at "
+            f"the input), keep {share:.0%} of the "
             f"estimated loss drop at {record.predicted_ratio:.3f} of a full step") in line
-    assert f"another deepest tensor ({up['deepest']}, {up['tensors']} tensors)" in line
+    assert f"another deepest tensor (#{up['deepest']}, {up['tensors']} tensors)" in line
     events = {tag: value for tag, value, _ in rt.take_events()}
     assert events[runlog.SELECTION_IMPORTANCE_SHARE] == pytest.approx(share)
     assert events[runlog.RUNNER_UP_RATIO] == pytest.approx(up["predicted_ratio"])
