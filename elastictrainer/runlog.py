@@ -249,6 +249,15 @@ def read_summary(run_directory):
         return json.load(f)
 
 
+def run_status(run_directory):
+    """The run's status as its summary.json says it ("running", "finished", ...), None when
+    there is no summary yet or it cannot be read."""
+    try:
+        return read_summary(run_directory).get("status")
+    except (OSError, ValueError):
+        return None
+
+
 def finished_summary(run_directory):
     """The run's summary when it finished, else None (no summary yet, an unreadable one, or a
     run that stopped or failed): what benchmarks and sweeps read instead of running again."""

@@ -22,6 +22,7 @@ reshuffled on every pass under `seed` (the reference code never shuffled); the t
 This module only names what exists (no TensorFlow, so `--help` can list it); loaders.py loads
 (through tfds_data.py, folder.py and synthetic.py).
 """
+import os
 
 DATASET_NAMES = ("caltech_birds2011", "oxford_iiit_pet", "stanford_dogs", "synthetic",
                  "synthetic_shifted", "synthetic_objects", "synthetic_textures")
@@ -40,8 +41,6 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 def looks_like_path(key):
     """Whether a --dataset_name that is no built-in name is an image folder's path."""
-    import os
-
     return os.sep in key or key.startswith((".", "~")) or os.path.exists(key)
 
 

@@ -10,6 +10,7 @@ import os
 from elastictrainer import runlog
 from elastictrainer.experiments import recorded
 from elastictrainer.method.schemes import SCHEMES
+from elastictrainer.plotting.time_to_accuracy import profiling_offset
 
 COMPARE_FILE = "compare.md"
 # what the user does about a finished run of other settings under the same name
@@ -69,8 +70,8 @@ def table(rows):
             f"{ratio} | {'' if measured is None else f'{measured:.2f}'} | "
             f"{last}/{r['num_tensors']} |")
     # a run that profiled its timing table before training: not in its training time
-    profiled = [(SCHEMES[r["train_type"]].label, r["profiling_s"]) for r in rows
-                if r.get("profiling_s") and r.get("profiling_in_train_time") is False]
+    profiled = [(SCHEMES[r["train_type"]].label, profiling_offset(r)) for r in rows
+                if profiling_offset(r)]
     if profiled:
         lines += ["", "Training time leaves out the timing table's first profiling ("
                   + ", ".join(f"{label}: {s:.1f} s" for label, s in profiled)

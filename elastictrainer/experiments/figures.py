@@ -124,13 +124,6 @@ def table_path(run, protocol, profiles):
                               folder=profiles)
 
 
-def run_status(run_dir):
-    try:
-        return runlog.read_summary(run_dir).get("status")
-    except (OSError, ValueError):
-        return None
-
-
 def figure_key(text):
     """FIGURES' key of a figure given as 'fig17', '17' or 'Fig17'; UserError listing the valid
     ones otherwise."""
@@ -311,7 +304,7 @@ class Driver:
                                    f"{run.model}'s forward floor {floor:.2f} at this input and "
                                    f"batch size; not run")
                     self.log(skipped[-1])
-                elif run_status(self.run_dir(run, seed)) == "finished":
+                elif runlog.run_status(self.run_dir(run, seed)) == "finished":
                     self._check_cache_setting(run, seed)
                     self.log(f"{run.name(seed)}: finished before; not run again")
                     done.append((run, seed))

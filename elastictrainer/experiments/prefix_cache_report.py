@@ -118,6 +118,12 @@ def resnet50_table(result):
     return "\n".join(lines)
 
 
+def _over_seeds(heading, rows, reference="full training", against="full training's"):
+    """A part of rows over seeds: its heading, the mean over the seeds, then each run."""
+    return (f"{heading}\n\nMean over the seeds\n\n{means_table(rows, reference, against)}"
+            f"\n\nEach run\n\n{runs_table(rows, against)}\n\n")
+
+
 def document(results, dates, machine, parts, command, fit_text, fit_epochs, flip_images):
     """The benchmark's Markdown: each part in `results` (a part's rows by its name) with its
     date (`dates`), on `machine` (its line); `parts`: their order; command: the smallcnn
@@ -127,17 +133,14 @@ def document(results, dates, machine, parts, command, fit_text, fit_epochs, flip
             + ", ".join(f"{part} {dates[part]}" for part in parts if part in results) + ".\n\n")
     if "smallcnn" in results:
         caches = dict.fromkeys(r["cache"] for r in results["smallcnn"])  # the runs' own
-        text += (f"The smallcnn setting (`{command} --rho R --seed S`; each run's cache setting "
-                 f"in its name: {cache_flags(caches)})\n\n"
-                 f"Mean over the seeds\n\n{means_table(results['smallcnn'])}\n\n"
-                 f"Each run\n\n{runs_table(results['smallcnn'])}\n\n")
+        text += _over_seeds(f"The smallcnn setting (`{command} --rho R --seed S`; each run's "
+                            f"cache setting in its name: {cache_flags(caches)})",
+                            results["smallcnn"])
     if "fit" in results:
-        text += (f"A pretrained Keras 3 CNN in model.fit ({fit_text}), {fit_epochs} "
-                 f"epochs; ElasticCallback(rho=R, bn_mode=\"inference\"), with the default "
-                 f"cache (auto) and with cache_frozen_prefix=False (off)\n\n"
-                 f"Mean over the seeds\n\n"
-                 f"{means_table(results['fit'], FIT_REFERENCE, FIT_AGAINST)}"
-                 f"\n\nEach run\n\n{runs_table(results['fit'], FIT_AGAINST)}\n\n")
+        text += _over_seeds(f"A pretrained Keras 3 CNN in model.fit ({fit_text}), {fit_epochs} "
+                            f"epochs; ElasticCallback(rho=R, bn_mode=\"inference\"), with the "
+                            f"default cache (auto) and with cache_frozen_prefix=False (off)",
+                            results["fit"], FIT_REFERENCE, FIT_AGAINST)
     if "flip" in results:
         text += (f"A horizontal flip applied at the cut instead of the input: how far "
                  f"flip(prefix(x)) is from prefix(flip(x)) at each cut of the smallcnn "

@@ -35,16 +35,9 @@ def save_state(out, epoch, global_step, train_time, rt, summary, cache):
         cache.kept([global_step])
 
 
-def _status(out):
-    try:
-        return runlog.read_summary(out).get("status")
-    except (OSError, ValueError):
-        return None  # no run there yet (or none that wrote its summary)
-
-
 def refuse_finished(out):
     """UserError when the run directory `out` holds a finished run (module doc)."""
-    if _status(out) == "finished":
+    if runlog.run_status(out) == "finished":
         raise UserError(f"ElasticCallback: {out} already holds a finished run; pass another "
                         f"logdir, or remove it to run again")
 
@@ -52,7 +45,7 @@ def refuse_finished(out):
 def start_over(out, log):
     """Before a fit's epoch 0: the events and state an unfinished earlier fit left in `out`
     removed, said in one line (module doc)."""
-    status = _status(out)
+    status = runlog.run_status(out)
     if status is None:
         return
     stale = glob.glob(os.path.join(out, "events.out.tfevents*"))

@@ -189,9 +189,9 @@ def closing_line(cfg, summary, stopped, *, elastic="", where="", note="", out=""
         spent += f"; {elastic}"
     ended = (f"interrupted after {len(summary.epochs)} of {cfg.num_epochs} epochs (run the same "
              f"command again to continue)" if stopped else "finished")
-    tested = any(e.get("test_accuracy") is not None for e in map(_as_dict, summary.epochs))
-    accuracy = (f"best test accuracy {best:.2f}%" if tested
-                else "no epoch tested yet")  # not 0%: nothing was measured
+    # None until an epoch is tested (Recorder.epoch): then not 0%, since nothing was measured
+    accuracy = (f"best test accuracy {best:.2f}%" if summary.best_test_accuracy is not None
+                else "no epoch tested yet")
     return (f"{cfg.train_type} {ended}{where}: {accuracy}, training time "
             f"{train_time / 3600:.4f} h ({train_time:.1f} s){spent}; results in {out}")
 

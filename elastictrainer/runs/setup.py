@@ -247,11 +247,7 @@ def _resumable(out, cfg, log):
         raise UserError(f"cannot resume {out}: its {runlog.CONFIG_FILE} is missing or "
                         f"unreadable; pass --resume false to start it over")
     check_same_run(saved, cfg, out)
-    try:
-        status = runlog.read_summary(out).get("status")
-    except (OSError, ValueError):
-        status = None
-    if status == "finished":
+    if runlog.run_status(out) == "finished":
         raise UserError(f"{out} already holds a finished run; pass another --run_name, or "
                         f"--resume false to start it over")
     return True
