@@ -136,6 +136,14 @@ class Config:
         "realized over the probes' batches, so that depths whose large, noisy gradients "
         "overshoot lose their weight (17 forward passes per probe batch and re-selection, on "
         "that probe's gradients; one device only). false: eq. 4-6's estimate as it is"))
+    pace_check: bool = field(default=False, metadata=flag(
+        "under --rho auto, at each re-selection while the training loss is still high: from "
+        "the same weights, train every tensor and then the current selection for one step on "
+        "each of the last 8 batches it trained on, putting everything back after each, and "
+        "when the selection's loss drop per second of its step falls short of full training's "
+        "by more than the batches' spread allows, widen towards full training as when its loss "
+        "does not fall (16 steps and 24 forward passes per re-selection; one device, no prefix "
+        "cache). false: the loss trend alone judges a selection"))
     head_warmup: Union[float, str] = field(default=AUTO, metadata=flag(
         "share of the first --interval in which a newly initialised classifier head (the "
         "output layer's tensors) trains alone before the first importance probes, as "
@@ -375,6 +383,6 @@ FIT_LOGDIR = os.path.join(Config.logdir, "elastic_fit")
 # the callback's arguments that are Config's fields
 FIT_CONFIG_FIELDS = ("rho", "rho_share", "rho_objective", "rho_tolerance", "interval",
                      "train_type", "probe_batches", "rho_feedback", "economy", "trial_check",
-                     "head_warmup",
+                     "pace_check", "head_warmup",
                      "dp_resolution", "timing_table", "bn_mode", "cache_frozen_prefix",
                      "cache_budget_mb", "cache_views", "cache_dtype", "seed")

@@ -36,12 +36,15 @@ class ElasticDriver:
     their own backward passes (those without an in-step form, importance.IN_STEP);
     probe_batches: probes per re-selection; announce(global_step, kind, selection), if given,
     is called before each step: a multi-worker run's chief tells the other workers what to run
-    (follower.Decisions).  The trainer's prefix cache, if any, is watched: once it turns off,
-    the runtime is told (cache_off) before the step that turned it off is booked."""
+    (follower.Decisions); pace: a pace.PaceCheck, handed each batch a selection step trains
+    (the runtime calls its compare: --pace_check), or None.  The trainer's prefix cache, if
+    any, is watched: once it turns off, the runtime is told (cache_off) before the step that
+    turned it off is booked."""
 
     def __init__(self, trainer, scheme, runtime, probe_iter=None, probe_batches=1,
-                 announce=None):
+                 announce=None, pace=None):
         self.trainer, self.scheme, self.rt = trainer, scheme, runtime
+        self.pace = pace
         self.probe_iter = probe_iter
         self.probe_batches = int(probe_batches)
         self.announce = announce
@@ -84,8 +87,14 @@ class ElasticDriver:
             return functools.partial(tr.probe_step, want_terms=want)
         selection = tuple(rt.selection)
         self._compiled = selection not in tr.steps
-        self._step = tr.step_for(selection)
-        return self._step
+        self._step = step = tr.step_for(selection)
+        if self.pace is None:
+            return step
+
+        def held(*data):
+            self.pace.hold(data)
+            return step(*data)
+        return held
 
     def after_step(self, global_step, seconds, outputs):
         """Book the step `before_step` gave; True when the selection changed."""

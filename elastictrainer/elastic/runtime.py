@@ -69,7 +69,9 @@ class ElasticRuntime:
     line), counted against the run in wall_ratio (accounting.py).  head: the classifier
     head's tensor indices (method.roles' "head"), and head_warmup: the share of the first
     interval they train alone before the first probes (0: none).  trial(masks): the trainer's
-    trial step by depth (--trial_check: method/trial.py, realized.py), None without.  clock:
+    trial step by depth (--trial_check: method/trial.py, realized.py), None without;
+    pace(selection): the loss drops of full training and of `selection` from the same weights
+    on the same batches (--pace_check: pace.PaceCheck.compare), None without.  clock:
     seconds (time.perf_counter); log(message).
     """
 
@@ -79,7 +81,7 @@ class ElasticRuntime:
                  compile_ms=None, economy=True, economy_off_words=ECONOMY_OFF,
                  is_compiled: Callable = lambda selection: False, profiling_s=0.0,
                  profiled_in_clock=False, head=(), head_warmup=0.0, trial=None,
-                 clock: Callable[[], float] = time.perf_counter, log=print):
+                 pace=None, clock: Callable[[], float] = time.perf_counter, log=print):
         self.budget = Budget(rho, share, objective, tolerance)
         self.resolution = int(dp_resolution)
         # rho auto: the target is each selection's own; until the first, what the share would
@@ -113,7 +115,8 @@ class ElasticRuntime:
         self._profiling_s = float(profiling_s)
         # a driver profiles always inside its clock or always before it, resumed or not
         self._profiled_in_clock = bool(profiled_in_clock)
-        self._trial = trial
+        self._trial, self._pace = trial, pace
+        self._paced = None  # the pace check's words for the re-selection under way
         self._s = ElasticState()
         self._s.profiling_s = self._profiling_s
 
@@ -191,8 +194,13 @@ class ElasticRuntime:
             self._warmup.open(s, global_step)
         if s.settled or s.probing or s.warmup_left or global_step < s.next_reselect:
             return False
-        stalled, _, _ = self._trend()
-        if not self._economy.probes_affordable(global_step, self._progress(), stalled):
+        stalled, _, failing = self._trend()
+        # a selection behind full training's pace (pace.py) is judged before the probes, on
+        # the batches it trained last, and is re-probed as one whose loss did not fall
+        self._paced = (self._behind(global_step) if self._pace is not None
+                       and self.budget.auto and not failing else None)
+        if not self._economy.probes_affordable(global_step, self._progress(),
+                                               stalled or self._paced):
             s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
             s.losses = []  # the next interval is judged on its own steps
             return False
@@ -295,6 +303,9 @@ class ElasticRuntime:
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
         stalled, words, failing = self._trend()
+        if self._paced and not failing:
+            stalled, words, failing = self._paced, self._paced, True
+        self._paced = None
         widen = failing and self.budget.auto
         if widen:  # towards full training (budget.py)
             s.min_ratio = self.budget.widened(self.ctl.model, s.mask, s.min_ratio)
@@ -338,6 +349,22 @@ class ElasticRuntime:
         spent = self.clock() - t0
         s.records[-1]["solve_ms"] = spent * 1e3
         accounting.book_overhead(s, "solving", spent)
+
+    def _behind(self, global_step):
+        """Words when the current selection trains more slowly per second than full training
+        would from here (pace.py), while its loss is still high (trend.failing), else None."""
+        s = self._s
+        judged = trend.judge(s.losses)
+        if (s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP
+                or not trend.failing(judged, s.start_loss)):
+            return None
+        # its step ratio as measured by the closed loop, else as predicted
+        ratio = (dict((tuple(k), v) for k, v in s.measured).get(tuple(s.selection))
+                 or s.records[-1]["predicted_ratio"])
+        words, spent, s.records[-1]["pace"] = trend.paced(
+            self._pace, s.selection, ratio, self.clock, self.log, global_step)
+        accounting.book_overhead(s, "importance", spent)
+        return words
 
     def _progress(self):
         return accounting.progress(self._s)

@@ -47,6 +47,9 @@ class SelectionRecord:
     importance_share: Optional[float] = None
     rate: Optional[float] = None
     runner_up: Optional[dict] = None
+    # --pace_check: what the check at the end of its interval found (trend.paced's record:
+    # the mean loss drop of full training's and its steps, its step ratio, behind or not)
+    pace: Optional[dict] = None
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -22,6 +22,10 @@ steps brings less than what the probes' choice would.  When the kept selection h
 FADED of the share of the estimated loss drop the probes' choice holds, a compile is worth
 paying whatever the overhead budget says (the run replaced for that reason says so).
 
+A selection whose loss falls, but more slowly per second than full training's would, is
+behind (--pace_check, pace.py): `behind` is the paired test on what both brought from the same
+weights on the same batches, and a selection behind is failing as one whose loss did not fall.
+
 Plain Python (numpy), no TensorFlow; the buckets ([loss sum, steps]) are plain data in the runtime's
 checkpointed state (state.ElasticState.losses).
 """
@@ -108,3 +112,45 @@ def faded(kept, chosen, importance):
     if old >= FADED * new:
         return None
     return f"the selection keeps {old:.0%} of the estimated loss drop, the probes' choice {new:.0%}"
+
+
+# Fewer held batches are not judged (too few to tell a pace from the batches' spread)
+PACE_MIN_BATCHES = 4
+# Standard errors by which full training's per-second drop must exceed the selection's: about
+# Student's t at the 95th percentile for 7 degrees of freedom (1.89), rounded up
+PACE_T = 2.0
+
+
+def behind(full, selection, ratio):
+    """(behind, words), --pace_check's rule (pace.py): whether a selection's loss drops per
+    second (`selection`, one per batch, its step `ratio` of a full step) fall clearly short of
+    full training's (`full`), and the words of the line that says so."""
+    full, selection = np.asarray(full, float), np.asarray(selection, float)
+    n = len(full)
+    if n < PACE_MIN_BATCHES or ratio is None or ratio <= 0:
+        return False, None
+    d = full - selection / ratio
+    se = d.std(ddof=1) / np.sqrt(n)
+    words = (f"over {n} batches, a full step lowered the loss by {full.mean():.4f} and this "
+             f"selection's by {selection.mean():.4f} at {ratio:.3f} of its time")
+    return bool(d.mean() > PACE_T * se and d.mean() > 0), words
+
+
+def paced(compare, selection, ratio, clock, log, global_step):
+    """(words, seconds, found): run the pace check (`compare`, pace.PaceCheck.compare) on
+    `selection`, whose step takes `ratio` of a full step, and say its answer in one line; the
+    words a selection behind is replaced with (None when it keeps up or was not compared), the
+    seconds the check took, and what it found for the selection's record (None: not
+    compared)."""
+    t0 = clock()
+    drops = compare(tuple(selection))
+    spent = clock() - t0
+    if drops is None:
+        return None, spent, None
+    slow, words = behind(drops[0], drops[1], ratio)
+    log(f"elastic: step {global_step}: pace check ({spent:.1f} s): {words}: "
+        f"{'behind full training' if slow else 'keeping up'}")
+    found = {"step": int(global_step), "batches": len(drops[0]),
+             "full_drop": float(np.mean(drops[0])), "drop": float(np.mean(drops[1])),
+             "ratio": float(ratio), "behind": bool(slow), "seconds": float(spent)}
+    return (f"it trains more slowly than full training ({words})" if slow else None), spent, found

@@ -43,6 +43,7 @@ from elastictrainer.errors import UserError
 from elastictrainer.config import FIT_LOGDIR, Config, parse_auto_bool
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
+from elastictrainer.elastic.pace import for_trainer
 from elastictrainer.elastic.budget import AUTO, parse_rho
 from elastictrainer.fit import steps as fit_steps
 from elastictrainer.fit.steps import FitSteps
@@ -72,7 +73,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
     with a numeric rho, the cheapest selection within that share of eq. 3's best importance,
     when it saves as large a share of the step (0, the paper's eq. 3, by default); interval: epochs
     between re-selections; logdir: the run directory; train_type: an elastic scheme of schemes.py;
-    probe_batches, rho_feedback, economy, trial_check, head_warmup, dp_resolution, bn_mode,
+    probe_batches, rho_feedback, economy, trial_check, pace_check, head_warmup, dp_resolution, bn_mode,
     cache_frozen_prefix, cache_budget_mb, cache_views, cache_dtype, seed: as the command
     line's flags (these and
     their defaults are Config's fields; bn_mode "inference" holds the model's BatchNorm layers
@@ -89,7 +90,8 @@ class ElasticCallback(_keras3.callbacks.Callback):
                  interval=Config.interval, logdir=FIT_LOGDIR,
                  train_type=Config.train_type, probe_batches=Config.probe_batches,
                  rho_feedback=Config.rho_feedback, economy=Config.economy,
-                 trial_check=Config.trial_check, head_warmup=Config.head_warmup,
+                 trial_check=Config.trial_check, pace_check=Config.pace_check,
+                 head_warmup=Config.head_warmup,
                  dp_resolution=Config.dp_resolution, timing_table=Config.timing_table,
                  bn_mode=Config.bn_mode, cache_frozen_prefix=Config.cache_frozen_prefix,
                  cache_budget_mb=Config.cache_budget_mb, cache_views=Config.cache_views,
@@ -105,6 +107,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                           interval=float(interval),
                           probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
                           economy=bool(economy), trial_check=bool(trial_check),
+                          pace_check=bool(pace_check),
                           head_warmup=head_warmup,
                           dp_resolution=int(dp_resolution),
                           logdir=os.path.dirname(logdir) or ".",
@@ -222,6 +225,7 @@ class ElasticCallback(_keras3.callbacks.Callback):
                                 prefix_cache=self.cache, bn_hold=self._bn_hold,
                                 trial=cfg.trial_check)
         compiled = self.trainer.steps
+        pace = for_trainer(self.trainer, cfg.pace_check, self.log)
         total = self.steps_per_epoch * self.epochs
         runtime = ElasticRuntime(
             time_model, cfg.rho, share=cfg.rho_share, objective=cfg.rho_objective,
@@ -234,8 +238,9 @@ class ElasticCallback(_keras3.callbacks.Callback):
             profiled_in_clock=True, clock=self.clock, log=self.log,
             head_warmup=cfg.head_warmup,
             trial=None if self.trainer.trial is None else self.trainer.trial.drops,
+            pace=None if pace is None else pace.compare,
             head=[k for k, role in enumerate(tensor_roles(model)) if role == "head"])
-        self.driver = ElasticDriver(self.trainer, scheme, runtime)
+        self.driver = ElasticDriver(self.trainer, scheme, runtime, pace=pace)
         summary = new_summary(
             cfg, elastic=True, tensor_names=[flavors.tensor_name(v) for v in self.trainer.variables],
             timing_table=path, steps_per_epoch=self.steps_per_epoch,

@@ -63,7 +63,7 @@ class FitSteps:
             from elastictrainer.method.trial import TrialStep
 
             # its forward passes update fit's loss and metrics too: put back with the rest
-            self.trial = TrialStep(optimizer, self.variables, self._loss_of, stats=lambda: (
+            self.trial = TrialStep(optimizer, self.variables, self.loss_of, stats=lambda: (
                 list(model.non_trainable_weights)
                 + [v for metric in model.metrics for v in metric.variables]),
                 random_layers=self.flavor.random_layers(model))
@@ -145,7 +145,7 @@ class FitSteps:
 
         return distributed
 
-    def _loss_of(self, data):
+    def loss_of(self, data):
         """The training loss on `data` (the step's parts), as the model's train step computes
         it."""
         return self.flavor.fit_forward(self.model, _packed(tuple(data)), None)[-1]
@@ -167,7 +167,7 @@ class FitSteps:
             if self._needs_batch:  # a second gradient on this batch (importance.CurvatureTerms)
                 from elastictrainer.method.importance import hessian_vector_product
 
-                hvp_at = hessian_vector_product(self._loss_of, self.variables)
+                hvp_at = hessian_vector_product(self.loss_of, self.variables)
                 # autograph off, as train/steps.ProbeStep's
                 self._terms_fn = tf.function(
                     lambda grads, *data: self._terms(grads, hvp_at, data), autograph=False)

@@ -130,12 +130,14 @@ def _train(setup, log, clock):
 
 def _elastic_driver(setup, probe_iter, clock, log, decisions=None):
     from elastictrainer.elastic.driver import ElasticDriver
+    from elastictrainer.elastic.pace import for_trainer
 
     cfg, dist = setup.cfg, setup.dist
     if dist.multi_worker and not dist.is_chief:  # the chief decides; this worker follows
         from elastictrainer.elastic.follower import ElasticFollower
         return ElasticFollower(setup.compiled, dist)
     steps = setup.compiled
+    pace = for_trainer(steps, cfg.pace_check, log)
     runtime = ElasticRuntime(
         setup.time_model, cfg.rho, share=cfg.rho_share, objective=cfg.rho_objective,
         tolerance=cfg.rho_tolerance, feedback=cfg.rho_feedback,
@@ -145,9 +147,10 @@ def _elastic_driver(setup, probe_iter, clock, log, decisions=None):
         economy=cfg.economy, is_compiled=lambda selection: selection in steps.steps,
         profiling_s=setup.profiling_s, clock=clock, log=log, head_warmup=cfg.head_warmup,
         trial=None if steps.trial is None else steps.trial.drops,
+        pace=None if pace is None else pace.compare,
         head=[k for k, role in enumerate(setup.roles) if role == "head"])
     return ElasticDriver(steps, setup.scheme, runtime, probe_iter, cfg.probe_batches,
-                         announce=decisions.send if decisions is not None else None)
+                         announce=decisions.send if decisions is not None else None, pace=pace)
 
 
 class _Session:

@@ -157,6 +157,8 @@ class CompiledSteps:
         self.steps_run = 0
         optimizers.prepare_optimizer(optimizer, self.variables)
         self.loss_fn = train_steps.make_loss()
+        # a batch's training loss as the steps compute it (the trial step's, the pace check's)
+        self.loss_of = lambda data: self.loss_fn(data[1], model(data[0], training=True))
         kernels = [v for v, r in zip(self.variables, roles) if r != "norm" and len(v.shape) >= 2]
         penalty = None
         if scheme.kernel_l1 > 0:
@@ -195,8 +197,7 @@ class CompiledSteps:
             from elastictrainer.method.trial import TrialStep
 
             self.trial = TrialStep(
-                optimizer, self.variables,
-                lambda data: self.loss_fn(data[1], model(data[0], training=True)),
+                optimizer, self.variables, self.loss_of,
                 stats=model.non_trainable_weights,
                 random_layers=flavors.for_model(model).random_layers(model))
 
