@@ -117,6 +117,10 @@ def build_parser():
                    help="ElasticTrainer's rho values")
     p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
                    help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
+    p.add_argument("--pace_too", action="store_true",
+                   help="also run every --rho auto scheme (ElasticCallback's too) with "
+                        "--pace_check true: widened towards full training when it trains more "
+                        "slowly per second than full training would")
     p.add_argument("--rate", action="store_true",
                    help="also run --rho auto with --rho_objective rate (the most estimated loss "
                         "drop per second of step) in every configuration")
@@ -271,6 +275,7 @@ def markdown(results, args, machine):
              f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
              f"{' --uncached_too' if getattr(args, 'uncached_too', False) else ''}"
+             f"{' --pace_too' if getattr(args, 'pace_too', False) else ''}"
              f"{f' --views_too {args.views_too}' if getattr(args, 'views_too', None) else ''}"
              f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "

@@ -94,6 +94,9 @@ def cli_schemes(name, args):
     if getattr(args, "gain", False):
         runs.append(("ElasticTrainer rho auto, gain", "elastic_training",
                      {"rho": "auto", "rho_objective": "gain"}))
+    if getattr(args, "pace_too", False):  # each rho auto run again, checked against full's pace
+        runs += [(f"{label}, pace check", kind, {**extra, "pace_check": True})
+                 for label, kind, extra in list(runs) if extra.get("rho") == "auto"]
     elastic = [run for run in runs if run[1] == "elastic_training"]
     if setup.uncached_too or getattr(args, "uncached_too", False):
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})

@@ -37,7 +37,8 @@ NEUTRAL = ("logdir", "run_name", "save_model", "save_txt", "data_dir", "resume",
 # Config fields only an elastic scheme reads (when and what it selects): a finished run of
 # another scheme is the same run whatever they say (full training beside --rho 0.4 or 0.5)
 SELECTING = ("interval", "rho", "rho_share", "rho_objective", "rho_tolerance", "rho_feedback",
-             "economy", "trial_check", "head_warmup", "probe_batches", "dp_resolution")
+             "economy", "trial_check", "pace_check", "head_warmup", "probe_batches",
+             "dp_resolution")
 # what must match of the machine that measured a record
 MACHINE_KEYS = ("cpu", "cores", "tensorflow")
 
