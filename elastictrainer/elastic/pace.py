@@ -59,11 +59,6 @@ def for_trainer(trainer, on, log):
     return None
 
 
-def _optimizer_variables(optimizer):
-    found = optimizer.variables
-    return list(found() if callable(found) else found)
-
-
 class PaceCheck:
     """Holds the last BATCHES batches a selection trained on (hold) and compares, from the
     weights as they are, a step of every tensor with a step of a selection's on them (compare).
@@ -117,7 +112,7 @@ class PaceCheck:
 
     def _kept(self):
         tr = self.trainer
-        return (list(tr.model.weights) + _optimizer_variables(tr.optimizer)
+        return (list(tr.model.weights) + list(tr.optimizer.variables)
                 + [v for metric in getattr(tr.model, "metrics", []) for v in metric.variables])
 
     def _losses(self, held):
@@ -129,8 +124,7 @@ class PaceCheck:
         for data in held:
             self._step(data, mask)
         after = self._losses(held)
-        for v, k in zip(kept, values):
-            optimizers.tf_variable(v).assign(k)
+        _put_back(kept, values)
         return after
 
     def compare(self, selection):
@@ -146,11 +140,15 @@ class PaceCheck:
         kept = self._kept()
         values = [tf.identity(v) for v in kept]
         base = self._losses(held)
-        for v, k in zip(kept, values):  # the forward passes moved BatchNorm's statistics
-            optimizers.tf_variable(v).assign(k)
+        _put_back(kept, values)  # the forward passes moved BatchNorm's statistics
         n = len(self.trainer.variables)
         chosen = np.zeros(n, np.float32)
         chosen[list(selection)] = 1.0
         full = self._arm(np.ones(n, np.float32), held, kept, values)
         mine = self._arm(chosen, held, kept, values)
         return base - full, base - mine
+
+
+def _put_back(variables, values):
+    for v, k in zip(variables, values):
+        optimizers.tf_variable(v).assign(k)

@@ -211,7 +211,7 @@ class ElasticRuntime:
         loss over its interval: judged for a partial selection only (every tensor has nothing
         to gain from another); failing: stalled with the loss still high (trend.failing)."""
         s = self._s
-        if s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP:
+        if not self._partial():
             return None, None, False
         judged = trend.judge(s.losses)
         stalled, words = trend.verdict(judged)
@@ -350,13 +350,17 @@ class ElasticRuntime:
         s.records[-1]["solve_ms"] = spent * 1e3
         accounting.book_overhead(s, "solving", spent)
 
+    def _partial(self):
+        """Whether the current selection is judged by its loss: a partial one, past the head
+        warm-up (every tensor has nothing to gain from another)."""
+        s = self._s
+        return not (s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP)
+
     def _behind(self, global_step):
         """Words when the current selection trains more slowly per second than full training
         would from here (pace.py), while its loss is still high (trend.failing), else None."""
         s = self._s
-        judged = trend.judge(s.losses)
-        if (s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP
-                or not trend.failing(judged, s.start_loss)):
+        if not self._partial() or not trend.failing(trend.judge(s.losses), s.start_loss):
             return None
         # its step ratio as measured by the closed loop, else as predicted
         ratio = (dict((tuple(k), v) for k, v in s.measured).get(tuple(s.selection))

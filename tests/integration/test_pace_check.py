@@ -34,8 +34,7 @@ def _trainer(hold=False, driver="cli"):
 
 def _everything(tr):
     return (list(tr.model.weights)
-            + list(tr.optimizer.variables() if callable(tr.optimizer.variables)
-                   else tr.optimizer.variables)
+            + list(tr.optimizer.variables)
             + [v for metric in tr.model.metrics for v in metric.variables])
 
 
