@@ -17,6 +17,8 @@
   wall clock against full training's (wall_ratio).
 - trend.py, whether a selection pays in training loss: one whose loss did not fall over an
   interval is replaced whatever the overhead budget says.
+- judge.py, the runtime's Judge component, which asks trend.py and, with --pace_check, the
+  pace check (pace.py, TensorFlow side) whether the current selection is failing.
 - warmup.py, the head warm-up: a new classifier head trains alone before the first probes
   (--head_warmup), and for another round while those probes still choose it alone.
 - state.py, its records, end result and state as typed objects (summary.json, checkpoints).

@@ -22,8 +22,9 @@ rho_control.prefer_measured), and its ClosedLoop component (closed_loop.py) open
 and corrects each selection.  Every second is booked by accounting.py (the run's wall-clock
 estimate and its re-selection overhead); what a run may spend on re-selecting is decided by
 its Economy component (economy.py, --economy), except that a selection whose training loss
-did not fall over its interval, or whose share of the estimated loss drop faded (trend.py), is
-replaced whatever the budget says (under rho auto, by a wider one: budget.py).  Its state is
+did not fall over its interval, or that falls behind full training's pace (its Judge component,
+judge.py), or whose share of the estimated loss drop faded (trend.py), is replaced whatever the
+budget says (under rho auto, by a wider one: budget.py).  Its state is
 one typed object (ElasticState) that a checkpoint keeps, and its clock is injected, so tests
 script step times.
 
@@ -41,6 +42,7 @@ from elastictrainer.elastic.budget import (DEFAULT_OBJECTIVE, DEFAULT_SHARE, Bud
                                            head_warmup_share)
 from elastictrainer.elastic.closed_loop import ClosedLoop
 from elastictrainer.elastic.economy import ECONOMY_OFF, FULL_TRAINING, Economy
+from elastictrainer.elastic.judge import Judge
 from elastictrainer.elastic.prices import Prices
 from elastictrainer.elastic.rho_control import (CONFIRM_ROUNDS, FULL_STEPS, MEASURE_STEPS,
                                                 RhoController)
@@ -115,8 +117,8 @@ class ElasticRuntime:
         self._profiling_s = float(profiling_s)
         # a driver profiles always inside its clock or always before it, resumed or not
         self._profiled_in_clock = bool(profiled_in_clock)
-        self._trial, self._pace = trial, pace
-        self._paced = None  # the pace check's words for the re-selection under way
+        self._trial = trial
+        self._judge = Judge(pace, self.budget.auto, clock=clock, log=log)
         self._s = ElasticState()
         self._s.profiling_s = self._profiling_s
 
@@ -194,31 +196,14 @@ class ElasticRuntime:
             self._warmup.open(s, global_step)
         if s.settled or s.probing or s.warmup_left or global_step < s.next_reselect:
             return False
-        stalled, _, failing = self._trend()
-        # a selection behind full training's pace (pace.py) is judged before the probes, on
-        # the batches it trained last, and is re-probed as one whose loss did not fall
-        self._paced = (self._behind(global_step) if self._pace is not None
-                       and self.budget.auto and not failing else None)
-        if not self._economy.probes_affordable(global_step, self._progress(),
-                                               stalled or self._paced):
+        # a selection whose loss did not fall, or behind full training's pace, is re-probed
+        # past the budget (judge.py)
+        why = self._judge.before_probes(s, global_step)
+        if not self._economy.probes_affordable(global_step, self._progress(), why):
             s.next_reselect = max(s.next_reselect + self.every, global_step + 1)
             s.losses = []  # the next interval is judged on its own steps
             return False
         return True
-
-    def _trend(self):
-        """(stalled words or None, trend words or None, failing) of the current selection's
-        loss over its interval: judged for a partial selection only (every tensor has nothing
-        to gain from another); failing: stalled with the loss still high (trend.failing)."""
-        s = self._s
-        if not self._partial():
-            return None, None, False
-        judged = trend.judge(s.losses)
-        stalled, words = trend.verdict(judged)
-        if s.start_loss is None and judged is not None:
-            s.start_loss = judged[0]
-        return ((words if stalled else None), words,
-                stalled and trend.failing(judged, s.start_loss))
 
     def begin_reselection(self, global_step, probes=None):
         """Open a re-selection at `global_step`: `probes` probe steps follow (in-step
@@ -302,10 +287,7 @@ class ElasticRuntime:
         s = self._s
         t0 = self.clock()
         s.importance = [float(v) for v in importance]
-        stalled, words, failing = self._trend()
-        if self._paced and not failing:
-            stalled, words, failing = self._paced, self._paced, True
-        self._paced = None
+        stalled, words, failing = self._judge.verdict(s)
         widen = failing and self.budget.auto
         if widen:  # towards full training (budget.py)
             s.min_ratio = self.budget.widened(self.ctl.model, s.mask, s.min_ratio)
@@ -349,26 +331,6 @@ class ElasticRuntime:
         spent = self.clock() - t0
         s.records[-1]["solve_ms"] = spent * 1e3
         accounting.book_overhead(s, "solving", spent)
-
-    def _partial(self):
-        """Whether the current selection is judged by its loss: a partial one, past the head
-        warm-up (every tensor has nothing to gain from another)."""
-        s = self._s
-        return not (s.mask is None or all(s.mask) or s.records[-1]["reason"] == HEAD_WARMUP)
-
-    def _behind(self, global_step):
-        """Words when the current selection trains more slowly per second than full training
-        would from here (pace.py), while its loss is still high (trend.failing), else None."""
-        s = self._s
-        if not self._partial() or not trend.failing(trend.judge(s.losses), s.start_loss):
-            return None
-        # its step ratio as measured by the closed loop, else as predicted
-        ratio = (dict((tuple(k), v) for k, v in s.measured).get(tuple(s.selection))
-                 or s.records[-1]["predicted_ratio"])
-        words, spent, s.records[-1]["pace"] = trend.paced(
-            self._pace, s.selection, ratio, self.clock, self.log, global_step)
-        accounting.book_overhead(s, "importance", spent)
-        return words
 
     def _progress(self):
         return accounting.progress(self._s)

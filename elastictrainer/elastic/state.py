@@ -15,8 +15,8 @@ SHORT_RUN = "short run: all tensors"
 HEAD_WARMUP = "head warm-up"
 # Version of ElasticState's layout in checkpoints (from_dict migrates older ones: version 3
 # added `readout` and `economy`, version 4 `warmup_left`, `warmup_steps` and `losses`; their
-# defaults are what a run of the version before had).
-STATE_VERSION = 4
+# defaults are what a run of the version before had; version 5 added `paced`).
+STATE_VERSION = 5
 
 
 @dataclasses.dataclass
@@ -126,6 +126,8 @@ class ElasticState:
     unconfirmed: int = 0
     # the current selection's step losses since its interval began, as trend.py buckets
     losses: List[list] = dataclasses.field(default_factory=list)
+    # the pace check's words on the current selection, from its check to the solve (judge.py)
+    paced: Optional[str] = None
     version: int = STATE_VERSION
 
     def to_dict(self):

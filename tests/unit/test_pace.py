@@ -80,3 +80,30 @@ def test_a_selection_that_keeps_up_and_a_numeric_rho_are_left_alone():
     assert [r.mask for r in kept.records] == [r.mask for r in plain.records]
     fixed, fixed_said, fixed_asked = _pace_run(0.6, behind=True)
     assert fixed_asked == [] and fixed.state()["min_ratio"] == 0
+
+
+def test_a_run_resumed_between_the_check_and_the_solve_still_widens():
+    """The check runs before the probes; a run checkpointed after it, while the probes of
+    that re-selection are still to come (two probe batches), widens once resumed."""
+    model = TimeModel(table())
+    device = Device(model)
+
+    def pace(selection):
+        return np.full(8, 0.6), np.full(8, 0.05)
+
+    def runtime(said):
+        return make(model, device, rho="auto", total=800, steps_per_epoch=100, interval=1,
+                    share=0.7, log=said.append, pace=pace)
+
+    first, said = runtime([]), []
+    drive(first, device, 100, IMPORTANCE, loss=falling)
+    assert first.reselect_due(100)
+    first.begin_reselection(100, probes=2)
+    assert first.step_kind() == "probe"
+    first.step_done(100, "probe", 0.1, terms=IMPORTANCE)
+    resumed = runtime(said)
+    resumed.load_state(first.state())
+    assert resumed.step_kind() == "probe"
+    resumed.step_done(101, "probe", 0.1, terms=IMPORTANCE)
+    assert any("rho auto widens towards full training" in line for line in said)
+    assert resumed.state()["min_ratio"] > 0
