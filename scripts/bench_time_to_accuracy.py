@@ -121,6 +121,10 @@ def build_parser():
                    help="also run every --rho auto scheme (ElasticCallback's too) with "
                         "--pace_check true: widened towards full training when it trains more "
                         "slowly per second than full training would")
+    p.add_argument("--economy_off_too", action="store_true",
+                   help="also run every --rho auto scheme (ElasticCallback's too) with "
+                        "--economy false: re-selected at every interval, whatever the "
+                        "re-selection overhead")
     p.add_argument("--rate", action="store_true",
                    help="also run --rho auto with --rho_objective rate (the most estimated loss "
                         "drop per second of step) in every configuration")
@@ -276,10 +280,11 @@ def markdown(results, args, machine):
              f"{' --elastic_only' if args.elastic_only else ''}"
              f"{' --uncached_too' if getattr(args, 'uncached_too', False) else ''}"
              f"{' --pace_too' if getattr(args, 'pace_too', False) else ''}"
+             f"{' --economy_off_too' if getattr(args, 'economy_off_too', False) else ''}"
              f"{f' --views_too {args.views_too}' if getattr(args, 'views_too', None) else ''}"
              f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "
-             f"(economy and every other setting at its default).", ""]
+             f"(every setting a scheme's label does not name at its default).", ""]
     for name, summary in results["configs"].items():
         lines += [tta.config_text(name, summary, LABELS), ""]
     return "\n".join(lines)

@@ -97,6 +97,10 @@ def cli_schemes(name, args):
     if getattr(args, "pace_too", False):  # each rho auto run again, checked against full's pace
         runs += [(f"{label}, pace check", kind, {**extra, "pace_check": True})
                  for label, kind, extra in list(runs) if extra.get("rho") == "auto"]
+    if getattr(args, "economy_off_too", False):  # each rho auto run again, re-selecting always
+        runs += [(f"{label}, economy off", kind, {**extra, "economy": False})
+                 for label, kind, extra in list(runs)
+                 if extra.get("rho") == "auto" and not extra.get("pace_check")]
     elastic = [run for run in runs if run[1] == "elastic_training"]
     if setup.uncached_too or getattr(args, "uncached_too", False):
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})

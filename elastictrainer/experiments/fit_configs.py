@@ -71,6 +71,10 @@ def fit_variants(name, args):
     if getattr(args, "pace_too", False):  # each rho auto callback again, the pace check on
         variants += [(f"{s}, pace check", f, dict(c, pace_check=True)) for s, f, c in variants
                      if c is not None and c.get("rho") == "auto" and not c.get("trial_check")]
+    if getattr(args, "economy_off_too", False):  # each rho auto callback again, economy off
+        variants += [(f"{s}, economy off", f, dict(c, economy=False)) for s, f, c in variants
+                     if c is not None and c.get("rho") == "auto" and not c.get("trial_check")
+                     and not c.get("pace_check")]
     if getattr(args, "uncached_too", False):  # each ElasticCallback again, the cache off
         variants += [(f"{s}, uncached", f, dict(c, cache_frozen_prefix=False))
                      for s, f, c in variants if c is not None]
