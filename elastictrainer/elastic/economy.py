@@ -26,6 +26,8 @@ price, in seconds, is prices.py's.
   whatever the budget says, unless the probes choose it again or the steps left are too few
   to pay for re-selecting (its probes, compile and refill above OVERHEAD_SHARE of the time
   those steps take); each such decision is one line saying why.
+- A switch to a cheaper selection that saves PAYOFF times its compile, refill and measurement
+  over the steps left shortens the run: the budget lets it through (docs/performance.md).
 - A selection the budget does not let the closed loop measure still has its step ratio read
   out: READOUT_FULL_STEPS timed full steps interleaved with its first steps (the gradient step
   they run is the probe's, compiled already), when they cost at most READOUT_SHARE of the
@@ -217,11 +219,24 @@ class Economy:
         if once == 0:
             return True
         ratio = self.ctl.model.predicted_ratio(mask)
+        if self._pays_for_itself(ratio, once, global_step, progress):
+            return True
         left = self.prices.steps_left(global_step)
         probes_s = left / max(self.every, 1) * self.probe_batches * self.prices.grad_s(progress)
         return (self.affordable(once + FULL_STEPS * self.prices.grad_s(progress) + probes_s,
                                 global_step, progress, ratio)
                 and once <= OVERHEAD_SHARE * left * self.prices.lowest_step_s(progress, ratio))
+
+    def _pays_for_itself(self, ratio, once_s, global_step, progress):
+        """Whether switching from the current selection to one of step ratio `ratio` saves,
+        over the steps left, PAYOFF times its cost (`once_s`: compile and refill; and the full
+        steps that measure it): no overhead, but the run's saving."""
+        current = progress.current_ratio
+        if current is None or ratio >= current:
+            return False
+        gain = (current - ratio) * self.prices.steps_left(global_step) * self.prices.t_full_s(
+            progress)
+        return gain >= PAYOFF * (once_s + FULL_STEPS * self.prices.grad_s(progress))
 
     # ------------------------------------------------------------------ the budget
     def affordable(self, extra_s, global_step, progress, step_ratio=None):

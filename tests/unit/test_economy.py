@@ -200,3 +200,25 @@ def test_the_economys_choice_survives_a_checkpoint_and_older_states_load():
     older = ElasticState.from_dict({"version": 2, "next_reselect": 5, "measuring": True})
     assert older.version == STATE_VERSION == 5
     assert older.readout is False and older.economy == {} and older.paced is None
+
+
+def test_a_switch_to_a_cheaper_selection_passes_a_spent_budget_when_it_pays_for_itself():
+    """The budget is spent (ten selections compiled, a second each).  A switch to a cheaper
+    selection whose shorter steps save PAYOFF times its compile and measurement over the steps
+    left still compiles; one with too few steps left, and a dearer one, are held back."""
+    from elastictrainer.elastic.economy import Economy, Progress
+    from elastictrainer.elastic.prices import Prices
+    from elastictrainer.elastic.rho_control import RhoController
+
+    model = TimeModel(table())
+    prices = Prices(True, RhoController(model, 0.5, feedback=False), total_steps=2000,
+                    steps_per_epoch=100, probe_batches=1, compile_ms=1000.0)
+    economy = Economy(prices, every=100, is_compiled=lambda selection: False)
+    current, cheaper, dearer = (tuple(range(N - k, N)) for k in (5, 2, 7))
+    mask = np.isin(np.arange(N), current)
+    now = Progress(current_ratio=model.predicted_ratio(mask), selected=True,
+                   selections_compiled=10)
+    assert not economy.affordable(1.0, 1000, now)  # the budget alone holds every switch back
+    assert economy.worth_compiling(cheaper, 1000, now)
+    assert not economy.worth_compiling(cheaper, 1990, now)
+    assert not economy.worth_compiling(dearer, 1000, now)
