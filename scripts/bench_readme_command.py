@@ -172,18 +172,23 @@ def main(argv=None):
     machine = machine_info()
     results = load(args.out, machine)
     done = {r["seed"] for r in results}
+    when = None  # every seed read back: the results keep the date they were measured on
     for i, seed in enumerate(args.seeds):
         if seed in done:
             print(f"seed {seed}: read back from {args.out}.json")
             continue
         results.append(run_seed(seed, args.venv and i == 0, args.logdir))
         results.sort(key=lambda r: r["seed"])
-        write(args, machine, results)
-    write(args, machine, results)
+        when = datetime.date.today().isoformat()
+        write(args, machine, results, when)
+    if when is None:
+        print(f"every seed was read back from {args.out}.json, nothing written (remove it to "
+              f"measure again)")
+        return
+    write(args, machine, results, when)
 
 
-def write(args, machine, results):
-    when = datetime.date.today().isoformat()
+def write(args, machine, results, when):
     text = (f"Machine: {machine_text(machine)}; {when}. README command 1 in a fresh clone: "
             f"`.venv/bin/python {COMMAND}` (with `--seed S` for seeds other than 0).\n\n"
             f"{table(results)}\n\n{summary_line(results)}\n")
