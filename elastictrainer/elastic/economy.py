@@ -219,24 +219,24 @@ class Economy:
         if once == 0:
             return True
         ratio = self.ctl.model.predicted_ratio(mask)
-        if self._pays_for_itself(ratio, once, global_step, progress):
+        measure_s = FULL_STEPS * self.prices.grad_s(progress)
+        if self._pays_for_itself(ratio, once + measure_s, global_step, progress):
             return True
         left = self.prices.steps_left(global_step)
         probes_s = left / max(self.every, 1) * self.probe_batches * self.prices.grad_s(progress)
-        return (self.affordable(once + FULL_STEPS * self.prices.grad_s(progress) + probes_s,
-                                global_step, progress, ratio)
+        return (self.affordable(once + measure_s + probes_s, global_step, progress, ratio)
                 and once <= OVERHEAD_SHARE * left * self.prices.lowest_step_s(progress, ratio))
 
-    def _pays_for_itself(self, ratio, once_s, global_step, progress):
+    def _pays_for_itself(self, ratio, cost_s, global_step, progress):
         """Whether switching from the current selection to one of step ratio `ratio` saves,
-        over the steps left, PAYOFF times its cost (`once_s`: compile and refill; and the full
+        over the steps left, PAYOFF times its cost (`cost_s`: compile, refill and the full
         steps that measure it): no overhead, but the run's saving."""
         current = progress.current_ratio
         if current is None or ratio >= current:
             return False
-        gain = (current - ratio) * self.prices.steps_left(global_step) * self.prices.t_full_s(
-            progress)
-        return gain >= PAYOFF * (once_s + FULL_STEPS * self.prices.grad_s(progress))
+        gain = (self.prices.saving_left_s(ratio, global_step, progress)
+                - self.prices.saving_left_s(current, global_step, progress))
+        return gain >= PAYOFF * cost_s
 
     # ------------------------------------------------------------------ the budget
     def affordable(self, extra_s, global_step, progress, step_ratio=None):
