@@ -67,6 +67,20 @@ CONFIGS["domain_shift_cli"] = dataclasses.replace(
     fields={**CONFIGS["mobilenetv2_paper"].fields, "dataset_name": "synthetic_shifted"})
 
 
+# --rho auto's schemes run again with one setting changed, each under its benchmark flag:
+# (flag, label suffix, settings changed; Config's and ElasticCallback's names alike)
+AUTO_AGAIN = (("pace_too", "pace check", {"pace_check": True}),  # checked against full's pace
+              ("economy_off_too", "economy off", {"economy": False}))  # re-selecting always
+
+
+def auto_again(args, schemes, is_auto):
+    """Each of `schemes` ((label, kind, settings)) whose settings is_auto selects, again under
+    each AUTO_AGAIN flag `args` sets, labelled and changed as that flag says."""
+    return [(f"{label}, {suffix}", kind, {**settings, **changed})
+            for flag, suffix, changed in AUTO_AGAIN if getattr(args, flag, False)
+            for label, kind, settings in schemes if is_auto(settings)]
+
+
 def cli_schemes(name, args):
     """[(scheme, train_type, Config fields)] of command-line configuration `name`'s grid, its
     reference (full training) first."""
@@ -94,13 +108,7 @@ def cli_schemes(name, args):
     if getattr(args, "gain", False):
         runs.append(("ElasticTrainer rho auto, gain", "elastic_training",
                      {"rho": "auto", "rho_objective": "gain"}))
-    if getattr(args, "pace_too", False):  # each rho auto run again, checked against full's pace
-        runs += [(f"{label}, pace check", kind, {**extra, "pace_check": True})
-                 for label, kind, extra in list(runs) if extra.get("rho") == "auto"]
-    if getattr(args, "economy_off_too", False):  # each rho auto run again, re-selecting always
-        runs += [(f"{label}, economy off", kind, {**extra, "economy": False})
-                 for label, kind, extra in list(runs)
-                 if extra.get("rho") == "auto" and not extra.get("pace_check")]
+    runs += auto_again(args, runs, lambda extra: extra.get("rho") == "auto")
     elastic = [run for run in runs if run[1] == "elastic_training"]
     if setup.uncached_too or getattr(args, "uncached_too", False):
         runs += [(f"{label}, uncached", kind, {**extra, "cache_frozen_prefix": False})

@@ -11,6 +11,7 @@ import os
 from elastictrainer import runlog
 from elastictrainer.errors import UserError
 from elastictrainer.experiments import fit_task, time_to_accuracy as tta
+from elastictrainer.experiments.cli_configs import auto_again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,13 +69,8 @@ def fit_variants(name, args):
                       {"rho": "auto", "rho_share": share, "bn_mode": args.fit_bn_mode})
                      for share in args.shares]
         variants += [(s, f, dict(c, bn_mode=args.fit_bn_mode)) for s, f, c in rate]
-    if getattr(args, "pace_too", False):  # each rho auto callback again, the pace check on
-        variants += [(f"{s}, pace check", f, dict(c, pace_check=True)) for s, f, c in variants
-                     if c is not None and c.get("rho") == "auto" and not c.get("trial_check")]
-    if getattr(args, "economy_off_too", False):  # each rho auto callback again, economy off
-        variants += [(f"{s}, economy off", f, dict(c, economy=False)) for s, f, c in variants
-                     if c is not None and c.get("rho") == "auto" and not c.get("trial_check")
-                     and not c.get("pace_check")]
+    variants += auto_again(args, variants, lambda c: c is not None and c.get("rho") == "auto"
+                           and not c.get("trial_check"))
     if getattr(args, "uncached_too", False):  # each ElasticCallback again, the cache off
         variants += [(f"{s}, uncached", f, dict(c, cache_frozen_prefix=False))
                      for s, f, c in variants if c is not None]
