@@ -92,7 +92,7 @@ from elastictrainer.experiments import (first_profiling, perfdoc, recorded,
 from elastictrainer.experiments.fit_configs import (  # noqa: F401  (the benchmark's to run)
     FIT_CONFIGS, fit_runs, fit_settings, fit_variants, slug)
 from elastictrainer.experiments.cli_configs import (  # noqa: F401  (the benchmark's to run)
-    CONFIGS, cli_schemes)
+    AUTO_AGAIN, CONFIGS, cli_schemes)
 from elastictrainer.machine import machine_info, machine_text
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,14 +117,10 @@ def build_parser():
                    help="ElasticTrainer's rho values")
     p.add_argument("--shares", default="0.5,0.7,0.9", type=comma_list(float),
                    help="--rho auto's --rho_share values (each one run of ElasticTrainer)")
-    p.add_argument("--pace_too", action="store_true",
-                   help="also run every --rho auto scheme (ElasticCallback's too) with "
-                        "--pace_check true: widened towards full training when it trains more "
-                        "slowly per second than full training would")
-    p.add_argument("--economy_off_too", action="store_true",
-                   help="also run every --rho auto scheme (ElasticCallback's too) with "
-                        "--economy false: re-selected at every interval, whatever the "
-                        "re-selection overhead")
+    for flag, _, _, words in AUTO_AGAIN:
+        p.add_argument(f"--{flag}", action="store_true",
+                       help=f"also run every --rho auto scheme (ElasticCallback's too) with "
+                            f"{words}")
     p.add_argument("--rate", action="store_true",
                    help="also run --rho auto with --rho_objective rate (the most estimated loss "
                         "drop per second of step) in every configuration")
@@ -270,6 +266,11 @@ def _grid_flags(args):
             f"--shares {','.join(f'{r:g}' for r in args.shares)}")
 
 
+def _again_flags(args):
+    """The AUTO_AGAIN flags the run was given, as its command line writes them."""
+    return "".join(f" --{flag}" for flag, *_ in AUTO_AGAIN if getattr(args, flag, False))
+
+
 def markdown(results, args, machine):
     lines = [f"Machine: {machine_text(machine)}; {results['date']}; "
              f"`python scripts/bench_time_to_accuracy.py --configs {','.join(args.configs)} "
@@ -279,8 +280,7 @@ def markdown(results, args, machine):
              f"{f' --tolerance {args.tolerance:g}' if getattr(args, 'tolerance', None) else ''}"
              f"{' --elastic_only' if args.elastic_only else ''}"
              f"{' --uncached_too' if getattr(args, 'uncached_too', False) else ''}"
-             f"{' --pace_too' if getattr(args, 'pace_too', False) else ''}"
-             f"{' --economy_off_too' if getattr(args, 'economy_off_too', False) else ''}"
+             f"{_again_flags(args)}"
              f"{f' --views_too {args.views_too}' if getattr(args, 'views_too', None) else ''}"
              f"{f' --bn_mode {args.bn_mode}' if getattr(args, 'bn_mode', None) else ''}"
              f"{_sweep_flag(args)}{_out_flag(args)}` "

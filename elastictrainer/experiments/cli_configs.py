@@ -68,16 +68,24 @@ CONFIGS["domain_shift_cli"] = dataclasses.replace(
 
 
 # --rho auto's schemes run again with one setting changed, each under its benchmark flag:
-# (flag, label suffix, settings changed; Config's and ElasticCallback's names alike)
-AUTO_AGAIN = (("pace_too", "pace check", {"pace_check": True}),  # checked against full's pace
-              ("economy_off_too", "economy off", {"economy": False}))  # re-selecting always
+# (flag, label suffix, settings changed (Config's and ElasticCallback's names alike), help)
+AUTO_AGAIN = (
+    ("pace_too", "pace check", {"pace_check": True},
+     "--pace_check true: widened towards full training when it trains more slowly per second "
+     "than full training would"),
+    ("economy_off_too", "economy off", {"economy": False},
+     "--economy false: re-selected at every interval, whatever the re-selection overhead"),
+    ("trial_check_too", "trial check", {"trial_check": True},
+     "--trial_check true: the estimated loss drop scaled, depth by depth, by what a trial "
+     "step of each depth realizes"),
+)
 
 
 def auto_again(args, schemes, is_auto):
     """Each of `schemes` ((label, kind, settings)) whose settings is_auto selects, again under
     each AUTO_AGAIN flag `args` sets, labelled and changed as that flag says."""
     return [(f"{label}, {suffix}", kind, {**settings, **changed})
-            for flag, suffix, changed in AUTO_AGAIN if getattr(args, flag, False)
+            for flag, suffix, changed, _ in AUTO_AGAIN if getattr(args, flag, False)
             for label, kind, settings in schemes if is_auto(settings)]
 
 

@@ -694,24 +694,26 @@ def test_a_finished_run_is_read_back_only_with_the_settings_the_grid_gives_it(tm
         bench.cli_runs("mobilenetv2_paper", 0, args, log=lambda m: None)
 
 
-def test_economy_off_too_runs_each_rho_auto_scheme_again_with_the_economy_off():
-    """--economy_off_too: each --rho auto scheme (ElasticCallback's too) again with --economy
-    false, not a numeric rho nor a pace-checked run; the table's command line says it."""
+def test_each_auto_again_flag_runs_each_rho_auto_scheme_again_with_its_setting():
+    """--economy_off_too (and each AUTO_AGAIN flag): each --rho auto scheme (ElasticCallback's
+    too) again with its one setting changed, not a numeric rho; the table's command line says
+    which flags ran."""
     from elastictrainer.experiments import cli_configs, fit_configs
 
     bench = load_script("bench_time_to_accuracy")
     args = bench.build_parser().parse_args(["--configs", "smallcnn", "--rhos", "0.5",
                                             "--shares", "0.7", "--elastic_only", "--pace_too",
-                                            "--economy_off_too"])
+                                            "--economy_off_too", "--trial_check_too"])
     auto = {"rho": "auto", "rho_share": 0.7}
     assert [(label, extra) for label, _, extra in cli_configs.cli_schemes("smallcnn", args)][1:] \
         == [("ElasticTrainer rho 0.5", {"rho": 0.5}),
             ("ElasticTrainer rho auto, share 0.7", auto),
             ("ElasticTrainer rho auto, share 0.7, pace check", {**auto, "pace_check": True}),
-            ("ElasticTrainer rho auto, share 0.7, economy off", {**auto, "economy": False})]
+            ("ElasticTrainer rho auto, share 0.7, economy off", {**auto, "economy": False}),
+            ("ElasticTrainer rho auto, share 0.7, trial check", {**auto, "trial_check": True})]
     off = [v for v in fit_configs.fit_variants("keras3_fit", args) if "economy off" in v[0]]
     assert [(s, c["economy"], c["rho"]) for s, _, c in off] == [
         ("ElasticCallback rho auto, share 0.7, economy off", False, "auto")]
     text = bench.markdown({"date": "2026-12-07", "configs": {}}, args,
                           {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
-    assert " --pace_too --economy_off_too" in text
+    assert " --pace_too --economy_off_too --trial_check_too" in text
