@@ -83,10 +83,14 @@ AUTO_AGAIN = (
 
 def auto_again(args, schemes, is_auto):
     """Each of `schemes` ((label, kind, settings)) whose settings is_auto selects, again under
-    each AUTO_AGAIN flag `args` sets, labelled and changed as that flag says."""
+    each AUTO_AGAIN flag `args` sets, labelled and changed as that flag says; a changed run
+    that `schemes` already holds (a configuration's own trial-checked run, say) is not added
+    a second time."""
+    held = [(kind, settings) for _, kind, settings in schemes]
     return [(f"{label}, {suffix}", kind, {**settings, **changed})
             for flag, suffix, changed, _ in AUTO_AGAIN if getattr(args, flag, False)
-            for label, kind, settings in schemes if is_auto(settings)]
+            for label, kind, settings in schemes
+            if is_auto(settings) and (kind, {**settings, **changed}) not in held]
 
 
 def cli_schemes(name, args):

@@ -717,3 +717,7 @@ def test_each_auto_again_flag_runs_each_rho_auto_scheme_again_with_its_setting()
     text = bench.markdown({"date": "2026-12-07", "configs": {}}, args,
                           {"cpu": "cpu", "cores": 2, "platform": "linux", "tensorflow": "2.21"})
     assert " --pace_too --economy_off_too --trial_check_too" in text
+    # a configuration that already runs the trial check gets no second run of it
+    checked = [s for s, _, c in fit_configs.fit_variants("domain_shift_fit", args)
+               if c is not None and c.get("trial_check")]
+    assert checked == ["ElasticCallback rho auto, trial check"]
