@@ -134,8 +134,10 @@ class Config:
         "one step of each group (as long as momentum makes a steady one) on each probe's "
         "batch, and scale each group's estimated loss drop by the share of it the step "
         "realized over the probes' batches, so that depths whose large, noisy gradients "
-        "overshoot lose their weight (17 forward passes per probe batch and re-selection, on "
-        "that probe's gradients; one device only). false: eq. 4-6's estimate as it is"))
+        "overshoot lose their weight; when no group's step realizes half of its estimate, "
+        "every depth overshoots, and the plain step (one step of the optimizer) is measured "
+        "instead (17 forward passes per probe batch and re-selection, 33 when it backtracks, "
+        "on that probe's gradients; one device only). false: eq. 4-6's estimate as it is"))
     pace_check: bool = field(default=False, metadata=flag(
         "under --rho auto, at each re-selection while the training loss is still high: from "
         "the same weights, train every tensor and then the current selection for one step on "

@@ -19,8 +19,9 @@ length momentum stretches a steady step by):
   curvature dw_k.H_kk.dw_k from one Hessian-vector product per batch (Hutchinson: random signs
   per tensor, so the cross terms average out);
 - checked: taylor scaled, depth by depth, by what one stretched step of each depth group
-  (realized.GROUPS) realizes on the probes' batches against its first-order promise
-  (--trial_check: elastic/realized.py, method/trial.py).
+  (realized.GROUPS) realizes on the probes' batches against its first-order promise, or the
+  plain step when no group's stretched one realizes realized.SUFFICIENT of it (--trial_check:
+  elastic/realized.py, method/trial.py).
 Taylor, curvature and checked are computed by the runtime's own code.
 
 The truth: dropN, the held-out loss drop of `steps` SGD steps of tensor k alone from the state
@@ -194,7 +195,7 @@ class Truth:
             cross[k] = self.lr * (float(total @ total) - squares) / max(p - 1, 1)
         # the runtime's --trial_check: taylor scaled by depth by what a trial step of each
         # group realizes on the probes' batches
-        checked, _, _ = realized.correct(taylor, self.trial.drops(realized.masks(self.n)))
+        checked, _ = realized.checked(self.trial.drops, taylor)
         return {"taylor": taylor, "curvature": curv, "trial": trial, "trial_held": held,
                 "cross": cross, "checked": checked}
 

@@ -27,10 +27,14 @@ batches alone, and at +0.64 from their sums (docs/performance.md, "Importance ag
 truth").  One forward pass per mask and batch, plus one per batch for L(w) (the backward pass is
 the probe's); the weights and the statistics the forward passes move (BatchNorm's moving
 averages) are put back.  The batches and gradients are held until drops() releases them: a
-re-selection's probes' worth, no more.  On the same batch, not a held-out one: measured on held-out
-batches the shares were noise at a probe's batch size (their signs flipped from one pair of
-batches to the next); on the same batch, across the nested domain shift, they were the same from
-one probe batch to eight (docs/performance.md, "Importance against the truth").
+re-selection's probes' worth, no more.  Given a rule (`enough`, elastic/realized.py's
+backtracking), drops() measures the same batches again with the plain step (s = 1, one step of
+the optimizer from a fresh state) when the stretched step's shares fail it.
+
+On the same batch, not a held-out one: measured on held-out batches the shares were noise at a
+probe's batch size (their signs flipped from one pair of batches to the next); on the same
+batch, across the nested domain shift, they were the same from one probe batch to eight
+(docs/performance.md, "Importance against the truth").
 """
 import tensorflow as tf
 
@@ -101,17 +105,26 @@ class TrialStep:
         last drops()."""
         self._held.append((tuple(data), list(grads)))
 
-    def drops(self, masks):
-        """[(predicted, realized)] per mask (a list of 0/1 per tensor), summed over the batches
-        kept since the last call, or None when none is kept.  Releases them."""
+    def drops(self, masks, enough=None):
+        """(pairs, plain): pairs, [(predicted, realized)] per mask (a list of 0/1 per tensor),
+        summed over the batches kept since the last call, or None when none is kept; plain:
+        whether they are the plain step's, measured when `enough(pairs)` (given) says the
+        stretched step's are not enough and the stretch is above 1.  Releases the batches."""
         held, self._held = self._held, []
         if not held:
-            return None
+            return None, False
+        pairs = self._pairs(masks, held, 1.0)
+        if enough is None or self.stretch <= 1.0 or enough(pairs):
+            return pairs, False
+        return self._pairs(masks, held, 1.0 / self.stretch), True
+
+    def _pairs(self, masks, held, scale):
+        """The pairs of a step `scale` times the stretched one, on `held` batches."""
         # the statistics every forward pass here moves, put back at the end (in training mode
         # the losses do not depend on them)
         stats = [optimizers.tf_variable(v) for v in self._stats()]
         kept = [tf.identity(v) for v in stats]
-        rows = tf.constant(masks, tf.float32)
+        rows = tf.constant(masks, tf.float32) * scale  # each step: s x scale x dw0
         out = [[0.0, 0.0] for _ in masks]
         with inference_calls(self.random_layers):
             for batch, grads in held:
@@ -119,7 +132,7 @@ class TrialStep:
                 first = first.numpy()
                 base, losses = self._after(batch, steps, rows)
                 for k, (mask, loss) in enumerate(zip(masks, losses.numpy())):
-                    out[k][0] += float(sum(first[i] for i, m in enumerate(mask) if m))
+                    out[k][0] += scale * float(sum(first[i] for i, m in enumerate(mask) if m))
                     out[k][1] += float(base) - float(loss)
         for v, k in zip(stats, kept):
             v.assign(k)

@@ -1,8 +1,8 @@
 """--trial_check (method/trial.py, elastic/realized.py): the trial step, summed over the probes'
-batches, against a naive computation (weights and statistics put back bit for bit); on the
-command line, one check per re-selection; refused under a strategy by both trainers.  And a model
-whose lowest tensor must move, in model.fit: rho auto, checked or not, trains it and ends far
-above the hand-frozen upper layers."""
+batches, stretched and plain, against a naive computation (weights and statistics put back
+bit for bit); on the command line, one check per re-selection; refused under a strategy by both
+trainers.  And a model whose lowest tensor must move, in model.fit: rho auto, checked or not,
+trains it and ends far above the hand-frozen upper layers."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -50,35 +50,52 @@ def test_the_trial_step_matches_a_naive_computation_and_puts_everything_back():
             loss = loss_fn(batch[1], model(batch[0], training=True))
         return tape.gradient(loss, model.trainable_weights)
 
-    for batch in batches:  # every probe's batch and gradients are kept, summed over
-        trial.keep(batch, grads_of(batch))
+    taken = [grads_of(batch) for batch in batches]  # their passes move the statistics
     before = [v.numpy().copy() for v in model.weights]
     masks = [[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6]
-    got = trial.drops(masks)
+    asked = []
+
+    def refuse(pairs):  # the backtracking's rule, refusing the stretched step's pairs
+        asked.append(pairs)
+        return False
+
+    got = {}
+    for batch, grads in zip(batches, taken):  # every probe's batch and gradients, summed over
+        trial.keep(batch, grads)
+    got[10], plain = trial.drops(masks)  # no rule: the stretched step's alone
+    assert not plain
     assert len(passes) == 2  # L(w), and one pass the loop runs per mask: a graph of two
     for v, w in zip(model.weights, before):  # weights and moving statistics, bit for bit
         np.testing.assert_array_equal(v.numpy(), w)
-    assert trial.drops(masks) is None  # the batches were released
+    assert trial.drops(masks) == (None, False)  # the batches were released
+    for batch, grads in zip(batches, taken):
+        trial.keep(batch, grads)
+    got[1], plain = trial.drops(masks, enough=refuse)  # measured again with the plain step
+    assert plain and asked == [got[10]] and len(passes) == 2  # the same graph
+    for v, w in zip(model.weights, before):
+        np.testing.assert_array_equal(v.numpy(), w)
 
     # naive: on each batch its gradient, each masked step set by hand, the loss on the batch
-    want = [[0.0, 0.0] for _ in masks]
-    for batch in batches:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(batch[1], model(batch[0], training=True))
-        grads = [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
-        model.set_weights(before)
-        for k, mask in enumerate(masks):
-            base = float(loss_fn(batch[1], model(batch[0], training=True)))
+    for stretch in (10, 1):
+        want = [[0.0, 0.0] for _ in masks]
+        for batch in batches:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(batch[1], model(batch[0], training=True))
+            grads = [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
             model.set_weights(before)
-            for v, g, m in zip(model.trainable_weights, grads, mask):
-                v.assign(v.numpy() - m * 10 * lr * g)
-            after = float(loss_fn(batch[1], model(batch[0], training=True)))
-            model.set_weights(before)
-            want[k][0] += 10 * lr * sum(float((g * g).sum()) for g, m in zip(grads, mask) if m)
-            want[k][1] += base - after
-    for (predicted, realized), (naive_predicted, naive_realized) in zip(got, want):
-        assert predicted == pytest.approx(naive_predicted, rel=1e-5)
-        assert realized == pytest.approx(naive_realized, rel=1e-4, abs=1e-6)
+            for k, mask in enumerate(masks):
+                base = float(loss_fn(batch[1], model(batch[0], training=True)))
+                model.set_weights(before)
+                for v, g, m in zip(model.trainable_weights, grads, mask):
+                    v.assign(v.numpy() - m * stretch * lr * g)
+                after = float(loss_fn(batch[1], model(batch[0], training=True)))
+                model.set_weights(before)
+                want[k][0] += stretch * lr * sum(float((g * g).sum())
+                                                 for g, m in zip(grads, mask) if m)
+                want[k][1] += base - after
+        for (predicted, realized), (naive_predicted, naive_realized) in zip(got[stretch], want):
+            assert predicted == pytest.approx(naive_predicted, rel=1e-5)
+            assert realized == pytest.approx(naive_realized, rel=1e-4, abs=1e-6)
 
 
 @pytest.mark.parametrize("flavor", ["keras", "tf_keras"])
@@ -106,7 +123,7 @@ def test_a_step_that_moves_nothing_realizes_nothing_under_dropout(flavor):
     with tf.GradientTape() as tape:
         loss = loss_fn(y, model(x, training=True))
     trial.keep((x, y), tape.gradient(loss, model.trainable_weights))
-    (_, nothing), (_, head) = trial.drops([[0, 0, 0, 0], [0, 0, 1, 1]])
+    ((_, nothing), (_, head)), _ = trial.drops([[0, 0, 0, 0], [0, 0, 1, 1]])
     assert nothing == 0.0 and head != 0.0
     assert float(loss_fn(y, model(x, training=True))) != float(
         loss_fn(y, model(x, training=True)))  # dropout draws again outside the trial

@@ -50,9 +50,11 @@ def _runtime(trial, lines):
 def test_the_run_selects_on_the_checked_estimate():
     asked = []
 
-    def trial(masks):  # the steps of the lowest four tensors raise the loss
+    def trial(masks, enough):  # the steps of the lowest four tensors raise the loss
         asked.append(masks)
-        return [(1.0, -0.2) if mask.index(1) < 4 else (1.0, 0.5) for mask in masks]
+        pairs = [(1.0, -0.2) if mask.index(1) < 4 else (1.0, 0.5) for mask in masks]
+        assert enough(pairs)  # the upper groups realize half their promise: no backtracking
+        return pairs, False
 
     lines = []
     rt = _runtime(trial, lines)
@@ -68,9 +70,32 @@ def test_the_run_selects_on_the_checked_estimate():
 
 def test_without_a_held_batch_the_estimate_is_used_as_it_is():
     lines = []
-    rt = _runtime(lambda masks: None, lines)
+    rt = _runtime(lambda masks, enough: (None, False), lines)
     rt.reselect_due(0)
     rt.begin_reselection(0, probes=1)
     rt.step_done(0, "probe", 0.1, terms=[8.0, 7, 6, 5, 1, 1, 1, 1])
     assert 0 in rt.selection
     assert not any("trial step" in line for line in lines)
+
+
+def test_where_every_depth_overshoots_the_check_backtracks_to_the_plain_step():
+    """The momentum-long step realizes a few percent at every depth, noise about zero: the
+    shares come from the plain step on the same batches, whose shares tell the depths apart
+    (8 tensors: a group each)."""
+    importance = np.array([8.0, 7, 6, 5, 1, 1, 1, 1])
+    stretched = [(1.0, r) for r in (0.04, -0.03, 0.02, 0.01, 0.03, -0.02, 0.04, 0.01)]
+    plain = [(0.1, r) for r in (-0.01, -0.01, -0.01, -0.01, 0.09, 0.09, 0.09, 0.09)]
+    assert not realized.enough(stretched) and realized.enough(plain)
+
+    def trial(masks, enough):  # as TrialStep.drops: the plain step when the rule refuses
+        assert len(masks) == 8
+        return (stretched, False) if enough(stretched) else (plain, True)
+
+    out, words = realized.checked(trial, importance)
+    np.testing.assert_allclose(out, [-0.8, -0.7, -0.6, -0.5, 0.9, 0.9, 0.9, 0.9])
+    assert "the plain step's" in words
+    # a stretched step some depth realizes half of: its shares stand, no plain step
+    fine = [(1.0, r) for r in (-0.2, -0.2, 0.1, 0.1, 0.6, 0.6, 0.9, 0.9)]
+    out, words = realized.checked(lambda masks, enough: (fine, not enough(fine)), importance)
+    np.testing.assert_allclose(out[6:], [0.9, 0.9])
+    assert "plain" not in words
