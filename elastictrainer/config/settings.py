@@ -136,7 +136,7 @@ class Config:
         "realized over the probes' batches, so that depths whose large, noisy gradients "
         "overshoot lose their weight; when no group's step realizes half of its estimate, "
         "every depth overshoots, and the plain step (one step of the optimizer) is measured "
-        "instead (17 forward passes per probe batch and re-selection, 33 when it backtracks, "
+        "instead (17 forward passes per probe batch and re-selection, 34 when it backtracks, "
         "on that probe's gradients; one device only). false: eq. 4-6's estimate as it is"))
     pace_check: bool = field(default=False, metadata=flag(
         "under --rho auto, at each re-selection while the training loss is still high: from "

@@ -17,10 +17,10 @@ The shares scale the estimate as a whole, so their common level does not matter 
 estimate is normalised, eq. 4-6's max |I|), only how they differ by depth.  They tell depths
 apart only where the step lies within the first-order estimate's reach for some depth: when no
 group realizes SUFFICIENT of its promise, every depth overshoots, and the shares are noise about
-zero (on EfficientNet-Lite0 on textures, -6% to +5%).  The check then backtracks, as a line
-search does, to the plain step (one step of the optimizer from a fresh state) on the same
-batches, and scales by its shares.  A group whose
-estimate is not positive keeps its estimate; when no group realizes anything (the held-out
+zero (from the importance benchmark's state on EfficientNet-Lite0 on textures, -6% to +5%).
+The check then backtracks, as a line search does, to the plain step (one step of the optimizer
+from a fresh state) on the same batches, and scales by its shares.  A group whose estimate is
+not positive keeps its estimate; when no group realizes anything (the held-out
 loss rose for all), the estimate is left as it is and the run says so.
 
 Plain Python (numpy), no TensorFlow.
@@ -35,7 +35,7 @@ GROUPS = 16
 # The share of its first-order promise that some depth group's trial step must realize for the
 # shares to compare depths; under it the check backtracks to the plain step.  Half: across the
 # domain shifts the momentum-long step's best groups realized 94-99%, on textures 5% (all
-# overshooting; the plain step's 38%), figures/bench_importance_truth.md
+# overshooting; the plain step's 38%), from the importance benchmark's states
 SUFFICIENT = 0.5
 
 
