@@ -119,12 +119,12 @@ class PaceCheck:
         with inference_calls(self._random):  # no dropout mask drawn anew per pass
             return np.array([float(self._loss(data)) for data in held])
 
-    def _arm(self, mask, held, kept, values):
+    def _arm(self, mask, held, put_back):
         mask = tf.constant(mask, tf.float32)
         for data in held:
             self._step(data, mask)
         after = self._losses(held)
-        _put_back(kept, values)
+        put_back()
         return after
 
     def compare(self, selection):
@@ -137,18 +137,12 @@ class PaceCheck:
             return None
         if self.trainer.bn_hold is not None:  # both arms run BatchNorm as a full step does
             self.trainer.bn_hold.hold(None)
-        kept = self._kept()
-        values = [tf.identity(v) for v in kept]
+        put_back = optimizers.snapshot(self._kept())
         base = self._losses(held)
-        _put_back(kept, values)  # the forward passes moved BatchNorm's statistics
+        put_back()  # the forward passes moved BatchNorm's statistics
         n = len(self.trainer.variables)
         chosen = np.zeros(n, np.float32)
         chosen[list(selection)] = 1.0
-        full = self._arm(np.ones(n, np.float32), held, kept, values)
-        mine = self._arm(chosen, held, kept, values)
+        full = self._arm(np.ones(n, np.float32), held, put_back)
+        mine = self._arm(chosen, held, put_back)
         return base - full, base - mine
-
-
-def _put_back(variables, values):
-    for v, k in zip(variables, values):
-        optimizers.tf_variable(v).assign(k)

@@ -110,3 +110,18 @@ def tf_variable(v):
 
     value = getattr(v, "value", None)
     return value if isinstance(value, tf.Variable) else v
+
+
+def snapshot(variables):
+    """A function that puts `variables` (model or tf variables) back to their values as they are
+    now: what a measurement that moves weights, optimizer slots or BatchNorm statistics undoes
+    (the pace check's arms, the trial step's passes)."""
+    import tensorflow as tf
+
+    handles = [tf_variable(v) for v in variables]
+    values = [tf.identity(h) for h in handles]
+
+    def put_back():
+        for handle, value in zip(handles, values):
+            handle.assign(value)
+    return put_back

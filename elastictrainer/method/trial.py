@@ -122,8 +122,7 @@ class TrialStep:
         """The pairs of a step `scale` times the stretched one, on `held` batches."""
         # the statistics every forward pass here moves, put back at the end (in training mode
         # the losses do not depend on them)
-        stats = [optimizers.tf_variable(v) for v in self._stats()]
-        kept = [tf.identity(v) for v in stats]
+        put_back = optimizers.snapshot(self._stats())
         rows = tf.constant(masks, tf.float32) * scale  # each step: s x scale x dw0
         out = [[0.0, 0.0] for _ in masks]
         with inference_calls(self.random_layers):
@@ -134,6 +133,5 @@ class TrialStep:
                 for k, (mask, loss) in enumerate(zip(masks, losses.numpy())):
                     out[k][0] += scale * float(sum(first[i] for i, m in enumerate(mask) if m))
                     out[k][1] += float(base) - float(loss)
-        for v, k in zip(stats, kept):
-            v.assign(k)
+        put_back()
         return [tuple(pair) for pair in out]
