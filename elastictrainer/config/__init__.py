@@ -13,7 +13,8 @@ The names callers use are importable from here: `from elastictrainer.config impo
 from elastictrainer.config.flags import (ArgumentParser, DefaultsHelpFormatter, Flag,
                                          check_positive, comma_list, flag, flag_of, option_of,
                                          parse_auto_bool, shown_default, str2bool)
-from elastictrainer.config.settings import CONFIG_FIELDS, FIT_CONFIG_FIELDS, FIT_LOGDIR, Config
+from elastictrainer.config.settings import (CONFIG_FIELDS, FIT_CONFIG_FIELDS, FIT_LOGDIR, Config,
+                                            as_keywords)
 from elastictrainer.config.commands import (FigureConfig, ProfileConfig, parse_resources,
                                             same_as)
 from elastictrainer.config.doc_tables import (DOC_TABLES, DOCS, TABLE_BEGIN, TABLE_END,
@@ -23,7 +24,7 @@ from elastictrainer.config.doc_tables import (DOC_TABLES, DOCS, TABLE_BEGIN, TAB
 __all__ = [
     "ArgumentParser", "DefaultsHelpFormatter", "Flag", "check_positive", "comma_list", "flag",
     "flag_of", "option_of", "parse_auto_bool", "shown_default", "str2bool",
-    "CONFIG_FIELDS", "FIT_CONFIG_FIELDS", "FIT_LOGDIR", "Config",
+    "CONFIG_FIELDS", "FIT_CONFIG_FIELDS", "FIT_LOGDIR", "Config", "as_keywords",
     "FigureConfig", "ProfileConfig", "parse_resources", "same_as",
     "DOC_TABLES", "DOCS", "TABLE_BEGIN", "TABLE_END", "USAGE_DOC", "documented_flag_table",
     "flag_table", "table_markers", "write_flag_table",

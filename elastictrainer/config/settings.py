@@ -8,6 +8,7 @@ starting TensorFlow.
 import argparse
 import datetime
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
@@ -377,6 +378,14 @@ class Config:
 
 
 CONFIG_FIELDS = {f.name: f for f in fields(Config)}
+# a --flag of a Config field, as a command-line error names it
+_FLAG = re.compile("--(" + "|".join(sorted(CONFIG_FIELDS, key=len, reverse=True)) + r")\b")
+
+
+def as_keywords(message):
+    """A settings error in the words of a keyword API (model.fit's ElasticCallback): each
+    `--name` of a Config field becomes `name`, its argument's."""
+    return _FLAG.sub(r"\1", message)
 
 
 # ElasticCallback's own settings (model.fit has no command line; its other arguments are

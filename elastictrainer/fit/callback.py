@@ -40,7 +40,7 @@ from elastictrainer.train import steps as train_steps
 from elastictrainer.flavors import batchnorm, compat, optimizers
 from elastictrainer.flavors import shared
 from elastictrainer.errors import UserError
-from elastictrainer.config import FIT_LOGDIR, Config, parse_auto_bool
+from elastictrainer.config import FIT_LOGDIR, Config, as_keywords, parse_auto_bool
 from elastictrainer.elastic import ElasticRuntime
 from elastictrainer.elastic.driver import ElasticDriver
 from elastictrainer.elastic.pace import for_trainer
@@ -102,20 +102,23 @@ class ElasticCallback(_keras3.callbacks.Callback):
             raise UserError(f"ElasticCallback trains an elastic scheme; {train_type} is a fixed "
                             f"one")
         logdir = os.path.normpath(os.fspath(logdir))
-        self.cfg = Config(train_type=train_type, rho=_rho(rho), rho_share=float(rho_share),
-                          rho_objective=rho_objective, rho_tolerance=float(rho_tolerance),
-                          interval=float(interval),
-                          probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
-                          economy=bool(economy), trial_check=bool(trial_check),
-                          pace_check=bool(pace_check),
-                          head_warmup=head_warmup,
-                          dp_resolution=int(dp_resolution),
-                          logdir=os.path.dirname(logdir) or ".",
-                          run_name=os.path.basename(logdir), timing_table=timing_table,
-                          bn_mode=bn_mode, cache_frozen_prefix=_setting(cache_frozen_prefix),
-                          cache_budget_mb=float(cache_budget_mb), cache_views=cache_views,
-                          cache_dtype=cache_dtype, seed=int(seed), dataset_name="model.fit")
-        self.cfg.validate()
+        try:  # Config's errors name its flags; here they are keyword arguments
+            self.cfg = Config(train_type=train_type, rho=_rho(rho), rho_share=float(rho_share),
+                              rho_objective=rho_objective, rho_tolerance=float(rho_tolerance),
+                              interval=float(interval),
+                              probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
+                              economy=bool(economy), trial_check=bool(trial_check),
+                              pace_check=bool(pace_check),
+                              head_warmup=head_warmup,
+                              dp_resolution=int(dp_resolution),
+                              logdir=os.path.dirname(logdir) or ".",
+                              run_name=os.path.basename(logdir), timing_table=timing_table,
+                              bn_mode=bn_mode, cache_frozen_prefix=_setting(cache_frozen_prefix),
+                              cache_budget_mb=float(cache_budget_mb), cache_views=cache_views,
+                              cache_dtype=cache_dtype, seed=int(seed), dataset_name="model.fit")
+            self.cfg.validate()
+        except UserError as error:
+            raise UserError(as_keywords(str(error))) from None
         self.out = logdir
         self.profiles = profiles
         self.log = log or (lambda msg: None)

@@ -255,9 +255,16 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
         ElasticCallback(train_type="full_training")
     with pytest.raises(UserError, match="rho"):
         ElasticCallback(rho=1.5)
+    # Config's errors in the callback's words: its keyword arguments, not the command line's
+    # flags
     with pytest.raises(UserError,
-                       match="^unknown --bn_mode 'train'; valid: model, inference, frozen$"):
+                       match="^unknown bn_mode 'train'; valid: model, inference, frozen$"):
         ElasticCallback(bn_mode="train")
+    with pytest.raises(UserError, match=r"^rho_share is a share of the estimated loss drop"):
+        ElasticCallback(rho="auto", rho_share=1.5)
+    with pytest.raises(UserError, match="^rho_objective gain chooses rho auto's") as refused:
+        ElasticCallback(rho=0.5, rho_objective="gain")
+    assert "--" not in str(refused.value)
     model = _model("keras3")
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True),
                   steps_per_execution=4)
