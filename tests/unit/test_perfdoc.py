@@ -71,6 +71,34 @@ def test_every_readme_table_is_a_block_rendered_from_its_benchmarks_figures():
                for line in rows), rows
 
 
+# README's sentence on --rho auto: each number it quotes, from the figures file of its grid
+# (file, configuration, scheme, what is quoted: points under the best, speedup to its 95%)
+AUTO_QUOTES = [
+    ("shift", "domain_shift_fit", "ElasticCallback rho auto", True),
+    ("nested", "domain_shift_nested", "ElasticCallback rho auto", True),
+    ("shift_cli_pace", "domain_shift_cli", "ElasticTrainer rho auto, share 0.7", True),
+    ("paper_auto", "mobilenetv2_paper", "ElasticTrainer rho auto, share 0.7", True),
+    ("textures_shares", "efficientnet_textures", "ElasticTrainer rho auto, share 0.7", False),
+    ("imagenet_shares", "efficientnet_imagenet", "ElasticTrainer rho auto, share 0.7", False)]
+
+
+def test_the_readmes_rho_auto_sentence_quotes_the_figures():
+    import json
+
+    with open(perfdoc.README, encoding="utf-8") as f:
+        sentence = next(line for line in f if line.startswith("`--rho auto` asks for no ratio"))
+    for name, config, scheme, reaches in AUTO_QUOTES:
+        path = os.path.join(perfdoc.FIGURES, f"bench_time_to_accuracy_{name}.json")
+        with open(path, encoding="utf-8") as f:
+            row = json.load(f)["configs"][config]["schemes"][scheme]
+        assert row["runs"] == 3 and "three seeds" in sentence
+        assert f"{row['under_reference_best']:.1f}" in sentence, (name, row)
+        speedup = row["p95"]["speedup"]
+        assert (speedup is not None) == reaches, name
+        if reaches:
+            assert f"{speedup:.2f}x" in sentence, (name, speedup)
+
+
 def test_command_1s_table_is_the_fresh_clones_run_at_seed_0(tmp_path):
     import json
     import shutil
