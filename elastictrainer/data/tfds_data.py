@@ -3,6 +3,8 @@ what is missing is downloaded by TFDS, or named in one line saying how to get it
 machine is offline."""
 from elastictrainer.flavors import tf_setup  # noqa: F401  (quiet TensorFlow first)
 
+import contextlib
+import logging
 import os
 import socket
 import threading
@@ -23,11 +25,13 @@ def _tfds_loader(name, *, input_size, batch_size, seed, shuffle_buffer, data_dir
 
     data_dir = None if data_dir is None else os.path.expanduser(os.fspath(data_dir))
     try:
-        builder = tfds.builder(name, data_dir=data_dir)
+        with _quiet_absl():
+            builder = tfds.builder(name, data_dir=data_dir)
+            prepared = builder.is_prepared()
     except Exception as e:  # e.g. unreadable data_dir
         raise UserError(f"cannot open TFDS dataset {name!r} in {data_dir}: {one_line(e, 200)}"
                         ) from None
-    if not builder.is_prepared():
+    if not prepared:
         _prepare(builder, name, download)
 
     image_key, label_key = builder.info.supervised_keys
@@ -66,6 +70,20 @@ def _tfds_loader(name, *, input_size, batch_size, seed, shuffle_buffer, data_dir
 
 for _name in TFDS_NAMES:
     LOADERS.register(_name)(_tfds_loader)
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """TFDS's warnings on its own look-up (through absl: "Variant folder ... has no
+    dataset_info.json" for a dataset not prepared yet) are held back: where it is not prepared,
+    the one line _prepare raises says what to do."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _tfds_root(builder):

@@ -3,6 +3,7 @@ cannot start, bad folders, one class only among them, bad arguments, unknown nam
 held-out split, and the network check's bound."""
 from elastictrainer.errors import UserError
 
+import logging
 import threading
 
 import pytest
@@ -23,7 +24,7 @@ def _assert_one_line_prepare_error(excinfo, name, data_dir):
 
 
 @pytest.mark.parametrize("name", sorted(TFDS_CLASSES))
-def test_tfds_not_prepared_without_download(name, tmp_path, monkeypatch):
+def test_tfds_not_prepared_without_download(name, tmp_path, monkeypatch, caplog):
     network = []  # download disabled: neither the network check nor a download is attempted
     monkeypatch.setattr(tfds_data, "_download_blocker", lambda *a, **kw: network.append("check"))
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
@@ -33,6 +34,8 @@ def test_tfds_not_prepared_without_download(name, tmp_path, monkeypatch):
     assert network == []
     _assert_one_line_prepare_error(excinfo, name, tmp_path)
     assert not any(tmp_path.iterdir())  # nothing written
+    # the one line is all a user sees: TFDS's own look-up warnings are held back
+    assert not [r for r in caplog.records if r.name == "absl" and r.levelno >= logging.WARNING]
 
 
 def test_tfds_download_failure_is_one_line(tmp_path, monkeypatch, no_network_check):
