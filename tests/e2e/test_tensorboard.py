@@ -6,9 +6,10 @@ import gzip
 import io
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -65,27 +66,38 @@ def sweep(tmp_path_factory):
     return root / "logs", summaries
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Board:
-    """A `tensorboard` over `logdir` on a free localhost port, stopped on exit."""
+    """A `tensorboard` over `logdir` on a localhost port of its own choosing (--port 0; the
+    port it bound is read from the line it prints: a port picked here and bound there could be
+    taken in between by another test's server), stopped on exit."""
 
     def __init__(self, logdir):
         self.logdir = logdir
         self.base = None
+        self.said = []  # its stderr lines, read as they come so that the pipe never fills
 
     def __enter__(self):
         exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
-        port = free_port()
         self.proc = subprocess.Popen([exe, "--logdir", str(self.logdir), "--host", "127.0.0.1",
-                                      "--port", str(port)],
+                                      "--port", "0"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.base = f"http://127.0.0.1:{port}"
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.monotonic() + 120
+        while self.base is None:
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.stderr()
+            time.sleep(0.2)
         return self
+
+    def _read(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            text = line.decode(errors="replace")
+            self.said.append(text)
+            found = re.search(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/", text)
+            if found:
+                self.base = found.group(1)
+
+    def stderr(self):
+        return "".join(self.said)[-2000:]
 
     def __exit__(self, *exc):
         self.proc.terminate()
@@ -112,7 +124,7 @@ class Board:
         pace); what it last gave, if it never does."""
         got, deadline = None, time.monotonic() + patience_s
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.stderr.read().decode()[-2000:]
+            assert self.proc.poll() is None, self.stderr()
             try:
                 got = self.json(path, body)
                 if ready(got):
