@@ -103,19 +103,21 @@ class ElasticCallback(_keras3.callbacks.Callback):
                             f"one")
         logdir = os.path.normpath(os.fspath(logdir))
         try:  # Config's errors name its flags; here they are keyword arguments
-            self.cfg = Config(train_type=train_type, rho=_rho(rho), rho_share=float(rho_share),
-                              rho_objective=rho_objective, rho_tolerance=float(rho_tolerance),
-                              interval=float(interval),
-                              probe_batches=int(probe_batches), rho_feedback=bool(rho_feedback),
-                              economy=bool(economy), trial_check=bool(trial_check),
-                              pace_check=bool(pace_check),
-                              head_warmup=head_warmup,
-                              dp_resolution=int(dp_resolution),
-                              logdir=os.path.dirname(logdir) or ".",
-                              run_name=os.path.basename(logdir), timing_table=timing_table,
-                              bn_mode=bn_mode, cache_frozen_prefix=_setting(cache_frozen_prefix),
-                              cache_budget_mb=float(cache_budget_mb), cache_views=cache_views,
-                              cache_dtype=cache_dtype, seed=int(seed), dataset_name="model.fit")
+            self.cfg = Config(
+                train_type=train_type, rho=_rho(rho),
+                rho_share=_number(float, "rho_share", rho_share), rho_objective=rho_objective,
+                rho_tolerance=_number(float, "rho_tolerance", rho_tolerance),
+                interval=_number(float, "interval", interval),
+                probe_batches=_number(int, "probe_batches", probe_batches),
+                rho_feedback=bool(rho_feedback), economy=bool(economy),
+                trial_check=bool(trial_check), pace_check=bool(pace_check),
+                head_warmup=head_warmup, dp_resolution=_number(int, "dp_resolution", dp_resolution),
+                logdir=os.path.dirname(logdir) or ".", run_name=os.path.basename(logdir),
+                timing_table=timing_table, bn_mode=bn_mode,
+                cache_frozen_prefix=_setting(cache_frozen_prefix),
+                cache_budget_mb=_number(float, "cache_budget_mb", cache_budget_mb),
+                cache_views=cache_views, cache_dtype=cache_dtype, seed=_number(int, "seed", seed),
+                dataset_name="model.fit")
             self.cfg.validate()
         except UserError as error:
             raise UserError(as_keywords(str(error))) from None
@@ -364,6 +366,15 @@ def _rho(value):
         return parse_rho(value)
     except (TypeError, ValueError):
         raise UserError(f"rho must be a number in (0, 1] or \"auto\", got {value!r}") from None
+
+
+def _number(kind, name, value):
+    """A numeric argument as `kind` (float or int); anything that is not one in one line."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be {'a number' if kind is float else 'an integer'}, got "
+                        f"{value!r}") from None
 
 
 def _setting(value):

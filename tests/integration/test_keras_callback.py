@@ -265,6 +265,10 @@ def test_bad_use_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match="^rho_objective gain chooses rho auto's") as refused:
         ElasticCallback(rho=0.5, rho_objective="gain")
     assert "--" not in str(refused.value)
+    with pytest.raises(UserError, match=r"^rho_share must be a number, got 'most'$"):
+        ElasticCallback(rho="auto", rho_share="most")
+    with pytest.raises(UserError, match=r"^probe_batches must be an integer, got None$"):
+        ElasticCallback(probe_batches=None)
     model = _model("keras3")
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True),
                   steps_per_execution=4)
